@@ -1,0 +1,33 @@
+"""localspec: speculative decoding for local GGUF models.
+
+    import localspec
+    print(localspec.chat("Write a Python function that reverses a string.").text)
+
+    with localspec.load("qwen2.5-coder-1.5b") as model:
+        for event in model.chat([{"role": "user", "content": "Hi"}], stream=True):
+            print(event.text, end="")
+"""
+
+from .api import SpeculativeModel, chat, load, resolve_pair
+from .errors import (
+    CatalogError,
+    ContextOverflowError,
+    DownloadError,
+    EngineError,
+    IncompatibleDraftError,
+    InvalidOptionError,
+    LocalspecError,
+    ModelFileError,
+    UnsupportedModelError,
+)
+from .speculative import Generation
+from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SpeculativeModel", "chat", "load", "resolve_pair", "Generation",
+    "GenerationResult", "GenerationStats", "TokenEvent", "TokenSource",
+    "LocalspecError", "CatalogError", "ContextOverflowError", "DownloadError", "EngineError",
+    "IncompatibleDraftError", "InvalidOptionError", "ModelFileError", "UnsupportedModelError",
+]

@@ -1,0 +1,243 @@
+"""The Python API: ``load()`` a target (and draft), then ``chat()`` or ``generate()``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from .catalog import ModelEntry, PairEntry, load_catalog
+from .compat import check_compatibility
+from .drafters import DraftModelDrafter
+from .engine import Engine, EngineConfig
+from .errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
+from .gguf_info import check_gguf_file
+from .hub import ProgressFn, ensure_model
+from .sampling import SamplingParams
+from .speculative import DraftParams, Generation, GenerationParams
+from .stats import GenerationResult
+
+Messages = list[dict]
+
+
+@dataclass(frozen=True)
+class ResolvedPair:
+    target: Path
+    draft: Path | None
+    pair: PairEntry | None  # the catalogue pair it came from, if any
+
+
+def resolve_pair(model: str | Path | None = None, draft: str | Path | None = "auto",
+                 progress: ProgressFn | None = None) -> ResolvedPair:
+    """Turn user-facing names into local files, fetching catalogue files if needed.
+
+    ``model``: None (the default pair), a pair name from ``models.toml``, a model name
+    from it, or a path to a GGUF file.  ``draft``: "auto" (the catalogue pair's draft
+    for that target, or none), None / "none" (plain decoding), a model name or a path.
+    Raises ModelFileError for a path that does not exist, CatalogError, DownloadError.
+    """
+    catalog = load_catalog()
+    pair: PairEntry | None = None
+    if model is None or str(model) in catalog.pairs:
+        pair = catalog.pair(None if model is None else str(model))
+        target_entry: ModelEntry | Path = pair.target
+    elif str(model) in catalog.models:
+        target_entry = catalog.models[str(model)]
+    else:
+        target_entry = _existing_path(model, "model")
+    if pair is None:
+        pair = _pair_for_target(catalog, target_entry)
+
+    draft_entry: ModelEntry | Path | None
+    if draft is None or str(draft).lower() == "none":
+        draft_entry = None
+    elif str(draft) == "auto":
+        draft_entry = pair.draft if pair else None
+    elif str(draft) in catalog.models:
+        draft_entry = catalog.models[str(draft)]
+    else:
+        draft_entry = _existing_path(draft, "draft model")
+
+    target_path = _local(target_entry, progress)
+    draft_path = _local(draft_entry, progress) if draft_entry is not None else None
+    return ResolvedPair(target=target_path, draft=draft_path, pair=pair)
+
+
+def _existing_path(spec: str | Path, role: str) -> Path:
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        known = ", ".join(sorted(load_catalog().pairs))
+        raise ModelFileError(f"{role} file not found: {path} (and not a catalogue name; known pairs: {known})")
+    return path
+
+
+def _pair_for_target(catalog, target: ModelEntry | Path) -> PairEntry | None:
+    name = target.file if isinstance(target, ModelEntry) else target.name
+    return next((p for p in catalog.pairs.values() if p.target.file == name), None)
+
+
+def _local(entry: ModelEntry | Path, progress: ProgressFn | None) -> Path:
+    return entry if isinstance(entry, Path) else ensure_model(entry, progress)
+
+
+class SpeculativeModel:
+    """A target model with an optional draft model, loaded once and reused.
+
+    Use as a context manager or call :meth:`close`.  Not thread-safe: drive one
+    instance from one thread at a time.  ``draft_max`` / ``draft_min`` / ``p_min`` set
+    here are the defaults for every call; each call may override them.
+
+    Raises ModelFileError (missing, non-GGUF or truncated file), IncompatibleDraftError
+    (the reasons are in ``.reasons``), UnsupportedModelError (a recurrent target).
+    """
+
+    def __init__(self, target: str | Path, draft: str | Path | None = None, *,
+                 n_ctx: int = 4096, n_gpu_layers: int = -1, n_gpu_layers_draft: int = -1,
+                 n_threads: int | None = None, draft_max: int = 4, draft_min: int = 0,
+                 p_min: float = 0.75, verbose: bool = False):
+        if n_ctx < 16:
+            raise InvalidOptionError(f"n_ctx must be at least 16 tokens, got {n_ctx}")
+        self.default_draft = DraftParams(draft_max=draft_max, draft_min=draft_min, p_min=p_min)
+        self.target_path = Path(target)
+        self.draft_path = Path(draft) if draft is not None else None
+        target_info = check_gguf_file(self.target_path)
+        if self.draft_path is not None:
+            verdict = check_compatibility(target_info, check_gguf_file(self.draft_path))
+            if not verdict.compatible:
+                raise IncompatibleDraftError(
+                    f"{self.draft_path.name} cannot draft for {self.target_path.name}: "
+                    + "; ".join(verdict.reasons), verdict.reasons)
+        self.target = Engine(self.target_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
+                                                            n_threads=n_threads), verbose=verbose)
+        self.drafter = None
+        if self.draft_path is not None:
+            try:
+                engine = Engine(self.draft_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers_draft,
+                                                              n_threads=n_threads), verbose=verbose)
+            except BaseException:
+                self.target.close()
+                raise
+            self.drafter = DraftModelDrafter(engine, self.target.n_vocab, self.target.is_eog)
+
+    # --- generation -------------------------------------------------------------------
+
+    def generate(self, prompt: str, *, stream: bool = False, **options) -> GenerationResult | Generation:
+        """Continue raw text (no chat template).  See :meth:`chat` for options."""
+        started = time.perf_counter()
+        tokens = self.target.tokenize(prompt, add_special=True, parse_special=False)
+        return self._start(tokens, started, stream, options)
+
+    def chat(self, messages: str | Messages, *, stream: bool = False, **options) -> GenerationResult | Generation:
+        """Answer a conversation rendered with the target's own chat template.
+
+        Args:
+            messages: OpenAI-style ``[{"role": "user", "content": "..."}]``, or a string
+                (one user message).
+            stream: False returns a :class:`GenerationResult`; True returns a
+                :class:`Generation` to iterate for :class:`TokenEvent`s, with
+                ``.result`` set at the end.
+            options: ``max_tokens`` (512), ``temperature`` (0 = greedy), ``top_k`` (40),
+                ``top_p`` (0.95), ``min_p`` (0.05), ``seed`` (None), ``stop`` (strings),
+                ``draft_max``, ``draft_min``, ``p_min`` (defaults from :meth:`__init__`).
+
+        The KV cache prefix shared with the previous call is reused, so a multi-turn
+        chat only evaluates the new tokens.  Raises InvalidOptionError for bad messages or
+        options, ContextOverflowError when the prompt does not fit into ``n_ctx``.
+        """
+        started = time.perf_counter()
+        prompt = self.target.render_chat(_normalise_messages(messages))
+        tokens = self.target.tokenize(prompt, add_special=False, parse_special=True)
+        return self._start(tokens, started, stream, options)
+
+    def _start(self, tokens: list[int], started: float, stream: bool, options: dict):
+        generation = Generation(self.target, self.drafter, tokens, self._params(options), started_at=started)
+        return generation if stream else generation.run()
+
+    def _params(self, options: dict) -> GenerationParams:
+        known = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
+                 "draft_max", "draft_min", "p_min"}
+        unknown = set(options) - known
+        if unknown:
+            raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        d = self.default_draft
+        stop = options.get("stop") or ()
+        return GenerationParams(
+            max_tokens=options.get("max_tokens", 512),
+            sampling=SamplingParams(
+                temperature=options.get("temperature", 0.0),
+                top_k=options.get("top_k", 40),
+                top_p=options.get("top_p", 0.95),
+                min_p=options.get("min_p", 0.05),
+            ),
+            draft=DraftParams(
+                draft_max=options.get("draft_max", d.draft_max),
+                draft_min=options.get("draft_min", d.draft_min),
+                p_min=options.get("p_min", d.p_min),
+            ),
+            stop=(stop,) if isinstance(stop, str) else tuple(stop),
+            seed=options.get("seed"),
+        )
+
+    # --- lifetime ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self.drafter is not None:
+            self.drafter.close()
+        self.target.close()
+
+    def __enter__(self) -> "SpeculativeModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _normalise_messages(messages: str | Iterable[dict]) -> Messages:
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    result = list(messages)
+    if not result:
+        raise InvalidOptionError("messages is empty")
+    for m in result:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise InvalidOptionError(f"each message needs a string 'role' and 'content', got {m!r}")
+    return result
+
+
+def load(model: str | Path | None = None, draft: str | Path | None = "auto", *,
+         progress: ProgressFn | None = None, **kwargs) -> SpeculativeModel:
+    """Resolve (and fetch if needed) a target and draft, then load both.
+
+    ``model`` / ``draft`` as in :func:`resolve_pair`; the catalogue pair's recommended
+    ``draft_max`` / ``draft_min`` / ``p_min`` apply unless given.  Other keyword
+    arguments go to :class:`SpeculativeModel` (``n_ctx``, ``n_gpu_layers``,
+    ``n_gpu_layers_draft``, ``n_threads``, ``verbose``).
+    """
+    resolved = resolve_pair(model, draft, progress)
+    if resolved.pair is not None:
+        for key in ("draft_max", "draft_min", "p_min"):
+            value = getattr(resolved.pair, key)
+            if value is not None:
+                kwargs.setdefault(key, value)
+    return SpeculativeModel(resolved.target, resolved.draft, **kwargs)
+
+
+_shared: tuple[tuple, SpeculativeModel] | None = None
+
+
+def chat(messages: str | Messages, *, model: str | Path | None = None, draft: str | Path | None = "auto",
+         stream: bool = False, **options) -> GenerationResult | Generation:
+    """One call: answer ``messages`` with the default pair (or ``model`` / ``draft``).
+
+    The loaded models are kept for the next call with the same ``model`` and ``draft``.
+    Options as in :meth:`SpeculativeModel.chat`.
+    """
+    global _shared
+    key = (model, draft)
+    if _shared is None or _shared[0] != key:
+        if _shared is not None:
+            _shared[1].close()
+            _shared = None
+        _shared = (key, load(model, draft))
+    return _shared[1].chat(messages, stream=stream, **options)

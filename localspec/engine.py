@@ -1,0 +1,271 @@
+"""The engine adapter: the only module that imports ``llama_cpp``.
+
+One :class:`Engine` is one GGUF model with one llama.cpp context and one sequence
+(seq_id 0).  It keeps the list of tokens held in its KV cache, so callers can reuse
+the longest common prefix and trim the rest; it never re-prefills on its own.
+
+Built on the low-level ctypes bindings of llama-cpp-python (pinned exactly in
+``pyproject.toml``): ``llama_batch_init`` / ``llama_decode`` /
+``llama_get_logits_ith`` / ``llama_memory_seq_rm``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from .errors import ContextOverflowError, EngineError, ModelFileError, UnsupportedModelError
+from .gguf_info import check_gguf_file
+
+_backend_ready = False
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to load one model.
+
+    n_ctx: context window in tokens.  n_gpu_layers: layers offloaded to Metal/CUDA
+    (-1 = all; ignored by CPU-only builds).  n_threads: CPU threads (None = all CPUs).
+    n_batch: largest batch handed to one ``llama_decode`` call, in tokens.
+    flash_attn: None lets llama.cpp choose.
+    """
+
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1
+    n_threads: int | None = None
+    n_batch: int = 512
+    flash_attn: bool | None = None
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def set_llama_log(verbose: bool) -> None:
+    """Show llama.cpp's own log lines (verbose) or nothing at all."""
+    logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+
+
+class Engine:
+    """One loaded model: tokenize, detokenize, decode with chosen logits rows, trim the cache.
+
+    Raises :class:`ModelFileError` for a missing, non-GGUF or truncated file and
+    :class:`UnsupportedModelError` for a model whose KV cache cannot be trimmed
+    (recurrent or hybrid architectures such as Mamba, LFM2, Falcon-H1).
+    Not thread-safe: one context must only be used from one thread at a time.
+    """
+
+    def __init__(self, path: str | Path, config: EngineConfig = EngineConfig(), verbose: bool = False):
+        global _backend_ready
+        self.path = Path(path)
+        self.config = config
+        self.info = check_gguf_file(self.path)
+        set_llama_log(verbose)
+        if not _backend_ready:
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+        self._model = None
+        self._ctx = None
+        self._batch = None
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self) -> None:
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = 0x7FFFFFFF if self.config.n_gpu_layers < 0 else self.config.n_gpu_layers
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelFileError(f"llama.cpp could not load {self.path} (see its log with --verbose)")
+        if llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model):
+            raise UnsupportedModelError(
+                f"{self.path.name}: architecture {self.info.architecture!r} keeps a recurrent state "
+                "that cannot be rolled back token by token, so it cannot be used for speculative decoding"
+            )
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+
+        n_threads = self.config.n_threads or default_threads()
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = self.config.n_ctx
+        cparams.n_batch = self.config.n_batch
+        cparams.n_ubatch = self.config.n_batch
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        if self.config.flash_attn is not None:
+            cparams.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.config.flash_attn
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            raise EngineError(f"llama.cpp could not create a context of {self.config.n_ctx} tokens for {self.path.name}")
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self.config.n_batch, 0, 1)
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._piece_cache: dict[int, bytes] = {}
+        self.cache_tokens: list[int] = []  # what the KV cache holds, position i = token i
+        self.decode_s = 0.0  # seconds spent inside llama_decode since load
+
+    # --- vocabulary -----------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Text to token ids.  ``add_special`` adds BOS when the model asks for it;
+        ``parse_special`` turns "<|im_start|>"-style text into its special token."""
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token stands for in generated text (special tokens give b"")."""
+        piece = self._piece_cache.get(token)
+        if piece is None:
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+                piece = buf.raw[:n]
+            else:
+                piece = self._piece_buf.raw[:n]
+            self._piece_cache[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> str:
+        return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
+
+    def render_chat(self, messages: list[dict]) -> str:
+        """Render OpenAI-style messages with the GGUF's own ``tokenizer.chat_template``
+        (llama-cpp-python's Jinja2 formatter), ending with the assistant's prompt."""
+        template = self.info.chat_template
+        if not template:
+            raise UnsupportedModelError(f"{self.path.name} has no tokenizer.chat_template; use generate() with raw text")
+        bos = llama_cpp.llama_vocab_bos(self._vocab)
+        eos = llama_cpp.llama_vocab_eos(self._vocab)
+        formatter = Jinja2ChatFormatter(
+            template,
+            eos_token=self.token_text(eos) if eos >= 0 else "",
+            bos_token=self.token_text(bos) if bos >= 0 else "",
+        )
+        return formatter(messages=messages).prompt
+
+    # --- decoding ---------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = ()) -> np.ndarray:
+        """Append ``tokens`` to the KV cache and return the logits of the chosen rows.
+
+        Args:
+            tokens: ids placed at positions ``len(cache_tokens) ...``.
+            logits_rows: indices into ``tokens`` whose next-token logits are wanted,
+                ascending.
+
+        Returns:
+            float32 array ``(len(logits_rows), n_vocab)``, a copy, row j for
+            ``logits_rows[j]``.
+
+        Raises:
+            ContextOverflowError: the tokens do not fit into ``n_ctx``.
+            EngineError: llama_decode failed (the cache is left as it was before the call
+                for the failing chunk).
+        """
+        n_past = len(self.cache_tokens)
+        if n_past + len(tokens) > self.n_ctx:
+            raise ContextOverflowError(
+                f"{n_past + len(tokens)} tokens do not fit into the context of {self.n_ctx} tokens"
+            )
+        wanted = list(logits_rows)
+        out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
+        step = self.config.n_batch
+        for start in range(0, len(tokens), step):
+            chunk = tokens[start:start + step]
+            in_chunk = [(j, r - start) for j, r in enumerate(wanted) if start <= r < start + len(chunk)]
+            self._decode_chunk(chunk, n_past + start, [r for _, r in in_chunk])
+            for j, r in in_chunk:
+                out[j] = self._logits_row(r)
+            self.cache_tokens.extend(int(t) for t in chunk)
+        return out
+
+    def _decode_chunk(self, tokens: Sequence[int], pos0: int, rows: Sequence[int]) -> None:
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        flagged = set(rows)
+        for i, tok in enumerate(tokens):
+            batch.token[i] = tok
+            batch.pos[i] = pos0 + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i in flagged
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        self.decode_s += time.perf_counter() - t0
+        if rc != 0:
+            raise EngineError(f"llama_decode failed with code {rc} at position {pos0} ({len(tokens)} tokens)")
+
+    def _logits_row(self, i: int) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
+        if not ptr:
+            raise EngineError(f"llama.cpp returned no logits for batch row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def trim(self, n_keep: int) -> None:
+        """Remove every cached position >= ``n_keep`` (``llama_memory_seq_rm``)."""
+        if n_keep >= len(self.cache_tokens):
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
+            raise UnsupportedModelError(f"{self.path.name}: llama.cpp refused to trim the KV cache at position {n_keep}")
+        del self.cache_tokens[n_keep:]
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Trim the cache to its longest common prefix with ``tokens``; return its length."""
+        n = 0
+        limit = min(len(tokens), len(self.cache_tokens))
+        while n < limit and self.cache_tokens[n] == tokens[n]:
+            n += 1
+        self.trim(n)
+        return n
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,50 @@
+"""Exceptions raised by localspec.
+
+Every error a user can cause derives from :class:`LocalspecError`; the CLI prints
+those as one line (no traceback) and exits with status 2.  Anything else is a bug.
+"""
+
+from __future__ import annotations
+
+
+class LocalspecError(Exception):
+    """Base class of the errors a user can cause and fix."""
+
+
+class InvalidOptionError(LocalspecError, ValueError):
+    """A generation or load option is out of range (e.g. ``draft_min > draft_max``)."""
+
+
+class ModelFileError(LocalspecError):
+    """A model file is missing, unreadable, not GGUF, or truncated."""
+
+
+class UnsupportedModelError(LocalspecError):
+    """The model loads but cannot be used for speculation (e.g. a recurrent model
+    whose KV cache cannot be trimmed)."""
+
+
+class IncompatibleDraftError(LocalspecError):
+    """The draft model's vocabulary does not match the target's.
+
+    ``reasons`` lists each failed check in plain words."""
+
+    def __init__(self, message: str, reasons: list[str]):
+        super().__init__(message)
+        self.reasons = reasons
+
+
+class ContextOverflowError(LocalspecError):
+    """The prompt does not fit into the context window (``n_ctx`` tokens)."""
+
+
+class CatalogError(LocalspecError):
+    """``models.toml`` is malformed or names an unknown model pair."""
+
+
+class DownloadError(LocalspecError):
+    """A model file could not be fetched from any source, or failed its sha256 check."""
+
+
+class EngineError(LocalspecError):
+    """llama.cpp reported a failure while decoding or trimming the KV cache."""

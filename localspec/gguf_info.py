@@ -1,0 +1,166 @@
+"""GGUF header metadata, read without loading any weights.
+
+Follows the GGUF spec (ggml-org/ggml ``docs/gguf.md``, versions 2 and 3) and uses the
+``gguf`` package's type tables (:class:`gguf.GGUFValueType`, ``GGML_QUANT_SIZES``).
+``gguf.GGUFReader`` itself builds one numpy view per array element and takes about
+7.5 s on a 151,936-token vocabulary (measured on the Qwen2.5-Coder 1.5B file); this
+streaming reader takes a fraction of a second, so it can run before every load.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from .errors import ModelFileError
+
+_MAGIC = b"GGUF"
+_SCALARS = {
+    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
+    GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT32: "<f", GGUFValueType.FLOAT64: "<d",
+    GGUFValueType.BOOL: "<?",
+}
+# Arrays of these are large and never needed as values (scores, merges, token types).
+_SKIPPED_ARRAYS = {"tokenizer.ggml.scores", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"}
+
+
+@dataclass
+class GGUFInfo:
+    """What localspec needs from a GGUF header.
+
+    ``tokens`` is the vocabulary's token texts (``tokenizer.ggml.tokens``), index = id.
+    ``metadata`` holds every other scalar or string key as read.
+    """
+
+    path: Path
+    version: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tokens: list[str] = field(default_factory=list)
+    n_tensors: int = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    @property
+    def architecture(self) -> str:
+        return self.get("general.architecture", "")
+
+    @property
+    def chat_template(self) -> str:
+        return self.get("tokenizer.chat_template", "")
+
+    @property
+    def vocab_type(self) -> str:
+        return self.get("tokenizer.ggml.model", "")
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.tokens)
+
+
+def check_gguf_file(path: str | Path) -> GGUFInfo:
+    """Read the header of a GGUF file and check that its tensor data is all there.
+
+    Raises :class:`~localspec.errors.ModelFileError` when the file is missing, is not
+    GGUF (bad magic), has a malformed header, or is shorter than its tensors need
+    (a truncated download).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"model file not found: {path}")
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            info, data_end = _read(f, path)
+    except ModelFileError:
+        raise
+    except (struct.error, ValueError, UnicodeDecodeError, EOFError) as exc:
+        raise ModelFileError(f"{path}: malformed GGUF header ({exc})") from None
+    if data_end > size:
+        raise ModelFileError(
+            f"{path}: truncated GGUF file: its tensors need {data_end} bytes, the file has {size}"
+        )
+    return info
+
+
+def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
+    if f.read(4) != _MAGIC:
+        raise ModelFileError(f"{path}: not a GGUF file (no GGUF magic at the start)")
+    version, n_tensors, n_kv = struct.unpack("<IQQ", _exact(f, 20))
+    if version not in (2, 3):
+        raise ModelFileError(f"{path}: unsupported GGUF version {version}")
+    info = GGUFInfo(path=path, version=version, n_tensors=n_tensors)
+    for _ in range(n_kv):
+        key = _string(f)
+        vtype = GGUFValueType(_unpack(f, "<I"))
+        if vtype == GGUFValueType.ARRAY:
+            value = _array(f, key)
+        else:
+            value = _value(f, vtype)
+        if key == "tokenizer.ggml.tokens":
+            info.tokens = value
+        elif value is not None:
+            info.metadata[key] = value
+
+    data_size = 0
+    for _ in range(n_tensors):
+        _string(f)
+        n_dims = _unpack(f, "<I")
+        dims = struct.unpack(f"<{n_dims}Q", _exact(f, 8 * n_dims))
+        ggml_type = GGMLQuantizationType(_unpack(f, "<I"))
+        offset = _unpack(f, "<Q")
+        block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+        n_elements = 1
+        for d in dims:
+            n_elements *= d
+        data_size = max(data_size, offset + n_elements // block_size * type_size)
+    alignment = int(info.get("general.alignment", 32))
+    data_start = -(-f.tell() // alignment) * alignment
+    return info, data_start + data_size
+
+
+def _exact(f: BinaryIO, n: int) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError("unexpected end of file inside the header")
+    return data
+
+
+def _unpack(f: BinaryIO, fmt: str) -> Any:
+    return struct.unpack(fmt, _exact(f, struct.calcsize(fmt)))[0]
+
+
+def _string(f: BinaryIO) -> str:
+    n = _unpack(f, "<Q")
+    return _exact(f, n).decode("utf-8", errors="replace")
+
+
+def _value(f: BinaryIO, vtype: GGUFValueType) -> Any:
+    if vtype == GGUFValueType.STRING:
+        return _string(f)
+    return _unpack(f, _SCALARS[vtype])
+
+
+def _array(f: BinaryIO, key: str) -> list | None:
+    item_type = GGUFValueType(_unpack(f, "<I"))
+    n = _unpack(f, "<Q")
+    if item_type == GGUFValueType.STRING:
+        if key in _SKIPPED_ARRAYS:
+            for _ in range(n):
+                f.seek(_unpack(f, "<Q"), 1)
+            return None
+        return [_string(f) for _ in range(n)]
+    if item_type == GGUFValueType.ARRAY:
+        return [_array(f, key) for _ in range(n)]
+    fmt = _SCALARS[item_type]
+    raw = _exact(f, struct.calcsize(fmt) * n)
+    if key in _SKIPPED_ARRAYS:
+        return None
+    return list(struct.unpack(f"<{n}{fmt[1]}", raw))

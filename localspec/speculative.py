@@ -1,0 +1,265 @@
+"""The speculative decoding loop: draft, verify in one target decode, accept, trim.
+
+Algorithm: Leviathan et al. 2022 (arXiv:2211.17192) and Chen et al. 2023
+(arXiv:2302.01318); the acceptance rules live in :mod:`localspec.sampling`.
+
+Invariant between rounds: the target's KV cache holds the context except its last
+token ``t`` (emitted, not yet decoded).  A round decodes ``[t, d_1..d_k]`` with logits
+on all k + 1 rows, keeps ``t, d_1..d_n``, removes the rest from the cache, and emits
+``d_1..d_n`` plus one token from the target (a correction or the bonus).  With no
+drafter, or k = 0, the same round is plain decoding.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .drafters import Draft, Drafter
+from .engine import Engine
+from .errors import ContextOverflowError, InvalidOptionError
+from .sampling import SamplingParams, accept_greedy, accept_sampled, processed_probs, sample
+from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
+
+
+@dataclass(frozen=True)
+class DraftParams:
+    """draft_max: most tokens drafted per round.  draft_min: a shorter draft is dropped
+    (the round runs plain).  p_min: drafting stops once the draft's top probability
+    falls below it.  Names and meaning as llama.cpp's ``--draft-max``, ``--draft-min``,
+    ``--draft-p-min``.  Raises InvalidOptionError when out of range."""
+
+    draft_max: int = 4
+    draft_min: int = 0
+    p_min: float = 0.75
+
+    def __post_init__(self) -> None:
+        if self.draft_max < 0:
+            raise InvalidOptionError(f"draft_max must be >= 0, got {self.draft_max}")
+        if self.draft_min < 0:
+            raise InvalidOptionError(f"draft_min must be >= 0, got {self.draft_min}")
+        if self.draft_min > self.draft_max:
+            raise InvalidOptionError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise InvalidOptionError(f"p_min must be in [0, 1], got {self.p_min}")
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """max_tokens: most tokens to generate.  stop: strings that end the generation
+    (not included in the text).  seed: None draws a fresh one."""
+
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    draft: DraftParams = field(default_factory=DraftParams)
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise InvalidOptionError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if any(not s for s in self.stop):
+            raise InvalidOptionError("stop strings must not be empty")
+
+
+class Generation:
+    """An iterator of :class:`TokenEvent`; when it is exhausted, ``result`` holds the
+    :class:`GenerationResult`.  ``cancel()`` (from any thread) ends it after the
+    current round with finish_reason "cancelled"."""
+
+    def __init__(self, target: Engine, drafter: Drafter | None, prompt_tokens: Sequence[int],
+                 params: GenerationParams, started_at: float | None = None):
+        if len(prompt_tokens) == 0:
+            raise InvalidOptionError("the prompt is empty")
+        if len(prompt_tokens) >= target.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt has {len(prompt_tokens)} tokens; the context holds {target.n_ctx} "
+                "(raise n_ctx or shorten the prompt)"
+            )
+        self.target = target
+        self.drafter = drafter
+        self.prompt_tokens = list(prompt_tokens)
+        self.params = params
+        self.result: GenerationResult | None = None
+        self._started_at = started_at if started_at is not None else time.perf_counter()
+        self._cancelled = False
+        self._events = self._run()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        return self._events
+
+    def __next__(self) -> TokenEvent:
+        return next(self._events)
+
+    def run(self) -> GenerationResult:
+        for _ in self._events:
+            pass
+        return self.result
+
+    def _run(self) -> Iterator[TokenEvent]:
+        params, target, drafter = self.params, self.target, self.drafter
+        seeds = np.random.SeedSequence(params.seed).spawn(2)
+        rng, draft_rng = np.random.default_rng(seeds[0]), np.random.default_rng(seeds[1])
+        stats = GenerationStats(prompt_tokens=len(self.prompt_tokens))
+        out = _TextAssembler(target, params.stop)
+
+        # Prompt eval: reuse the cached prefix, decode the rest, sample the first token.
+        context = list(self.prompt_tokens)
+        reused = min(target.reuse_prefix(context), len(context) - 1)
+        target.trim(reused)
+        stats.prompt_cached_tokens = reused
+        t0 = target.decode_s
+        logits = target.decode(context[reused:], [len(context) - reused - 1])
+        stats.prompt_eval_s = target.decode_s - t0
+        token, p_token = self._choose(logits[0], rng)
+        stats.ttft_s = time.perf_counter() - self._started_at
+        verify_start, draft_start = target.decode_s, drafter.decode_s if drafter else 0.0
+
+        round_no = 0
+        emitted = [(token, TokenSource.TARGET, p_token, None)]
+        finish = None
+        while True:
+            for tok, source, p_t, p_d in emitted:
+                context.append(tok)
+                stats.generated_tokens += 1
+                finish = out.add(tok, source)
+                event = TokenEvent(tok, out.take_delta(), source, round_no, p_t, p_d)
+                if event.text or finish is None:
+                    yield event
+                if finish is None and stats.generated_tokens >= params.max_tokens:
+                    finish = "length"
+                if finish:
+                    break
+            if finish is None and self._cancelled:
+                finish = "cancelled"
+            room = target.n_ctx - len(target.cache_tokens) - 1  # free cells after t
+            if finish is None and room < 1:
+                finish = "context"
+            if finish is not None:
+                break
+
+            round_no += 1
+            k_cap = min(params.draft.draft_max, params.max_tokens - stats.generated_tokens - 1, room - 1)
+            draft = self._propose(context, k_cap, draft_rng)
+            n_accepted, emitted = self._verify(context[-1], draft, rng)
+            target.trim(len(context) + n_accepted)
+            stats.record_round(len(draft.tokens), n_accepted)
+            if drafter is not None:
+                drafter.feedback(context + draft.tokens[:n_accepted], len(draft.tokens), n_accepted)
+
+        if drafter is not None:
+            drafter.feedback(context, 0, 0)
+            stats.draft_s = drafter.decode_s - draft_start
+        stats.verify_s = target.decode_s - verify_start
+        stats.total_s = time.perf_counter() - self._started_at
+        text = out.finish()
+        if text:
+            yield TokenEvent(-1, text, TokenSource.TARGET, round_no)
+        self.result = GenerationResult(
+            text=out.text, tokens=out.tokens, sources=out.sources, finish_reason=finish, stats=stats
+        )
+
+    def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator) -> Draft:
+        dp = self.params.draft
+        if self.drafter is None or k_cap < max(1, dp.draft_min):
+            return Draft.empty()
+        draft = self.drafter.propose(context, k_cap, self.params.sampling, dp.p_min, draft_rng)
+        if len(draft.tokens) < dp.draft_min:
+            return Draft.empty()
+        return draft
+
+    def _verify(self, last: int, draft: Draft, rng: np.random.Generator):
+        """One target decode of [last, d_1..d_k]; returns (n_accepted, emitted tokens)
+        with each emitted token as (id, source, p_target, p_draft)."""
+        k = len(draft.tokens)
+        logits = self.target.decode([last] + draft.tokens, range(k + 1))
+        sp = self.params.sampling
+        if sp.greedy:
+            n, nxt = accept_greedy(draft.tokens, np.argmax(logits, axis=1))
+            p = q = None
+        else:
+            p = np.stack([processed_probs(row, sp) for row in logits])
+            q = draft.probs
+            n, nxt = accept_sampled(draft.tokens, p, q, rng)
+        emitted = [(d, TokenSource.ACCEPTED, _prob(p, i, d), _prob(q, i, d)) for i, d in enumerate(draft.tokens[:n])]
+        source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
+        emitted.append((nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None))
+        return n, emitted
+
+    def _choose(self, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, float | None]:
+        sp = self.params.sampling
+        if sp.greedy:
+            return int(np.argmax(logits)), None
+        probs = processed_probs(logits, sp)
+        token = sample(probs, rng)
+        return token, float(probs[token])
+
+
+def _prob(probs: np.ndarray | None, row: int, token: int) -> float | None:
+    return None if probs is None else float(probs[row, token])
+
+
+class _TextAssembler:
+    """Turns emitted tokens into text: complete UTF-8 only, end-of-generation tokens and
+    stop strings end it, and text that may be the start of a stop string is held back."""
+
+    def __init__(self, engine: Engine, stop: Sequence[str]):
+        self.engine = engine
+        self.stop = tuple(stop)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.full = ""
+        self.sent = 0  # characters of `full` already handed out
+        self.end: int | None = None  # final length of the text once stopped
+        self.tokens: list[int] = []
+        self.sources: list[TokenSource] = []
+
+    @property
+    def text(self) -> str:
+        return self.full[: self.end] if self.end is not None else self.full
+
+    def add(self, token: int, source: TokenSource) -> str | None:
+        """Add one token; return "stop" when the generation must end here."""
+        if self.engine.is_eog(token):
+            self.end = len(self.full)
+            return "stop"
+        self.tokens.append(token)
+        self.sources.append(source)
+        before = len(self.full)
+        self.full += self.decoder.decode(self.engine.token_bytes(token))
+        for s in self.stop:
+            i = self.full.find(s, max(0, before - len(s) + 1))
+            if i >= 0 and (self.end is None or i < self.end):
+                self.end = i
+        return "stop" if self.end is not None else None
+
+    def take_delta(self) -> str:
+        limit = self.end if self.end is not None else len(self.full) - self._held_back()
+        delta = self.full[self.sent:limit]
+        self.sent = max(self.sent, limit)
+        return delta
+
+    def _held_back(self) -> int:
+        """Length of the longest tail of the text that is a proper prefix of a stop string."""
+        held = 0
+        for s in self.stop:
+            for n in range(min(len(s) - 1, len(self.full)), held, -1):
+                if self.full.endswith(s[:n]):
+                    held = n
+                    break
+        return held
+
+    def finish(self) -> str:
+        """Flush what is left (held-back text, an incomplete UTF-8 tail)."""
+        if self.end is None:
+            self.full += self.decoder.decode(b"", final=True)
+            self.end = len(self.full)
+        delta = self.full[self.sent:self.end]
+        self.sent = self.end
+        return delta

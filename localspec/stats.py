@@ -1,0 +1,131 @@
+"""What one generation did: token events and statistics, with units in the field names."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class TokenSource(str, Enum):
+    """Where an emitted token came from."""
+
+    TARGET = "target"  # plain decoding: sampled from the target alone (no draft that round)
+    ACCEPTED = "accepted"  # a draft token the target verified and kept
+    CORRECTION = "correction"  # the target's token replacing the first rejected draft token
+    BONUS = "bonus"  # the target's extra token after every draft token was accepted
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One emitted token.
+
+    ``text`` is the new text this token completes: "" while a multi-byte UTF-8
+    character or a possible stop string is still incomplete.  ``p_target`` / ``p_draft``
+    are the processed probabilities of this token under target and draft when sampling
+    (None in greedy mode or when there was no draft).  ``round`` counts verify rounds
+    from 0 (the token sampled right after prompt eval).
+    """
+
+    token: int
+    text: str
+    source: TokenSource
+    round: int
+    p_target: float | None = None
+    p_draft: float | None = None
+
+
+@dataclass
+class GenerationStats:
+    """Counters and timings of one generation.  Times are seconds (wall clock).
+
+    ``generated_tokens`` counts every token the target produced, an end-of-generation
+    token included.  ``rounds`` counts verify rounds (one target decode each, after the
+    prompt).  ``acceptance_rate`` = accepted / drafted; ``mean_accepted_length`` =
+    (accepted + rounds) / rounds, i.e. tokens emitted per target decode.
+    ``accepted_per_position[i]`` is the share of drafts reaching position i that were
+    accepted there.  ``draft_s`` and ``verify_s`` are time inside llama_decode for the
+    draft and the target after prompt eval; ``overhead_s`` is the rest of the time
+    after the first token (sampling, bookkeeping, Python).  ``tokens_per_s`` is
+    (generated_tokens - 1) / (total_s - ttft_s).
+    """
+
+    prompt_tokens: int = 0
+    prompt_cached_tokens: int = 0  # reused from the KV cache of the previous call
+    generated_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    rounds: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_at_position: list[int] = field(default_factory=list)
+    ttft_s: float = 0.0
+    prompt_eval_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+
+    @property
+    def prompt_eval_tokens(self) -> int:
+        return self.prompt_tokens - self.prompt_cached_tokens
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else 0.0
+
+    @property
+    def accepted_per_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at_position, self.drafted_per_position)]
+
+    @property
+    def overhead_s(self) -> float:
+        return max(0.0, self.total_s - self.ttft_s - self.draft_s - self.verify_s)
+
+    @property
+    def tokens_per_s(self) -> float:
+        decode_s = self.total_s - self.ttft_s
+        return (self.generated_tokens - 1) / decode_s if self.generated_tokens > 1 and decode_s > 0 else 0.0
+
+    def record_round(self, n_drafted: int, n_accepted: int) -> None:
+        self.rounds += 1
+        self.drafted_tokens += n_drafted
+        self.accepted_tokens += n_accepted
+        while len(self.drafted_per_position) < n_drafted:
+            self.drafted_per_position.append(0)
+            self.accepted_at_position.append(0)
+        for i in range(n_drafted):
+            self.drafted_per_position[i] += 1
+            if i < n_accepted:
+                self.accepted_at_position[i] += 1
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        for name in ("prompt_eval_tokens", "acceptance_rate", "mean_accepted_length",
+                     "accepted_per_position", "overhead_s", "tokens_per_s"):
+            data[name] = getattr(self, name)
+        return data
+
+    def summary(self) -> str:
+        """One line for people, e.g. for the CLI's stats line."""
+        line = (f"{self.generated_tokens} tokens, {self.tokens_per_s:.1f} t/s, TTFT {self.ttft_s:.2f} s, "
+                f"prompt {self.prompt_tokens} tokens ({self.prompt_cached_tokens} cached)")
+        if self.drafted_tokens:
+            line += (f" | draft: accepted {self.accepted_tokens}/{self.drafted_tokens} "
+                     f"({100 * self.acceptance_rate:.1f} %), mean accepted length {self.mean_accepted_length:.2f}")
+        line += (f" | time: prompt {self.prompt_eval_s:.2f} s, draft {self.draft_s:.2f} s, "
+                 f"verify {self.verify_s:.2f} s, overhead {self.overhead_s:.2f} s")
+        return line
+
+
+@dataclass
+class GenerationResult:
+    """A finished generation.  ``finish_reason``: "stop" (end-of-generation token or a
+    stop string), "length" (max_tokens) or "context" (n_ctx full)."""
+
+    text: str
+    tokens: list[int]
+    sources: list[TokenSource]
+    finish_reason: str
+    stats: GenerationStats
