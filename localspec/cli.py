@@ -13,6 +13,8 @@ from typing import Sequence
 
 from .api import load
 from .errors import LocalspecError
+from .sampling import SamplingParams
+from .speculative import DraftParams, GenerationParams
 from .stats import GenerationResult, TokenSource
 
 _COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m"}
@@ -80,7 +82,16 @@ def _add_generation_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
 
 
+def _check_options(args) -> None:
+    """Refuse bad generation options before spending time on loading models."""
+    SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+    GenerationParams(max_tokens=args.max_tokens, stop=tuple(args.stop))
+    if None not in (args.draft_min, args.draft_max):
+        DraftParams(draft_max=args.draft_max, draft_min=args.draft_min)
+
+
 def _load(args):
+    _check_options(args)
     draft = None if args.no_draft else args.model_draft
     kwargs = dict(n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, n_gpu_layers_draft=args.gpu_layers_draft,
                   n_threads=args.threads, verbose=args.verbose)

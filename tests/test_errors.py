@@ -1,0 +1,114 @@
+"""Bad input: a clear exception from the API, one line and exit status 2 from the CLI."""
+
+import subprocess
+import sys
+
+import pytest
+
+from localspec.api import SpeculativeModel, load
+from localspec.compat import check_compatibility
+from localspec.errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
+from localspec.gguf_info import check_gguf_file
+from synthetic import vocabulary, write_model
+
+
+@pytest.fixture
+def junk_file(tmp_path):
+    path = tmp_path / "junk.gguf"
+    path.write_bytes(b"this is not a model" * 100)
+    return path
+
+
+@pytest.fixture
+def truncated_file(tmp_path, target_gguf):
+    path = tmp_path / "truncated.gguf"
+    data = target_gguf.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    return path
+
+
+@pytest.fixture
+def big_vocab_gguf(synth_dir):
+    return write_model(synth_dir / "bigvocab.gguf", seed=3, extra_words=129)
+
+
+def test_header_reader_accounts_for_every_byte(target_gguf):
+    info = check_gguf_file(target_gguf)
+    assert info.architecture == "llama" and info.n_vocab == len(vocabulary()[0])
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelFileError, match="not found"):
+        SpeculativeModel(tmp_path / "nope.gguf")
+    with pytest.raises(ModelFileError, match="not found"):
+        load(str(tmp_path / "nope.gguf"))
+
+
+def test_not_gguf(junk_file):
+    with pytest.raises(ModelFileError, match="not a GGUF file"):
+        SpeculativeModel(junk_file)
+
+
+def test_truncated_gguf(truncated_file):
+    with pytest.raises(ModelFileError, match="truncated"):
+        SpeculativeModel(truncated_file)
+
+
+def test_vocabulary_size_difference_limit(synth_dir, target_gguf, big_vocab_gguf):
+    ok = write_model(synth_dir / "vocab128.gguf", seed=4, extra_words=128)
+    assert check_compatibility(check_gguf_file(target_gguf), check_gguf_file(ok)).compatible
+    with pytest.raises(IncompatibleDraftError) as err:
+        SpeculativeModel(target_gguf, big_vocab_gguf)
+    assert any("129" in r for r in err.value.reasons)
+
+
+def test_changed_token_text_and_bos(synth_dir, target_gguf):
+    tokens = vocabulary()[0]
+    tokens[300] = "\u2581changed"
+    changed = write_model(synth_dir / "changed.gguf", seed=5, vocab_override=tokens)
+    verdict = check_compatibility(check_gguf_file(target_gguf), check_gguf_file(changed))
+    assert not verdict.compatible and "1 token text(s) differ" in verdict.reasons[0]
+    other_bos = write_model(synth_dir / "bos.gguf", seed=6, bos_id=0)
+    verdict = check_compatibility(check_gguf_file(target_gguf), check_gguf_file(other_bos))
+    assert verdict.reasons == ["draft BOS id is 0, target 1"]
+
+
+def test_bad_generation_options(target_gguf):
+    with pytest.raises(InvalidOptionError, match="draft_min"):
+        SpeculativeModel(target_gguf, target_gguf, draft_min=5, draft_max=2)
+    with SpeculativeModel(target_gguf, target_gguf) as m:
+        with pytest.raises(InvalidOptionError, match="temperature"):
+            m.generate("hello", temperature=-1.0)
+        with pytest.raises(InvalidOptionError, match="draft_min"):
+            m.generate("hello", draft_min=3, draft_max=1)
+        with pytest.raises(InvalidOptionError, match="unknown option"):
+            m.generate("hello", temprature=0.5)
+        with pytest.raises(InvalidOptionError, match="max_tokens"):
+            m.generate("hello", max_tokens=0)
+        with pytest.raises(InvalidOptionError, match="role"):
+            m.chat([{"role": "user"}])
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "localspec.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("case", ["missing", "junk", "truncated", "incompatible", "draft_min", "temp", "n_ctx"])
+def test_cli_prints_one_line_errors(case, tmp_path, junk_file, truncated_file, target_gguf, big_vocab_gguf):
+    args = {
+        "missing": ["--model", str(tmp_path / "nope.gguf")],
+        "junk": ["--model", str(junk_file)],
+        "truncated": ["--model", str(truncated_file)],
+        "incompatible": ["--model", str(target_gguf), "--model-draft", str(big_vocab_gguf)],
+        "draft_min": ["--model", str(target_gguf), "--model-draft", str(target_gguf), "--draft-min", "5",
+                      "--draft-max", "2"],
+        "temp": ["--model", str(target_gguf), "--temp", "-0.5"],
+        "n_ctx": ["--model", str(target_gguf), "--n-ctx", "256"],
+    }[case]
+    prompt = "hello " * 300 if case == "n_ctx" else "hello"
+    run = _cli("run", prompt, *args)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("localspec: error:")]
+    assert len(errors) == 1, run.stderr

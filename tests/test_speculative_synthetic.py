@@ -1,0 +1,129 @@
+"""The speculative loop on tiny random-weight GGUF pairs (real llama.cpp, no mocks)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from localspec.api import SpeculativeModel
+from localspec.engine import Engine, EngineConfig
+from localspec.errors import ContextOverflowError
+from localspec.stats import TokenSource
+
+PROMPT = "hello world the code"
+
+
+def test_same_weights_accept_every_draft_token(target_gguf):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512, p_min=0.0, draft_max=4) as m:
+        r = m.generate(PROMPT, max_tokens=60)
+    s = r.stats
+    assert r.finish_reason == "length" and s.generated_tokens == 60
+    assert s.drafted_tokens > 0 and s.accepted_tokens == s.drafted_tokens
+    assert s.acceptance_rate == 1.0
+    assert s.mean_accepted_length > 4.0  # 5 tokens per round but for the clamped last ones
+    assert set(r.sources[1:]) <= {TokenSource.ACCEPTED, TokenSource.BONUS}
+
+
+def test_different_weights_reject_often_and_keep_target_output(target_gguf, other_gguf):
+    with SpeculativeModel(target_gguf, None, n_ctx=512) as plain:
+        reference = plain.generate(PROMPT, max_tokens=60)
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=4) as m:
+        r = m.generate(PROMPT, max_tokens=60)
+    assert r.stats.acceptance_rate < 0.5
+    assert TokenSource.CORRECTION in r.sources
+    assert r.tokens == reference.tokens  # greedy output is the target's own
+
+
+@pytest.mark.parametrize("draft_max", [1, 3, 7])
+def test_kv_cache_after_every_round_equals_fresh_prefill(target_gguf, other_gguf, draft_max):
+    """At the first event of each round the rejected positions are gone: appending a
+    probe token gives the same logits as a fresh prefill of the same tokens."""
+    ref = Engine(target_gguf, EngineConfig(n_ctx=512))
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=draft_max) as m:
+        gen = m.generate(PROMPT, max_tokens=40, stream=True)
+        prompt = list(gen.prompt_tokens)
+        emitted, seen_round, checks = [], -1, 0
+        for event in gen:
+            if event.round != seen_round and event.round > 0:
+                seen_round = event.round
+                cache = list(m.target.cache_tokens)
+                assert cache[: len(prompt) + len(emitted)] == prompt + emitted
+                assert len(cache) <= len(prompt) + len(emitted) + draft_max
+                probe = 7
+                got = m.target.decode([probe], [0])[0]
+                m.target.trim(len(cache))
+                ref.trim(0)
+                want = ref.decode(cache + [probe], [len(cache)])[0]
+                # KV cells are f16 and batch shapes differ: noise is ~3e-3 on logits of ~20;
+                # a stale rejected position shifts them by whole units.
+                np.testing.assert_allclose(got, want, atol=2e-2, rtol=0)
+                draft_cache = m.drafter.engine.cache_tokens
+                assert draft_cache == cache[: len(draft_cache)]
+                checks += 1
+            emitted.append(event.token)
+        assert checks >= 5
+    ref.close()
+
+
+def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf):
+    """Two-sample chi-square test on the 2nd and 3rd generated tokens (the ones that go
+    through a speculative round), speculative vs plain sampling, fixed seeds."""
+    opts = dict(max_tokens=4, temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
+    n = 1200
+
+    def collect(model):
+        rows = []
+        for seed in range(n):
+            r = model.generate(PROMPT, seed=seed, **opts)
+            rows.append(r.tokens[1:3])
+        return np.array(rows)
+
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=256, p_min=0.0, draft_max=3) as spec:
+        spec_tokens = collect(spec)
+        assert spec.generate(PROMPT, seed=1, **opts).stats.drafted_tokens > 0
+    with SpeculativeModel(target_gguf, None, n_ctx=256) as plain:
+        plain_tokens = collect(plain)
+    for pos in range(2):
+        cats = np.union1d(spec_tokens[:, pos], plain_tokens[:, pos])
+        table = np.array([[np.sum(x[:, pos] == c) for c in cats] for x in (spec_tokens, plain_tokens)])
+        table = table[:, table.sum(axis=0) >= 10]
+        _, pvalue, _, _ = stats.chi2_contingency(table)
+        assert pvalue > 1e-3, (pos, table)
+
+
+def test_max_tokens_mid_draft_and_exact_count(target_gguf):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512, p_min=0.0, draft_max=8) as m:
+        for max_tokens in (1, 2, 5, 9, 10):
+            r = m.generate(PROMPT, max_tokens=max_tokens)
+            assert len(r.tokens) == max_tokens and r.finish_reason == "length"
+
+
+def test_prompt_longer_than_context_is_refused(target_gguf):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=32) as m:
+        with pytest.raises(ContextOverflowError):
+            m.generate(" ".join(["hello"] * 60))
+
+
+def test_generation_stops_when_the_context_is_full(target_gguf):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=256, p_min=0.0, draft_max=4) as m:
+        r = m.generate(PROMPT, max_tokens=1000)
+        assert m.target.n_ctx == 256
+    assert r.finish_reason == "context"
+    assert 250 <= r.stats.prompt_tokens + len(r.tokens) <= 256
+
+
+def test_streamed_text_equals_result_text(target_gguf, other_gguf):
+    """Random weights emit raw byte tokens (broken UTF-8): deltas still add up."""
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0) as m:
+        gen = m.generate(PROMPT, max_tokens=80, temperature=1.0, seed=3, stream=True)
+        text = "".join(e.text for e in gen)
+    assert text == gen.result.text
+
+
+def test_cancel_ends_within_one_round(target_gguf):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512, p_min=0.0, draft_max=4) as m:
+        gen = m.generate(PROMPT, max_tokens=200, stream=True)
+        first = next(iter(gen))
+        gen.cancel()
+        rest = list(gen)
+    assert gen.result.finish_reason == "cancelled"
+    assert all(e.round <= first.round + 1 for e in rest)
