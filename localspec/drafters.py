@@ -113,3 +113,48 @@ class DraftModelDrafter:
 
     def close(self) -> None:
         self.engine.close()
+
+
+class PromptLookupDrafter:
+    """Drafts by copying: finds the latest earlier occurrence of the context's last
+    n tokens (n from ``max_ngram`` down to ``min_ngram``) and proposes what followed it.
+
+    No second model and no probabilities (verification treats the draft as one-hot).
+    Pays off when the answer repeats its input: edits, refactors, quoting.
+    Follows transformers' ``prompt_lookup_num_tokens`` (Saxena 2023, "Prompt Lookup
+    Decoding") and llama.cpp's ngram drafting.
+    """
+
+    decode_s = 0.0
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError("need 1 <= min_ngram <= max_ngram")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
+        if max_tokens <= 0 or len(context) < self.min_ngram + 1:
+            return Draft.empty()
+        tokens = np.asarray(context, dtype=np.int64)
+        for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
+            start = _latest_match(tokens, n)
+            if start is not None:
+                follow = tokens[start + n: start + n + max_tokens]
+                return Draft(tokens=[int(t) for t in follow])
+        return Draft.empty()
+
+    def feedback(self, context, n_drafted, n_accepted) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _latest_match(tokens: np.ndarray, n: int) -> int | None:
+    """Start of the latest earlier occurrence of the last ``n`` tokens, or None."""
+    pattern = tokens[-n:]
+    windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)  # every start < len - n
+    hits = np.flatnonzero((windows == pattern).all(axis=1))
+    hits = hits[hits + n < len(tokens)]  # something must follow the match
+    return int(hits[-1]) if hits.size else None
