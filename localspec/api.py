@@ -9,12 +9,13 @@ from typing import Iterable
 
 from .catalog import ModelEntry, PairEntry, load_catalog
 from .compat import check_compatibility
-from .drafters import DraftModelDrafter
+from .drafters import DraftModelDrafter, PromptLookupDrafter
 from .engine import Engine, EngineConfig
 from .errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
 from .gguf_info import check_gguf_file
 from .hub import ProgressFn, ensure_model
 from .sampling import SamplingParams
+from .policy import AdaptivePolicy, FixedPolicy
 from .speculative import DraftParams, Generation, GenerationParams
 from .stats import GenerationResult
 
@@ -85,8 +86,11 @@ class SpeculativeModel:
     """A target model with an optional draft model, loaded once and reused.
 
     Use as a context manager or call :meth:`close`.  Not thread-safe: drive one
-    instance from one thread at a time.  ``draft_max`` / ``draft_min`` / ``p_min`` set
-    here are the defaults for every call; each call may override them.
+    instance from one thread at a time.  ``draft_max`` / ``draft_min`` / ``p_min`` /
+    ``strategy`` set here are the defaults for every call; each call may override them.
+    Prompt lookup is always available as a drafter; the draft model when ``draft`` is
+    given.  ``draft_max="auto"`` lets :class:`~localspec.policy.AdaptivePolicy` pick
+    each round's drafter and length, learning costs across calls.
 
     Raises ModelFileError (missing, non-GGUF or truncated file), IncompatibleDraftError
     (the reasons are in ``.reasons``), UnsupportedModelError (a recurrent target).
@@ -94,11 +98,11 @@ class SpeculativeModel:
 
     def __init__(self, target: str | Path, draft: str | Path | None = None, *,
                  n_ctx: int = 4096, n_gpu_layers: int = -1, n_gpu_layers_draft: int = -1,
-                 n_threads: int | None = None, draft_max: int = 4, draft_min: int = 0,
-                 p_min: float = 0.75, verbose: bool = False):
+                 n_threads: int | None = None, draft_max: int | str = "auto", draft_min: int = 0,
+                 p_min: float = 0.75, strategy: str = "auto", verbose: bool = False):
         if n_ctx < 16:
             raise InvalidOptionError(f"n_ctx must be at least 16 tokens, got {n_ctx}")
-        self.default_draft = DraftParams(draft_max=draft_max, draft_min=draft_min, p_min=p_min)
+        self.default_draft = DraftParams(draft_max=draft_max, draft_min=draft_min, p_min=p_min, strategy=strategy)
         self.target_path = Path(target)
         self.draft_path = Path(draft) if draft is not None else None
         target_info = check_gguf_file(self.target_path)
@@ -119,13 +123,42 @@ class SpeculativeModel:
                 self.target.close()
                 raise
             self.drafter = DraftModelDrafter(engine, self.target.n_vocab, self.target.is_eog)
+        self.lookup = PromptLookupDrafter()
+        self._adaptive: dict[tuple, AdaptivePolicy] = {}
+
+    @property
+    def drafters(self) -> list:
+        """Every drafter this model can use: the draft model (if loaded), prompt lookup."""
+        return [d for d in (self.drafter, self.lookup) if d is not None]
+
+    def _policy(self, dp: DraftParams, greedy: bool):
+        if dp.strategy == "draft-model" and self.drafter is None:
+            raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
+        if dp.strategy == "none" or dp.draft_max == 0:
+            return FixedPolicy(None, 0)
+        chosen = {"draft-model": [self.drafter], "prompt-lookup": [self.lookup]}.get(dp.strategy, self.drafters)
+        if not dp.adaptive:
+            return FixedPolicy(chosen[0], dp.draft_max)
+        key = (dp.strategy, greedy)
+        if key not in self._adaptive:
+            caps = {id(self.lookup): 16}
+            if self.drafter is not None:
+                caps[id(self.drafter)] = 8
+            self._adaptive[key] = AdaptivePolicy(chosen, max_k=caps)
+        return self._adaptive[key]
 
     # --- generation -------------------------------------------------------------------
 
-    def generate(self, prompt: str, *, stream: bool = False, **options) -> GenerationResult | Generation:
-        """Continue raw text (no chat template).  See :meth:`chat` for options."""
+    def generate(self, prompt: str | list[int], *, stream: bool = False, **options) -> GenerationResult | Generation:
+        """Continue raw text (no chat template), or a list of token ids used as given.
+        See :meth:`chat` for options."""
         started = time.perf_counter()
-        tokens = self.target.tokenize(prompt, add_special=True, parse_special=False)
+        if isinstance(prompt, str):
+            tokens = self.target.tokenize(prompt, add_special=True, parse_special=False)
+        else:
+            tokens = [int(t) for t in prompt]
+            if any(not 0 <= t < self.target.n_vocab for t in tokens):
+                raise InvalidOptionError(f"token ids must be in [0, {self.target.n_vocab})")
         return self._start(tokens, started, stream, options)
 
     def chat(self, messages: str | Messages, *, stream: bool = False, **options) -> GenerationResult | Generation:
@@ -139,7 +172,9 @@ class SpeculativeModel:
                 ``.result`` set at the end.
             options: ``max_tokens`` (512), ``temperature`` (0 = greedy), ``top_k`` (40),
                 ``top_p`` (0.95), ``min_p`` (0.05), ``seed`` (None), ``stop`` (strings),
-                ``draft_max``, ``draft_min``, ``p_min`` (defaults from :meth:`__init__`).
+                ``draft_max`` (an int or "auto"), ``draft_min``, ``p_min``, ``strategy``
+                ("auto", "draft-model", "prompt-lookup", "none"); defaults from
+                :meth:`__init__`.
 
         The KV cache prefix shared with the previous call is reused, so a multi-turn
         chat only evaluates the new tokens.  Raises InvalidOptionError for bad messages or
@@ -151,12 +186,14 @@ class SpeculativeModel:
         return self._start(tokens, started, stream, options)
 
     def _start(self, tokens: list[int], started: float, stream: bool, options: dict):
-        generation = Generation(self.target, self.drafter, tokens, self._params(options), started_at=started)
+        params = self._params(options)
+        policy = self._policy(params.draft, params.sampling.greedy)
+        generation = Generation(self.target, self.drafters, policy, tokens, params, started_at=started)
         return generation if stream else generation.run()
 
     def _params(self, options: dict) -> GenerationParams:
         known = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
-                 "draft_max", "draft_min", "p_min"}
+                 "draft_max", "draft_min", "p_min", "strategy"}
         unknown = set(options) - known
         if unknown:
             raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
@@ -174,6 +211,7 @@ class SpeculativeModel:
                 draft_max=options.get("draft_max", d.draft_max),
                 draft_min=options.get("draft_min", d.draft_min),
                 p_min=options.get("p_min", d.p_min),
+                strategy=options.get("strategy", d.strategy),
             ),
             stop=(stop,) if isinstance(stop, str) else tuple(stop),
             seed=options.get("seed"),

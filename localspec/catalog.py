@@ -62,7 +62,7 @@ class PairEntry:
     target: ModelEntry
     draft: ModelEntry
     description: str = ""
-    draft_max: int | None = None
+    draft_max: int | str | None = None  # an int or "auto"
     draft_min: int | None = None
     p_min: float | None = None
 

@@ -14,7 +14,7 @@ from typing import Sequence
 from .api import load
 from .errors import LocalspecError
 from .sampling import SamplingParams
-from .speculative import DraftParams, GenerationParams
+from .speculative import STRATEGIES, DraftParams, GenerationParams
 from .stats import GenerationResult, TokenSource
 
 _COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m"}
@@ -58,7 +58,7 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                                           "(default: the catalogue's default pair)")
     g.add_argument("-md", "--model-draft", default="auto",
                    help="draft: a model name or GGUF path; 'auto' uses the pair's draft (default)")
-    g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only")
+    g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only (--draft none)")
     g.add_argument("-c", "--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     g.add_argument("-ngld", "--gpu-layers-draft", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
@@ -76,31 +76,46 @@ def _add_generation_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("-s", "--seed", type=int, default=None)
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--system", help="system message")
-    g.add_argument("--draft-max", type=int, default=None, help="most draft tokens per round (pair default: 4)")
+    g.add_argument("--draft", choices=STRATEGIES, default="auto",
+                   help="drafter: auto (adaptive over the draft model and prompt lookup, default), "
+                        "draft-model, prompt-lookup, none")
+    g.add_argument("--draft-max", type=_draft_max, default=None,
+                   help="most draft tokens per round, or 'auto' to choose each round (default: auto)")
     g.add_argument("--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)")
     g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this probability (default 0.75)")
     g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
+
+
+def _draft_max(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
 def _check_options(args) -> None:
     """Refuse bad generation options before spending time on loading models."""
     SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
     GenerationParams(max_tokens=args.max_tokens, stop=tuple(args.stop))
-    if None not in (args.draft_min, args.draft_max):
-        DraftParams(draft_max=args.draft_max, draft_min=args.draft_min)
+    DraftParams(draft_max="auto" if args.draft_max is None else args.draft_max,
+                draft_min=args.draft_min or 0, strategy=args.draft)
 
 
 def _load(args):
     _check_options(args)
-    draft = None if args.no_draft else args.model_draft
+    no_draft_model = args.no_draft or args.draft in ("none", "prompt-lookup")
+    draft = None if no_draft_model else args.model_draft
     kwargs = dict(n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, n_gpu_layers_draft=args.gpu_layers_draft,
                   n_threads=args.threads, verbose=args.verbose)
     for key, value in (("draft_max", args.draft_max), ("draft_min", args.draft_min), ("p_min", args.draft_p_min)):
         if value is not None:
             kwargs[key] = value
+    kwargs["strategy"] = "none" if args.no_draft else args.draft
     model = load(args.model, draft, **kwargs)
-    if model.drafter is None and not args.no_draft:
-        print("localspec: no draft model for this target; decoding without one "
+    if model.drafter is None and not no_draft_model:
+        print("localspec: no draft model for this target; drafting by prompt lookup only "
               "(pass --model-draft PATH to add one)", file=sys.stderr)
     return model
 

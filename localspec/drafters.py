@@ -34,7 +34,10 @@ class Draft:
 
 
 class Drafter(Protocol):
+    name: str  # "draft-model", "prompt-lookup"
     decode_s: float  # seconds spent in the drafter's own model since it was created
+    catch_up_s: float  # part of decode_s spent catching up on tokens it had not seen
+    prior_acceptance: float  # a first guess of its per-token acceptance
 
     def propose(self, context: Sequence[int], max_tokens: int, params: SamplingParams,
                 p_min: float, rng: np.random.Generator) -> Draft:
@@ -56,10 +59,14 @@ class DraftModelDrafter:
     where every draft token was accepted).
     """
 
+    name = "draft-model"
+    prior_acceptance = 0.7
+
     def __init__(self, engine: Engine, n_vocab_target: int, is_eog):
         self.engine = engine
         self.n_vocab_target = n_vocab_target
         self.is_eog = is_eog
+        self.catch_up_s = 0.0
 
     @property
     def decode_s(self) -> float:
@@ -96,7 +103,11 @@ class DraftModelDrafter:
             n -= 1
             self.engine.trim(n)
         pending = list(context[n:])
-        return self._fit(self.engine.decode(pending, [len(pending) - 1])[0])
+        start = self.engine.decode_s
+        logits = self.engine.decode(pending, [len(pending) - 1])[0]
+        if len(pending) > 1:  # the first token is part of every round; the rest is lag
+            self.catch_up_s += (self.engine.decode_s - start) * (len(pending) - 1) / len(pending)
+        return self._fit(logits)
 
     def _fit(self, logits: np.ndarray) -> np.ndarray:
         """Draft logits over the target's vocabulary (ids the target lacks are cut,
@@ -125,7 +136,10 @@ class PromptLookupDrafter:
     Decoding") and llama.cpp's ngram drafting.
     """
 
+    name = "prompt-lookup"
     decode_s = 0.0
+    catch_up_s = 0.0
+    prior_acceptance = 0.3
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:
@@ -156,5 +170,4 @@ def _latest_match(tokens: np.ndarray, n: int) -> int | None:
     pattern = tokens[-n:]
     windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)  # every start < len - n
     hits = np.flatnonzero((windows == pattern).all(axis=1))
-    hits = hits[hits + n < len(tokens)]  # something must follow the match
     return int(hits[-1]) if hits.size else None

@@ -26,26 +26,39 @@ from .sampling import SamplingParams, accept_greedy, accept_sampled, processed_p
 from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 
 
+STRATEGIES = ("auto", "draft-model", "prompt-lookup", "none")
+
+
 @dataclass(frozen=True)
 class DraftParams:
-    """draft_max: most tokens drafted per round.  draft_min: a shorter draft is dropped
-    (the round runs plain).  p_min: drafting stops once the draft's top probability
-    falls below it.  Names and meaning as llama.cpp's ``--draft-max``, ``--draft-min``,
-    ``--draft-p-min``.  Raises InvalidOptionError when out of range."""
+    """draft_max: most tokens drafted per round, or "auto": the adaptive policy chooses
+    each round's drafter and length (0 included) from costs measured on this machine.
+    draft_min: a shorter draft is dropped (the round runs plain).  p_min: the draft model
+    stops once its top probability falls below it.  strategy: "auto" (every available
+    drafter), "draft-model", "prompt-lookup" or "none".  Names and meaning as llama.cpp's
+    ``--draft-max``, ``--draft-min``, ``--draft-p-min``.  Raises InvalidOptionError when
+    out of range."""
 
-    draft_max: int = 4
+    draft_max: int | str = "auto"
     draft_min: int = 0
     p_min: float = 0.75
+    strategy: str = "auto"
+
+    @property
+    def adaptive(self) -> bool:
+        return self.draft_max == "auto"
 
     def __post_init__(self) -> None:
-        if self.draft_max < 0:
-            raise InvalidOptionError(f"draft_max must be >= 0, got {self.draft_max}")
-        if self.draft_min < 0:
-            raise InvalidOptionError(f"draft_min must be >= 0, got {self.draft_min}")
-        if self.draft_min > self.draft_max:
+        if not self.adaptive and (not isinstance(self.draft_max, int) or self.draft_max < 0):
+            raise InvalidOptionError(f"draft_max must be 'auto' or an integer >= 0, got {self.draft_max!r}")
+        if not isinstance(self.draft_min, int) or self.draft_min < 0:
+            raise InvalidOptionError(f"draft_min must be an integer >= 0, got {self.draft_min!r}")
+        if not self.adaptive and self.draft_min > self.draft_max:
             raise InvalidOptionError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})")
         if not 0.0 <= self.p_min <= 1.0:
             raise InvalidOptionError(f"p_min must be in [0, 1], got {self.p_min}")
+        if self.strategy not in STRATEGIES:
+            raise InvalidOptionError(f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class Generation:
     :class:`GenerationResult`.  ``cancel()`` (from any thread) ends it after the
     current round with finish_reason "cancelled"."""
 
-    def __init__(self, target: Engine, drafter: Drafter | None, prompt_tokens: Sequence[int],
+    def __init__(self, target: Engine, drafters: Sequence[Drafter], policy, prompt_tokens: Sequence[int],
                  params: GenerationParams, started_at: float | None = None):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
@@ -81,7 +94,8 @@ class Generation:
                 "(raise n_ctx or shorten the prompt)"
             )
         self.target = target
-        self.drafter = drafter
+        self.drafters = list(drafters)
+        self.policy = policy
         self.prompt_tokens = list(prompt_tokens)
         self.params = params
         self.result: GenerationResult | None = None
@@ -104,7 +118,7 @@ class Generation:
         return self.result
 
     def _run(self) -> Iterator[TokenEvent]:
-        params, target, drafter = self.params, self.target, self.drafter
+        params, target = self.params, self.target
         seeds = np.random.SeedSequence(params.seed).spawn(2)
         rng, draft_rng = np.random.default_rng(seeds[0]), np.random.default_rng(seeds[1])
         stats = GenerationStats(prompt_tokens=len(self.prompt_tokens))
@@ -120,7 +134,8 @@ class Generation:
         stats.prompt_eval_s = target.decode_s - t0
         token, p_token = self._choose(logits[0], rng)
         stats.ttft_s = time.perf_counter() - self._started_at
-        verify_start, draft_start = target.decode_s, drafter.decode_s if drafter else 0.0
+        verify_start = target.decode_s
+        draft_start = sum(d.decode_s for d in self.drafters)
 
         round_no = 0
         emitted = [(token, TokenSource.TARGET, p_token, None)]
@@ -146,17 +161,20 @@ class Generation:
                 break
 
             round_no += 1
-            k_cap = min(params.draft.draft_max, params.max_tokens - stats.generated_tokens - 1, room - 1)
-            draft = self._propose(context, k_cap, draft_rng)
+            k_cap = min(params.max_tokens - stats.generated_tokens - 1, room - 1)
+            drafter, draft, draft_cost_s = self._propose(context, k_cap, draft_rng)
+            verify_before = target.decode_s
             n_accepted, emitted = self._verify(context[-1], draft, rng)
             target.trim(len(context) + n_accepted)
-            stats.record_round(len(draft.tokens), n_accepted)
-            if drafter is not None:
-                drafter.feedback(context + draft.tokens[:n_accepted], len(draft.tokens), n_accepted)
+            self.policy.observe(drafter, len(draft.tokens), n_accepted, draft_cost_s,
+                                target.decode_s - verify_before, len(draft.tokens) + 1)
+            stats.record_round(len(draft.tokens), n_accepted, drafter.name if draft.tokens else "plain")
+            for d in self.drafters:
+                d.feedback(context + draft.tokens[:n_accepted], len(draft.tokens), n_accepted)
 
-        if drafter is not None:
-            drafter.feedback(context, 0, 0)
-            stats.draft_s = drafter.decode_s - draft_start
+        for d in self.drafters:
+            d.feedback(context, 0, 0)
+        stats.draft_s = sum(d.decode_s for d in self.drafters) - draft_start
         stats.verify_s = target.decode_s - verify_start
         stats.total_s = time.perf_counter() - self._started_at
         text = out.finish()
@@ -166,14 +184,19 @@ class Generation:
             text=out.text, tokens=out.tokens, sources=out.sources, finish_reason=finish, stats=stats
         )
 
-    def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator) -> Draft:
+    def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator):
+        """Ask the policy for (drafter, k) and draft.  Returns (drafter, draft, cost in
+        seconds of drafting, catching up on skipped tokens excluded)."""
         dp = self.params.draft
-        if self.drafter is None or k_cap < max(1, dp.draft_min):
-            return Draft.empty()
-        draft = self.drafter.propose(context, k_cap, self.params.sampling, dp.p_min, draft_rng)
+        drafter, k = self.policy.plan(k_cap)
+        if drafter is None or k < max(1, dp.draft_min):
+            return None, Draft.empty(), 0.0
+        start, lag = time.perf_counter(), drafter.catch_up_s
+        draft = drafter.propose(context, k, self.params.sampling, dp.p_min, draft_rng)
+        cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
         if len(draft.tokens) < dp.draft_min:
-            return Draft.empty()
-        return draft
+            return drafter, Draft.empty(), cost_s
+        return drafter, draft, cost_s
 
     def _verify(self, last: int, draft: Draft, rng: np.random.Generator):
         """One target decode of [last, d_1..d_k]; returns (n_accepted, emitted tokens)

@@ -55,6 +55,7 @@ class GenerationStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     rounds: int = 0
+    rounds_by_drafter: dict = field(default_factory=dict)  # "plain" / drafter name -> rounds
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_at_position: list[int] = field(default_factory=list)
     ttft_s: float = 0.0
@@ -88,8 +89,9 @@ class GenerationStats:
         decode_s = self.total_s - self.ttft_s
         return (self.generated_tokens - 1) / decode_s if self.generated_tokens > 1 and decode_s > 0 else 0.0
 
-    def record_round(self, n_drafted: int, n_accepted: int) -> None:
+    def record_round(self, n_drafted: int, n_accepted: int, drafter: str = "plain") -> None:
         self.rounds += 1
+        self.rounds_by_drafter[drafter] = self.rounds_by_drafter.get(drafter, 0) + 1
         self.drafted_tokens += n_drafted
         self.accepted_tokens += n_accepted
         while len(self.drafted_per_position) < n_drafted:

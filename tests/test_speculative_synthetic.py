@@ -8,6 +8,7 @@ from localspec.api import SpeculativeModel
 from localspec.engine import Engine, EngineConfig
 from localspec.errors import ContextOverflowError
 from localspec.stats import TokenSource
+from synthetic import vocabulary
 
 PROMPT = "hello world the code"
 
@@ -24,7 +25,7 @@ def test_same_weights_accept_every_draft_token(target_gguf):
 
 
 def test_different_weights_reject_often_and_keep_target_output(target_gguf, other_gguf):
-    with SpeculativeModel(target_gguf, None, n_ctx=512) as plain:
+    with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as plain:
         reference = plain.generate(PROMPT, max_tokens=60)
     with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=4) as m:
         r = m.generate(PROMPT, max_tokens=60)
@@ -64,23 +65,29 @@ def test_kv_cache_after_every_round_equals_fresh_prefill(target_gguf, other_gguf
     ref.close()
 
 
-def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf):
+@pytest.mark.parametrize("strategy, draft_max", [("draft-model", 3), ("prompt-lookup", 3), ("auto", "auto")])
+def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strategy, draft_max):
     """Two-sample chi-square test on the 2nd and 3rd generated tokens (the ones that go
-    through a speculative round), speculative vs plain sampling, fixed seeds."""
+    through a speculative round), speculative vs plain sampling, fixed seeds, for every
+    drafter and for the adaptive policy."""
     opts = dict(max_tokens=4, temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
+    n_vocab = len(vocabulary()[0])
+    prompt = [1] + list(range(3, n_vocab)) * 2  # every token repeats: prompt lookup always matches
     n = 1200
 
     def collect(model):
         rows = []
         for seed in range(n):
-            r = model.generate(PROMPT, seed=seed, **opts)
+            r = model.generate(prompt, seed=seed, **opts)
             rows.append(r.tokens[1:3])
         return np.array(rows)
 
-    with SpeculativeModel(target_gguf, other_gguf, n_ctx=256, p_min=0.0, draft_max=3) as spec:
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=1024, p_min=0.0, draft_max=draft_max,
+                          strategy=strategy) as spec:
         spec_tokens = collect(spec)
-        assert spec.generate(PROMPT, seed=1, **opts).stats.drafted_tokens > 0
-    with SpeculativeModel(target_gguf, None, n_ctx=256) as plain:
+        drafted = sum(spec.generate(prompt, seed=s, **opts).stats.drafted_tokens for s in range(20))
+        assert drafted > 0
+    with SpeculativeModel(target_gguf, None, n_ctx=1024, strategy="none") as plain:
         plain_tokens = collect(plain)
     for pos in range(2):
         cats = np.union1d(spec_tokens[:, pos], plain_tokens[:, pos])
@@ -127,3 +134,14 @@ def test_cancel_ends_within_one_round(target_gguf):
         rest = list(gen)
     assert gen.result.finish_reason == "cancelled"
     assert all(e.round <= first.round + 1 for e in rest)
+
+
+@pytest.mark.parametrize("strategy, draft_max", [("prompt-lookup", 5), ("auto", "auto")])
+def test_greedy_output_is_the_targets_with_every_drafter(target_gguf, other_gguf, strategy, draft_max):
+    prompt = PROMPT + " hello world the code hello world"
+    with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as plain:
+        reference = plain.generate(prompt, max_tokens=80)
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=draft_max,
+                          strategy=strategy) as m:
+        r = m.generate(prompt, max_tokens=80)
+    assert r.tokens == reference.tokens
