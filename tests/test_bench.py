@@ -1,0 +1,34 @@
+"""The benchmark's bookkeeping (pure functions) and its smoke run's shape."""
+
+import pytest
+
+from localspec.bench import markdown, summarize
+from localspec.workloads import EDIT_REQUESTS, edit_prompts, mtbench_prompts
+
+
+def row(workload, prompt, strategy, tps, temp=0.0, rep=0, acc=None):
+    return {"workload": workload, "prompt": prompt, "strategy": strategy, "temperature": temp, "rep": rep,
+            "tokens_per_s": tps, "acceptance_rate": acc, "mean_accepted_length": None, "ttft_s": 0.1,
+            "overhead_share": 0.01}
+
+
+def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
+    rows = [
+        row("code", "HumanEval/0", "plain", 20.0), row("code", "HumanEval/0", "lookup", 30.0, acc=0.5),
+        row("code", "HumanEval/1", "plain", 10.0), row("code", "HumanEval/1", "lookup", 12.0, acc=0.7),
+        row("edit", "HumanEval/0", "plain", 40.0), row("edit", "HumanEval/0", "lookup", 20.0, acc=0.1),
+    ]
+    summary = {(s["workload"], s["strategy"]): s for s in summarize(rows)}
+    assert summary[("code", "lookup")]["speedup"] == pytest.approx((1.5 + 1.2) / 2)
+    assert summary[("code", "lookup")]["acceptance_rate"] == pytest.approx(0.6)
+    assert summary[("edit", "lookup")]["speedup"] == pytest.approx(0.5)
+    assert summary[("code", "plain")]["speedup"] == 1.0
+    table = markdown({"machine": "m", "config": {}, "peers": {}, "summary": list(summary.values())})
+    assert "| edit | 0.0 | lookup | 20.0 | 0.50 |" in table
+
+
+def test_workloads_come_from_real_sources():
+    edits = edit_prompts(2)
+    assert edits[0].text.startswith(EDIT_REQUESTS[0]) and "def has_close_elements" in edits[0].text
+    mt = mtbench_prompts(1)
+    assert len(mt) == 8 and mt[0].workload == "mtbench-writing" and "Hawaii" in mt[0].text
