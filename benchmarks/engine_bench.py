@@ -46,7 +46,7 @@ def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
     rows = []
     for prompt in prompts:
         messages = [{"role": "user", "content": prompt}]
-        tokens = ours.target.tokenize(ours.target.render_chat(messages), add_special=False, parse_special=True)
+        tokens = ours.target.chat_tokens(messages)
         theirs.reset()
         t0 = time.perf_counter()
         out = theirs.create_completion(tokens, max_tokens=n_tokens, temperature=0.0, top_k=1)

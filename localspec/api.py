@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,7 @@ from .catalog import ModelEntry, PairEntry, load_catalog
 from .compat import check_compatibility
 from .drafters import DraftModelDrafter, PromptLookupDrafter
 from .engine import Engine, EngineConfig
-from .errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
+from .errors import EngineError, IncompatibleDraftError, InvalidOptionError, ModelFileError
 from .gguf_info import check_gguf_file
 from .hub import ProgressFn, ensure_model
 from .sampling import SamplingParams
@@ -67,6 +68,8 @@ def resolve_pair(model: str | Path | None = None, draft: str | Path | None = "au
 
 def _existing_path(spec: str | Path, role: str) -> Path:
     path = Path(spec).expanduser()
+    if path.is_dir():
+        raise ModelFileError(f"{role} path is a directory, not a GGUF file: {path}")
     if not path.is_file():
         known = ", ".join(sorted(load_catalog().pairs))
         raise ModelFileError(f"{role} file not found: {path} (and not a catalogue name; known pairs: {known})")
@@ -100,8 +103,11 @@ class SpeculativeModel:
                  n_ctx: int = 4096, n_gpu_layers: int = -1, n_gpu_layers_draft: int = -1,
                  n_threads: int | None = None, draft_max: int | str = "auto", draft_min: int = 0,
                  p_min: float = 0.75, strategy: str = "auto", verbose: bool = False):
-        if n_ctx < 16:
-            raise InvalidOptionError(f"n_ctx must be at least 16 tokens, got {n_ctx}")
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= (1 << 20):
+            raise InvalidOptionError(f"n_ctx must be an integer from 16 to {1 << 20} tokens, got {n_ctx!r}")
+        if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int)
+                                      or not 1 <= n_threads <= 512):
+            raise InvalidOptionError(f"n_threads must be an integer from 1 to 512, got {n_threads!r}")
         self.default_draft = DraftParams(draft_max=draft_max, draft_min=draft_min, p_min=p_min, strategy=strategy)
         self.target_path = Path(target)
         self.draft_path = Path(draft) if draft is not None else None
@@ -125,6 +131,9 @@ class SpeculativeModel:
             self.drafter = DraftModelDrafter(engine, self.target.n_vocab, self.target.is_eog)
         self.lookup = PromptLookupDrafter()
         self._adaptive: dict[tuple, AdaptivePolicy] = {}
+        self._active: Generation | None = None
+        self._closed = False
+        self._step_lock = threading.Lock()
 
     @property
     def drafters(self) -> list:
@@ -153,10 +162,13 @@ class SpeculativeModel:
         """Continue raw text (no chat template), or a list of token ids used as given.
         See :meth:`chat` for options."""
         started = time.perf_counter()
+        self._ensure_open()
         if isinstance(prompt, str):
             tokens = self.target.tokenize(prompt, add_special=True, parse_special=False)
         else:
-            tokens = [int(t) for t in prompt]
+            if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, int) for t in prompt):
+                raise InvalidOptionError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+            tokens = list(prompt)
             if any(not 0 <= t < self.target.n_vocab for t in tokens):
                 raise InvalidOptionError(f"token ids must be in [0, {self.target.n_vocab})")
         return self._start(tokens, started, stream, options)
@@ -181,14 +193,23 @@ class SpeculativeModel:
         options, ContextOverflowError when the prompt does not fit into ``n_ctx``.
         """
         started = time.perf_counter()
-        prompt = self.target.render_chat(_normalise_messages(messages))
-        tokens = self.target.tokenize(prompt, add_special=False, parse_special=True)
+        self._ensure_open()
+        tokens = self.target.chat_tokens(_normalise_messages(messages))
         return self._start(tokens, started, stream, options)
 
     def _start(self, tokens: list[int], started: float, stream: bool, options: dict):
         params = self._params(options)
         policy = self._policy(params.draft, params.sampling.greedy)
-        generation = Generation(self.target, self.drafters, policy, tokens, params, started_at=started)
+        if not self._step_lock.acquire(blocking=False):
+            raise EngineError("the model is busy with a generation in another thread")
+        try:
+            if self._active is not None and not self._active.finished:
+                self._active.supersede()
+            generation = Generation(self.target, self.drafters, policy, tokens, params, started_at=started,
+                                    lock=self._step_lock)
+            self._active = generation
+        finally:
+            self._step_lock.release()
         return generation if stream else generation.run()
 
     def _params(self, options: dict) -> GenerationParams:
@@ -198,7 +219,11 @@ class SpeculativeModel:
         if unknown:
             raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
         d = self.default_draft
-        stop = options.get("stop") or ()
+        stop = options.get("stop")
+        stop = () if stop is None else (stop,) if isinstance(stop, str) else stop
+        if not isinstance(stop, (list, tuple)):
+            raise InvalidOptionError(f"stop must be a string or a list of strings, got {stop!r}")
+        seed = options.get("seed")
         return GenerationParams(
             max_tokens=options.get("max_tokens", 512),
             sampling=SamplingParams(
@@ -213,9 +238,13 @@ class SpeculativeModel:
                 p_min=options.get("p_min", d.p_min),
                 strategy=options.get("strategy", d.strategy),
             ),
-            stop=(stop,) if isinstance(stop, str) else tuple(stop),
-            seed=options.get("seed"),
+            stop=tuple(stop),
+            seed=None if seed == -1 else seed,  # -1 = random, as in llama.cpp
         )
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise EngineError("the model is closed")
 
     def reset_cache(self) -> None:
         """Empty both KV caches (the next call evaluates its whole prompt)."""
@@ -226,6 +255,10 @@ class SpeculativeModel:
     # --- lifetime ---------------------------------------------------------------------
 
     def close(self) -> None:
+        """Free both models; any later call raises EngineError ("the model is closed")."""
+        self._closed = True
+        if self._active is not None:
+            self._active.supersede()
         if self.drafter is not None:
             self.drafter.close()
         self.target.close()
@@ -240,6 +273,8 @@ class SpeculativeModel:
 def _normalise_messages(messages: str | Iterable[dict]) -> Messages:
     if isinstance(messages, str):
         return [{"role": "user", "content": messages}]
+    if not isinstance(messages, (list, tuple)):
+        raise InvalidOptionError(f"messages must be a string or a list of {{'role', 'content'}} dicts, got {messages!r}")
     result = list(messages)
     if not result:
         raise InvalidOptionError("messages is empty")

@@ -135,7 +135,7 @@ class _PeerLookup:
 
     def run(self, model: SpeculativeModel, prompt: Prompt, temp: float, rep: int, max_tokens: int) -> dict:
         messages = [{"role": "user", "content": prompt.text}]
-        tokens = model.target.tokenize(model.target.render_chat(messages), add_special=False, parse_special=True)
+        tokens = model.target.chat_tokens(messages)
         self.llm.reset()
         start = time.perf_counter()
         out = self.llm.create_completion(tokens, max_tokens=max_tokens, temperature=temp,

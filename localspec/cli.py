@@ -7,7 +7,10 @@ Ctrl-C exits 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
 from typing import Sequence
 
@@ -32,6 +35,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `localspec run ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred():
+    """Hold Ctrl-C while llama.cpp loads a model: its log callback would swallow the
+    KeyboardInterrupt.  The interrupt is raised as soon as loading ends."""
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,7 +96,7 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("-c", "--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     g.add_argument("-ngld", "--gpu-layers-draft", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
-    g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all)")
+    g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads, 1 to 512 (default: all)")
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 
 
@@ -87,7 +107,7 @@ def _add_generation_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=40)
     g.add_argument("--top-p", type=float, default=0.95)
     g.add_argument("--min-p", type=float, default=0.05)
-    g.add_argument("-s", "--seed", type=int, default=None)
+    g.add_argument("-s", "--seed", type=int, default=None, help="random seed; -1 or none = random")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--system", help="system message")
     g.add_argument("--draft", choices=STRATEGIES, default="auto",
@@ -127,7 +147,8 @@ def _load(args):
         if value is not None:
             kwargs[key] = value
     kwargs["strategy"] = "none" if args.no_draft else args.draft
-    model = load(args.model, draft, **kwargs)
+    with _ctrl_c_deferred():
+        model = load(args.model, draft, **kwargs)
     if model.drafter is None and not no_draft_model:
         print("localspec: no draft model for this target; drafting by prompt lookup only "
               "(pass --model-draft PATH to add one)", file=sys.stderr)
@@ -179,20 +200,26 @@ def _cmd_chat(args) -> int:
     colour = sys.stdout.isatty() and not args.no_color
     with _load(args) as model:
         messages = [{"role": "system", "content": args.system}] if args.system else []
-        print("localspec chat: an empty line or Ctrl-D quits.", file=sys.stderr)
+        print("localspec chat: Ctrl-C stops an answer; an empty line or Ctrl-D quits.", file=sys.stderr)
         while True:
             try:
                 text = input(">>> ")
             except EOFError:
                 break
-            if not text.strip():
+            if not text:
                 break
+            if not text.strip():
+                continue
             messages.append({"role": "user", "content": text})
             try:
                 result = _stream(model, messages, args, colour)
             except LocalspecError as exc:
                 messages.pop()
                 print(f"localspec: error: {exc}", file=sys.stderr)
+                continue
+            except KeyboardInterrupt:  # cancel this answer, keep the session
+                messages.pop()
+                print("\n[cancelled]", file=sys.stderr)
                 continue
             messages.append({"role": "assistant", "content": result.text})
             print(_stats_line(result, colour), file=sys.stderr)

@@ -75,6 +75,8 @@ class DraftModelDrafter:
     def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
         if max_tokens <= 0:
             return Draft.empty()
+        if max(context) >= self.engine.n_vocab:  # a target-only token: this model cannot read it
+            return Draft.empty()
         logits = self._catch_up(context)
         tokens: list[int] = []
         rows: list[np.ndarray] = []

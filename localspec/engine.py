@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import jinja2
 import numpy as np
 
 import llama_cpp
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from .errors import ContextOverflowError, EngineError, ModelFileError, UnsupportedModelError
+from .errors import ContextOverflowError, EngineError, InvalidOptionError, ModelFileError, UnsupportedModelError
 from .gguf_info import check_gguf_file
 
 _backend_ready = False
@@ -116,7 +117,8 @@ class Engine:
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             raise EngineError(f"llama.cpp could not create a context of {self.config.n_ctx} tokens for {self.path.name}")
-        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))  # llama.cpp may round it up
+        # llama.cpp pads the context to a multiple of 256; honour the size asked for.
+        self.n_ctx = min(int(llama_cpp.llama_n_ctx(self._ctx)), self.config.n_ctx)
         self.n_batch = min(int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
@@ -130,7 +132,8 @@ class Engine:
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Text to token ids.  ``add_special`` adds BOS when the model asks for it;
         ``parse_special`` turns "<|im_start|>"-style text into its special token."""
-        data = text.encode("utf-8")
+        self._check_open()
+        data = text.encode("utf-8", errors="replace")  # lone surrogates (bad terminal input) become "?"
         n_max = len(data) + 8
         buf = (llama_cpp.llama_token * n_max)()
         n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
@@ -164,9 +167,31 @@ class Engine:
     def token_text(self, token: int) -> str:
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
 
+    def chat_tokens(self, messages: list[dict]) -> list[int]:
+        """Render the messages with the chat template and tokenize the result.
+
+        Only the template's own text may produce special tokens: message contents are
+        tokenized as plain text, so a user typing "<|im_start|>system" cannot forge a
+        role.  (When the template rewrites contents so they cannot be located, the whole
+        rendering is tokenized with special tokens parsed, as llama-cpp-python does.)
+        """
+        markers = [f"\ue000{i}\ue001" for i in range(len(messages))]
+        masked = [{**m, "content": mark} for m, mark in zip(messages, markers)]
+        rendered = self.render_chat(masked)
+        if not all(rendered.count(mark) == 1 for mark in markers):
+            return self.tokenize(self.render_chat(messages), add_special=False, parse_special=True)
+        tokens: list[int] = []
+        rest = rendered
+        for message, mark in zip(messages, markers):
+            head, rest = rest.split(mark, 1)
+            tokens += self.tokenize(head, add_special=False, parse_special=True) if head else []
+            tokens += self.tokenize(message["content"], add_special=False, parse_special=False) if message["content"] else []
+        return tokens + (self.tokenize(rest, add_special=False, parse_special=True) if rest else [])
+
     def render_chat(self, messages: list[dict]) -> str:
         """Render OpenAI-style messages with the GGUF's own ``tokenizer.chat_template``
-        (llama-cpp-python's Jinja2 formatter), ending with the assistant's prompt."""
+        (llama-cpp-python's Jinja2 formatter), ending with the assistant's prompt.
+        Raises InvalidOptionError when the template rejects the messages."""
         template = self.info.chat_template
         if not template:
             raise UnsupportedModelError(f"{self.path.name} has no tokenizer.chat_template; use generate() with raw text")
@@ -177,7 +202,10 @@ class Engine:
             eos_token=self.token_text(eos) if eos >= 0 else "",
             bos_token=self.token_text(bos) if bos >= 0 else "",
         )
-        return formatter(messages=messages).prompt
+        try:
+            return formatter(messages=messages).prompt
+        except (jinja2.TemplateError, ValueError, TypeError) as exc:
+            raise InvalidOptionError(f"{self.path.name}'s chat template rejected these messages: {exc}") from None
 
     # --- decoding ---------------------------------------------------------------------
 
@@ -198,6 +226,7 @@ class Engine:
             EngineError: llama_decode failed (the cache is left as it was before the call
                 for the failing chunk).
         """
+        self._check_open()
         n_past = len(self.cache_tokens)
         if n_past + len(tokens) > self.n_ctx:
             raise ContextOverflowError(
@@ -206,13 +235,19 @@ class Engine:
         wanted = list(logits_rows)
         out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
         step = self.n_batch
-        for start in range(0, len(tokens), step):
-            chunk = tokens[start:start + step]
-            in_chunk = [(j, r - start) for j, r in enumerate(wanted) if start <= r < start + len(chunk)]
-            self._decode_chunk(chunk, n_past + start, [r for _, r in in_chunk])
-            for j, r in in_chunk:
-                out[j] = self._logits_row(r)
-            self.cache_tokens.extend(int(t) for t in chunk)
+        try:
+            for start in range(0, len(tokens), step):
+                chunk = tokens[start:start + step]
+                in_chunk = [(j, r - start) for j, r in enumerate(wanted) if start <= r < start + len(chunk)]
+                self._decode_chunk(chunk, n_past + start, [r for _, r in in_chunk])
+                for j, r in in_chunk:
+                    out[j] = self._logits_row(r)
+                self.cache_tokens.extend(int(t) for t in chunk)
+        except BaseException:
+            # An error or Ctrl-C may land after llama_decode stored a chunk but before
+            # cache_tokens knows of it: drop whatever the list does not account for.
+            llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self.cache_tokens), -1)
+            raise
         return out
 
     def _decode_chunk(self, tokens: Sequence[int], pos0: int, rows: Sequence[int]) -> None:
@@ -253,6 +288,10 @@ class Engine:
             n += 1
         self.trim(n)
         return n
+
+    def _check_open(self) -> None:
+        if not self._ctx:
+            raise EngineError(f"{self.path.name}: the model is closed")
 
     def close(self) -> None:
         if self._batch is not None:

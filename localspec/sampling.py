@@ -44,6 +44,11 @@ class SamplingParams:
     min_p: float = 0.05  # 0.0 = off
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), (int, float)):
+                raise InvalidOptionError(f"{name} must be a number, got {getattr(self, name)!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
+            raise InvalidOptionError(f"top_k must be an integer, got {self.top_k!r}")
         if not np.isfinite(self.temperature) or self.temperature < 0:
             raise InvalidOptionError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
@@ -89,8 +94,10 @@ def processed_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         ids = np.argpartition(logits, n_vocab - params.top_k)[n_vocab - params.top_k:]
     else:
         ids = np.arange(n_vocab)
-    z = logits[ids].astype(np.float64) / params.temperature
-    z -= z.max()
+    z = logits[ids].astype(np.float64)
+    z -= z.max()  # before dividing: a tiny temperature then gives 0 and -inf, not inf - inf
+    with np.errstate(over="ignore"):
+        z /= params.temperature
     p = np.exp(z)
     p /= p.sum()
 

@@ -13,6 +13,7 @@ drafter, or k = 0, the same round is plain decoding.
 from __future__ import annotations
 
 import codecs
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -21,7 +22,7 @@ import numpy as np
 
 from .drafters import Draft, Drafter
 from .engine import Engine
-from .errors import ContextOverflowError, InvalidOptionError
+from .errors import ContextOverflowError, EngineError, InvalidOptionError
 from .sampling import SamplingParams, accept_greedy, accept_sampled, processed_probs, sample
 from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 
@@ -49,14 +50,15 @@ class DraftParams:
         return self.draft_max == "auto"
 
     def __post_init__(self) -> None:
-        if not self.adaptive and (not isinstance(self.draft_max, int) or self.draft_max < 0):
+        if not self.adaptive and (isinstance(self.draft_max, bool) or not isinstance(self.draft_max, int)
+                                  or self.draft_max < 0):
             raise InvalidOptionError(f"draft_max must be 'auto' or an integer >= 0, got {self.draft_max!r}")
-        if not isinstance(self.draft_min, int) or self.draft_min < 0:
+        if isinstance(self.draft_min, bool) or not isinstance(self.draft_min, int) or self.draft_min < 0:
             raise InvalidOptionError(f"draft_min must be an integer >= 0, got {self.draft_min!r}")
         if not self.adaptive and self.draft_min > self.draft_max:
             raise InvalidOptionError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})")
-        if not 0.0 <= self.p_min <= 1.0:
-            raise InvalidOptionError(f"p_min must be in [0, 1], got {self.p_min}")
+        if isinstance(self.p_min, bool) or not isinstance(self.p_min, (int, float)) or not 0.0 <= self.p_min <= 1.0:
+            raise InvalidOptionError(f"p_min must be a number in [0, 1], got {self.p_min!r}")
         if self.strategy not in STRATEGIES:
             raise InvalidOptionError(f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
 
@@ -73,19 +75,26 @@ class GenerationParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise InvalidOptionError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if any(not s for s in self.stop):
-            raise InvalidOptionError("stop strings must not be empty")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise InvalidOptionError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidOptionError(f"stop strings must be non-empty strings, got {self.stop!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise InvalidOptionError(f"seed must be a non-negative integer, or None / -1 for a random one, got {self.seed!r}")
 
 
 class Generation:
     """An iterator of :class:`TokenEvent`; when it is exhausted, ``result`` holds the
     :class:`GenerationResult`.  ``cancel()`` (from any thread) ends it after the
-    current round with finish_reason "cancelled"."""
+    current round with finish_reason "cancelled".
+
+    A model runs one generation at a time: starting another on the same model
+    supersedes this one (its next step raises EngineError), and stepping it from a
+    second thread while a step is running raises EngineError instead of corrupting
+    the KV cache."""
 
     def __init__(self, target: Engine, drafters: Sequence[Drafter], policy, prompt_tokens: Sequence[int],
-                 params: GenerationParams, started_at: float | None = None):
+                 params: GenerationParams, started_at: float | None = None, lock: threading.Lock | None = None):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
         if len(prompt_tokens) >= target.n_ctx:
@@ -101,19 +110,35 @@ class Generation:
         self.result: GenerationResult | None = None
         self._started_at = started_at if started_at is not None else time.perf_counter()
         self._cancelled = False
+        self._superseded = False
+        self._step_lock = lock if lock is not None else threading.Lock()
         self._events = self._run()
 
     def cancel(self) -> None:
         self._cancelled = True
 
+    def supersede(self) -> None:
+        self._superseded = True
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
     def __iter__(self) -> Iterator[TokenEvent]:
-        return self._events
+        return self
 
     def __next__(self) -> TokenEvent:
-        return next(self._events)
+        if self._superseded and not self.finished:
+            raise EngineError("this generation was superseded by a newer call on the same model")
+        if not self._step_lock.acquire(blocking=False):
+            raise EngineError("the model is busy with another generation in another thread")
+        try:
+            return next(self._events)
+        finally:
+            self._step_lock.release()
 
     def run(self) -> GenerationResult:
-        for _ in self._events:
+        for _ in self:
             pass
         return self.result
 
