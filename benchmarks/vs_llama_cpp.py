@@ -5,7 +5,8 @@ side by side on the same HumanEval prompts (chat template applied), greedy.
 
 Build the binary from the llama.cpp that llama-cpp-python 0.3.36 vendors (its sdist's
 ``vendor/llama.cpp``: ``cmake -B build -DLLAMA_CURL=OFF && cmake --build build --target
-llama-speculative-simple``).  Both report decode speed: tokens after the prompt over the
+llama-speculative-simple``); it runs with ``--spec-type draft-simple --spec-draft-n-max 4
+--spec-draft-p-min 0.75``, the same settings as localspec.  Both report decode speed: tokens after the prompt over the
 time after prompt eval.  Runs alternate, prompt by prompt; medians are printed and written
 to benchmarks/results/vs_llama_cpp.json.
 """
@@ -30,7 +31,8 @@ def run_cpp(binary, pair, prompt_text, n_threads):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt_text)
     cmd = [binary, "-m", str(pair.target), "-md", str(pair.draft), "-f", f.name, "-n", str(N_TOKENS),
-           "--draft-max", str(DRAFT_MAX), "--draft-min", "0", "--draft-p-min", str(P_MIN), "--temp", "0",
+           "--spec-type", "draft-simple",
+           "--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(P_MIN), "--temp", "0",
            "-t", str(n_threads), "-c", "4096"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(f.name)
