@@ -131,6 +131,10 @@ class SpeculativeModel:
             self.drafter = DraftModelDrafter(engine, self.target.n_vocab, self.target.is_eog)
         self.lookup = PromptLookupDrafter()
         self._adaptive: dict[tuple, AdaptivePolicy] = {}
+        self._verify_costs: dict = {}  # measured costs, shared by the adaptive policies
+        self._draft_costs: dict = {}
+        if self.default_draft.adaptive and self.default_draft.strategy != "none":
+            self._policy(self.default_draft, greedy=True)  # calibrate costs now, not in the first answer
         self._active: Generation | None = None
         self._closed = False
         self._step_lock = threading.Lock()
@@ -153,7 +157,12 @@ class SpeculativeModel:
             caps = {id(self.lookup): 16}
             if self.drafter is not None:
                 caps[id(self.drafter)] = 8
-            self._adaptive[key] = AdaptivePolicy(chosen, max_k=caps)
+            policy = AdaptivePolicy(chosen, max_k=caps, verify_costs=self._verify_costs,
+                                    draft_costs=self._draft_costs)
+            if not policy.calibrated:
+                engines = {id(self.drafter): self.drafter.engine} if self.drafter is not None else {}
+                policy.calibrate(self.target, engines)
+            self._adaptive[key] = policy
         return self._adaptive[key]
 
     # --- generation -------------------------------------------------------------------

@@ -52,11 +52,12 @@ class BenchConfig:
     reps: int = 3
     strategies: tuple[Strategy, ...] = tuple(ALL_STRATEGIES)
     peers: bool = True
+    peer_workloads: tuple[str, ...] = ("code", "edit")  # where the peers run (they are slow)
 
     @classmethod
     def quick(cls) -> "BenchConfig":
-        return cls(code=1, mtbench_per_category=1, edit=2, max_tokens=48, reps=1,
-                   strategies=tuple(QUICK_STRATEGIES))
+        return cls(code=1, mtbench_per_category=1, edit=2, max_tokens=64, reps=1,
+                   strategies=tuple(QUICK_STRATEGIES), peer_workloads=("edit",))
 
     @classmethod
     def smoke(cls) -> "BenchConfig":
@@ -86,11 +87,12 @@ def run(config: BenchConfig, log=print) -> dict:
                 for prompt in prompts:
                     for strategy in config.strategies:
                         rows.append(_run_one(model, prompt, strategy, temp, rep, config.max_tokens))
-                    if peer is not None:
+                    first = len(rows) - len(config.strategies)
+                    if peer is not None and prompt.workload in config.peer_workloads:
                         rows.append(peer.run(model, prompt, temp, rep, config.max_tokens))
                     done += 1
                     log(f"[{done}/{total}] {prompt.workload} {prompt.name} T={temp}: " + ", ".join(
-                        f"{r['strategy']} {r['tokens_per_s']:.1f}" for r in rows[-len(config.strategies) - (peer is not None):]))
+                        f"{r['strategy']} {r['tokens_per_s']:.1f}" for r in rows[first:]))
     if peer is not None:
         peer.close()
     peers_note = {PEER_LOOKUP: "ran in the same process" if config.peers else "not run",
@@ -115,6 +117,7 @@ def _run_one(model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: 
         "workload": prompt.workload, "prompt": prompt.name, "strategy": strategy.name, "temperature": temp,
         "rep": rep, "tokens": len(r.tokens), "total_s": s.total_s,
         "tokens_per_s": len(r.tokens) / s.total_s if s.total_s else 0.0,
+        "decode_tokens_per_s": s.tokens_per_s,
         "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
         "ttft_s": s.ttft_s, "overhead_share": s.overhead_s / max(s.total_s - s.ttft_s, 1e-9),
         "rounds_by_drafter": s.rounds_by_drafter,
@@ -144,6 +147,7 @@ class _PeerLookup:
         n = out["usage"]["completion_tokens"]
         return {"workload": prompt.workload, "prompt": prompt.name, "strategy": PEER_LOOKUP, "temperature": temp,
                 "rep": rep, "tokens": n, "total_s": total, "tokens_per_s": n / total if total else 0.0,
+                "decode_tokens_per_s": None,
                 "acceptance_rate": None, "mean_accepted_length": None, "ttft_s": None, "overhead_share": None,
                 "rounds_by_drafter": {}}
 
@@ -157,39 +161,59 @@ def workload_group(workload: str) -> str:
 
 def summarize(rows: list[dict]) -> list[dict]:
     """Median speed-up over plain (paired by prompt, temperature and repetition) per
-    workload, temperature and strategy, plus medians of the other figures."""
-    plain = {(r["workload"], r["prompt"], r["temperature"], r["rep"]): r["tokens_per_s"]
-             for r in rows if r["strategy"] == "plain"}
+    workload, temperature and strategy, plus medians of the other figures.
+
+    The speed-up compares decode speed (tokens after the first over the time after the
+    first), which every strategy starts from the same prompt eval; peers that do not
+    report it are compared end to end."""
+    plain = {(r["workload"], r["prompt"], r["temperature"], r["rep"]): r for r in rows if r["strategy"] == "plain"}
+
+    def speedup(r):
+        base = plain.get((r["workload"], r["prompt"], r["temperature"], r["rep"]))
+        if base is None:
+            return None
+        key = "decode_tokens_per_s" if r["decode_tokens_per_s"] else "tokens_per_s"
+        return r[key] / base[key] if base[key] else None
+
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["workload"], r["temperature"], r["strategy"]), []).append(r)
     out = []
     for (workload, temp, strategy), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        speedups = [r["tokens_per_s"] / plain[(workload, r["prompt"], temp, r["rep"])] for r in rs
-                    if plain.get((workload, r["prompt"], temp, r["rep"]))]
+        speedups = [x for x in map(speedup, rs) if x is not None]
 
         def med(key):
             values = [r[key] for r in rs if r[key] is not None]
             return statistics.median(values) if values else None
 
         out.append({"workload": workload, "temperature": temp, "strategy": strategy, "runs": len(rs),
-                    "tokens_per_s": med("tokens_per_s"), "speedup": statistics.median(speedups) if speedups else None,
+                    "tokens_per_s": med("tokens_per_s"), "decode_tokens_per_s": med("decode_tokens_per_s"),
+                    "speedup": statistics.median(speedups) if speedups else None,
                     "acceptance_rate": med("acceptance_rate"), "mean_accepted_length": med("mean_accepted_length"),
                     "ttft_s": med("ttft_s"), "overhead_share_max": max((r["overhead_share"] for r in rs
                                                                         if r["overhead_share"] is not None), default=None)})
     return out
 
 
+def _speedup_of(row: dict, rows: list[dict]) -> float | None:
+    for base in rows:
+        if base["strategy"] == "plain" and all(base[k] == row[k] for k in ("workload", "prompt", "temperature", "rep")):
+            key = "decode_tokens_per_s" if row["decode_tokens_per_s"] else "tokens_per_s"
+            return row[key] / base[key] if base[key] else None
+    return None
+
+
 def markdown(result: dict) -> str:
     lines = [f"Machine: {result['machine']}.  Config: {json.dumps(result['config'])}.", "",
-             "| workload | T | strategy | t/s | speed-up vs plain | acceptance | mean accepted length | TTFT s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | acceptance | mean accepted length | TTFT s |",
+             "|---|---|---|---|---|---|---|---|---|"]
 
     def f(x, fmt):
         return "" if x is None else format(x, fmt)
 
     for s in result["summary"]:
         lines.append(f"| {s['workload']} | {s['temperature']} | {s['strategy']} | {f(s['tokens_per_s'], '.1f')} | "
+                     f"{f(s['decode_tokens_per_s'], '.1f')} | "
                      f"{f(s['speedup'], '.2f')} | {f(s['acceptance_rate'], '.0%')} | "
                      f"{f(s['mean_accepted_length'], '.2f')} | {f(s['ttft_s'], '.2f')} |")
     lines += ["", "Peers: " + "; ".join(f"{k}: {v}" for k, v in result["peers"].items()), ""]
@@ -208,28 +232,23 @@ def plot(result: dict, path: Path) -> None:
     strategies = [s for s in dict.fromkeys(r["strategy"] for r in result["summary"]) if s != "plain"]
     fig, axes = plt.subplots(1, len(temps), figsize=(7 * len(temps), 4.5), squeeze=False)
     for ax, temp in zip(axes[0], temps):
-        speed: dict[tuple, list[float]] = {}
+        by_group: dict[tuple, list[float]] = {}
         for r in result["rows"]:
-            if r["temperature"] != temp:
-                continue
-            key = (workload_group(r["workload"]), r["strategy"], (r["workload"], r["prompt"]), r["rep"])
-            speed.setdefault(key, []).append(r["tokens_per_s"])
-        groups = sorted({k[0] for k in speed})
+            if r["temperature"] == temp and (x := _speedup_of(r, result["rows"])) is not None:
+                by_group.setdefault((workload_group(r["workload"]), r["strategy"]), []).append(x)
+        groups = sorted({g for g, _ in by_group})
         width = 0.8 / max(len(strategies), 1)
         for i, strategy in enumerate(strategies):
-            values = []
-            for g in groups:
-                ratios = [speed[k][0] / speed[(g, "plain", k[2], k[3])][0] for k in speed
-                          if k[0] == g and k[1] == strategy and (g, "plain", k[2], k[3]) in speed]
-                values.append(statistics.median(ratios) if ratios else 0.0)
+            values = [statistics.median(by_group.get((g, strategy), [0.0])) for g in groups]
             ax.bar(np.arange(len(groups)) + i * width, values, width, label=strategy)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(np.arange(len(groups)) + width * (len(strategies) - 1) / 2, groups)
-        ax.set_ylabel("speed-up over plain (median)")
+        ax.set_ylabel("decode speed-up over plain (median)")
         ax.set_title(f"temperature {temp}")
-    axes[0][0].legend(fontsize=7, loc="upper left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
     fig.suptitle(f"localspec on {result['machine']}: Qwen2.5-Coder 1.5B target, 0.5B draft")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -142,8 +142,9 @@ class PromptLookupDrafter:
     decode_s = 0.0
     catch_up_s = 0.0
     prior_acceptance = 0.3
+    prior_cost_s = 1e-4  # a numpy search, per drafted token
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_ngram = max_ngram

@@ -11,9 +11,11 @@ where a is the drafter's per-token acceptance probability (Leviathan et al. 2022
 arXiv:2211.17192, section 3.1 and eq. 1, with i.i.d. acceptance), c_draft its cost per
 drafted token and c_verify(b) the target's cost for a batch of b tokens.  All three are
 measured on the running machine, as exponential moving averages over the rounds seen so
-far; a plain round is E(0) / C(0) = 1 / c_verify(1).  A drafter left unused for
-``probe_every`` rounds is tried once with a short draft, so a change in the text (prose
-to code, a quoted passage) is noticed.
+far, starting from a calibration when the policy is created; a plain round is
+E(0) / C(0) = 1 / c_verify(1).  A drafter left unused for ``probe_every`` rounds is
+tried once with a short draft, so a change in the text (prose to code, a quoted
+passage) is noticed, unless it could not beat plain decoding even with every draft
+token accepted (a draft model too slow for this machine is then never run).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Sequence
 
 from .drafters import Drafter
 
-_DECAY = 0.9  # weight of the past in every moving average, per observation
+_DECAY = 0.8  # weight of the past in every moving average, per observation
+_NEW_TEXT_DECAY = 0.5  # how much acceptance evidence a new generation keeps
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -37,7 +40,7 @@ def expected_tokens(alpha: float, k: int) -> float:
 @dataclass
 class _Average:
     value: float
-    weight: float = 0.0  # 0 = still the prior
+    weight: float = 0.0  # 0 = still the prior; a calibration counts as one observation
 
     def add(self, x: float) -> None:
         self.weight = _DECAY * self.weight + 1.0
@@ -46,9 +49,8 @@ class _Average:
 
 @dataclass
 class _DrafterModel:
-    """Per-drafter estimates: acceptance (decayed successes / trials) and cost per token."""
+    """Per-drafter acceptance estimate (decayed successes / trials) and idle count."""
 
-    cost_s: _Average
     successes: float = 1.0  # prior acceptance = successes / trials, worth two trials
     trials: float = 2.0
     idle_rounds: int = 0
@@ -71,6 +73,9 @@ class FixedPolicy:
         self.drafter = drafter
         self.draft_max = draft_max
 
+    def new_generation(self) -> None:
+        pass
+
     def plan(self, k_cap: int) -> tuple[Drafter | None, int]:
         k = min(self.draft_max, k_cap)
         return (self.drafter, k) if self.drafter is not None and k > 0 else (None, 0)
@@ -86,26 +91,40 @@ class AdaptivePolicy:
     ``drafters`` are the candidates; ``max_k`` caps each one's draft length.  Costs
     start from a prior (a draft token costs half a target step; a batch of b costs
     1 + 0.1 (b - 1) target steps) and are replaced by measurements as they come.
+    ``verify_costs`` (batch size -> seconds) and ``draft_costs`` (id(drafter) -> seconds
+    per token) may be shared between policies of one model: costs belong to the machine,
+    acceptance to the text and sampling settings.
     """
 
     drafters: Sequence[Drafter]
     max_k: dict = field(default_factory=dict)
     probe_every: int = 32
     probe_k: int = 2
-    _verify: dict = field(default_factory=dict)  # batch size -> _Average of seconds
+    verify_costs: dict = field(default_factory=dict)  # batch size -> _Average of seconds
+    draft_costs: dict = field(default_factory=dict)  # id(drafter) -> _Average of seconds per token
     _models: dict = field(default_factory=dict)  # id(drafter) -> _DrafterModel
     _step_s: float = 0.03  # prior for c_verify(1) until measured
 
     def __post_init__(self) -> None:
         for d in self.drafters:
             alpha = getattr(d, "prior_acceptance", 0.5)
-            self._models[id(d)] = _DrafterModel(cost_s=_Average(0.5 * self._step_s),
-                                                successes=2.0 * alpha, trials=2.0)
+            self.draft_costs.setdefault(id(d), _Average(getattr(d, "prior_cost_s", 0.5 * self._step_s)))
+            self._models[id(d)] = _DrafterModel(successes=2.0 * alpha, trials=2.0)
+
+    @property
+    def calibrated(self) -> bool:
+        return bool(self.verify_costs)
+
+    def new_generation(self) -> None:
+        """A new text starts: keep only part of the acceptance evidence so far."""
+        for model in self._models.values():
+            model.successes *= _NEW_TEXT_DECAY
+            model.trials *= _NEW_TEXT_DECAY
 
     def verify_cost(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
         linearly between measured sizes, else the prior shape scaled to c_verify(1)."""
-        known = sorted((b, a.value) for b, a in self._verify.items() if a.weight > 0)
+        known = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
         if not known:
             return self._step_s * (1 + 0.1 * (batch - 1))
         for (b0, c0), (b1, c1) in zip(known, known[1:]):
@@ -115,13 +134,47 @@ class AdaptivePolicy:
         base = known[0][1] / (1 + 0.1 * (known[0][0] - 1))
         return max(c_edge + base * 0.1 * (batch - b_edge), 1e-6)
 
+    def calibrate(self, target, draft_engines: dict, token: int = 100) -> None:
+        """Measure the target's cost for batches of 1..17 tokens and each draft model's
+        cost per token, by decoding a dummy token at the end of the caches and trimming
+        it again (the cached prefix is kept).  About half a second on 2 CPU cores.
+
+        ``draft_engines`` maps id(drafter) -> its Engine.
+        """
+        n = len(target.cache_tokens)
+        for batch in (1, 1, 2, 3, 5, 9, 17):
+            if n + batch > target.n_ctx:
+                break
+            before = target.decode_s
+            target.decode([token] * batch, range(batch))
+            self.verify_costs[batch] = _Average(target.decode_s - before, weight=1.0)
+            target.trim(n)
+        for key, engine in draft_engines.items():
+            m = len(engine.cache_tokens)
+            if m + 1 > engine.n_ctx:
+                continue
+            for _ in range(2):
+                before = engine.decode_s
+                engine.decode([token], [0])
+                engine.trim(m)
+            self.draft_costs[key] = _Average(engine.decode_s - before, weight=1.0)
+
+    def could_win(self, drafter) -> bool:
+        """Whether ``drafter`` beats plain decoding at some length even if every draft
+        token were accepted; one that cannot is never probed."""
+        cost = self.draft_costs[id(drafter)].value
+        limit = self.max_k.get(id(drafter), 8)
+        plain = 1.0 / self.verify_cost(1)
+        return any((k + 1) / (k * cost + self.verify_cost(k + 1)) > plain
+                   for k in range(1, limit + 1))
+
     def plan(self, k_cap: int) -> tuple[Drafter | None, int]:
         best, best_rate = (None, 0), 1.0 / self.verify_cost(1)
         for d in self.drafters:
-            model = self._models[id(d)]
+            alpha, cost = self._models[id(d)].alpha, self.draft_costs[id(d)].value
             limit = min(k_cap, self.max_k.get(id(d), 8))
             for k in range(1, limit + 1):
-                rate = expected_tokens(model.alpha, k) / (k * model.cost_s.value + self.verify_cost(k + 1))
+                rate = expected_tokens(alpha, k) / (k * cost + self.verify_cost(k + 1))
                 if rate > best_rate:
                     best, best_rate = (d, k), rate
         for d in self.drafters:
@@ -130,15 +183,14 @@ class AdaptivePolicy:
                 model.idle_rounds = 0
                 continue
             model.idle_rounds += 1
-            if model.idle_rounds >= self.probe_every and k_cap >= 1:
+            if model.idle_rounds >= self.probe_every and k_cap >= 1 and self.could_win(d):
                 model.idle_rounds = 0
                 return d, min(self.probe_k, k_cap)
         return best
 
     def observe(self, drafter, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float,
                 batch: int) -> None:
-        self._verify.setdefault(batch, _Average(verify_s)).add(verify_s)
+        self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
         if drafter is not None and n_drafted > 0:
-            model = self._models[id(drafter)]
-            model.observe(n_drafted, n_accepted)
-            model.cost_s.add(draft_s / n_drafted)
+            self._models[id(drafter)].observe(n_drafted, n_accepted)
+            self.draft_costs[id(drafter)].add(draft_s / n_drafted)

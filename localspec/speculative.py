@@ -144,6 +144,7 @@ class Generation:
 
     def _run(self) -> Iterator[TokenEvent]:
         params, target = self.params, self.target
+        self.policy.new_generation()
         seeds = np.random.SeedSequence(params.seed).spawn(2)
         rng, draft_rng = np.random.default_rng(seeds[0]), np.random.default_rng(seeds[1])
         stats = GenerationStats(prompt_tokens=len(self.prompt_tokens))

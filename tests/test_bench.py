@@ -8,7 +8,7 @@ from localspec.workloads import EDIT_REQUESTS, edit_prompts, mtbench_prompts
 
 def row(workload, prompt, strategy, tps, temp=0.0, rep=0, acc=None):
     return {"workload": workload, "prompt": prompt, "strategy": strategy, "temperature": temp, "rep": rep,
-            "tokens_per_s": tps, "acceptance_rate": acc, "mean_accepted_length": None, "ttft_s": 0.1,
+            "tokens_per_s": tps / 2, "decode_tokens_per_s": tps, "acceptance_rate": acc, "mean_accepted_length": None, "ttft_s": 0.1,
             "overhead_share": 0.01}
 
 
@@ -24,7 +24,7 @@ def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
     assert summary[("edit", "lookup")]["speedup"] == pytest.approx(0.5)
     assert summary[("code", "plain")]["speedup"] == 1.0
     table = markdown({"machine": "m", "config": {}, "peers": {}, "summary": list(summary.values())})
-    assert "| edit | 0.0 | lookup | 20.0 | 0.50 |" in table
+    assert "| edit | 0.0 | lookup | 10.0 | 20.0 | 0.50 |" in table
 
 
 def test_workloads_come_from_real_sources():

@@ -65,11 +65,19 @@ def test_cheap_accurate_draft_is_used_with_a_long_draft():
 def test_prompt_lookup_is_chosen_when_it_is_accepted_and_probes_come_back():
     model, lookup = FakeDrafter("draft-model", 0.7), FakeDrafter("prompt-lookup", 0.3)
     policy = AdaptivePolicy([model, lookup], max_k={id(model): 8, id(lookup): 16}, probe_every=5)
-    teach(policy, model, alpha=0.6, k=4, draft_s_per_token=0.025, verify_s=cpu_like)
+    teach(policy, model, alpha=0.6, k=4, draft_s_per_token=0.012, verify_s=cpu_like)
     teach(policy, lookup, alpha=0.9, k=4, draft_s_per_token=0.0001, verify_s=cpu_like)
     plans = [policy.plan(16) for _ in range(10)]
     assert sum(1 for d, _ in plans if d is lookup) >= 8
     assert any(d is model for d, _ in plans)  # re-probed after 5 idle rounds
+
+
+def test_a_drafter_that_cannot_win_is_never_probed():
+    d = FakeDrafter("draft-model", 0.7)
+    policy = AdaptivePolicy([d], max_k={id(d): 8}, probe_every=2)
+    teach(policy, d, alpha=1.0, k=4, draft_s_per_token=0.025, verify_s=cpu_like)
+    assert not policy.could_win(d)
+    assert all(policy.plan(8) == (None, 0) for _ in range(20))
 
 
 def test_fixed_policy():
