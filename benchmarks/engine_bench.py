@@ -63,7 +63,8 @@ def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
 
 def bench_speculative(pair, prompts, n_tokens, n_threads, p_min):
     rows = []
-    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=n_threads, draft_max=4, p_min=p_min) as m:
+    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=n_threads, draft_max=4, p_min=p_min,
+                          strategy="draft-model") as m:
         for prompt in prompts:
             messages = [{"role": "user", "content": prompt}]
             m.target.trim(0)

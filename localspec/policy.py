@@ -26,7 +26,7 @@ from typing import Sequence
 from .drafters import Drafter
 
 _DECAY = 0.8  # weight of the past in every moving average, per observation
-_NEW_TEXT_DECAY = 0.5  # how much acceptance evidence a new generation keeps
+_NEW_TEXT_KEEP = 0.25  # share of acceptance evidence a new generation keeps; the rest is the prior
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -116,10 +116,12 @@ class AdaptivePolicy:
         return bool(self.verify_costs)
 
     def new_generation(self) -> None:
-        """A new text starts: keep only part of the acceptance evidence so far."""
-        for model in self._models.values():
-            model.successes *= _NEW_TEXT_DECAY
-            model.trials *= _NEW_TEXT_DECAY
+        """A new text starts: pull each acceptance estimate back toward its prior, so a
+        drafter that did well on the last text starts with short, cheap drafts here."""
+        for d in self.drafters:
+            model = self._models[id(d)]
+            model.successes = _NEW_TEXT_KEEP * model.successes + getattr(d, "prior_acceptance", 0.5)
+            model.trials = _NEW_TEXT_KEEP * model.trials + 1.0
 
     def verify_cost(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
