@@ -63,15 +63,6 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Plain softmax of one logits row, float64 ``(n_vocab,)``."""
-    z = logits.astype(np.float64, copy=True)
-    z -= z.max()
-    np.exp(z, out=z)
-    z /= z.sum()
-    return z
-
-
 def top_probability(logits: np.ndarray) -> float:
     """Probability of the most likely token under softmax(logits); used for ``p_min``."""
     z = logits.astype(np.float64) - float(logits.max())

@@ -23,7 +23,9 @@ class TokenEvent:
     character or a possible stop string is still incomplete.  ``p_target`` / ``p_draft``
     are the processed probabilities of this token under target and draft when sampling
     (None in greedy mode or when there was no draft).  ``round`` counts verify rounds
-    from 0 (the token sampled right after prompt eval).
+    from 0 (the token sampled right after prompt eval).  A last event with ``token == -1``
+    carries text held back until the end (an incomplete UTF-8 tail, or text that could
+    have started a stop string).
     """
 
     token: int
