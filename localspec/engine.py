@@ -282,10 +282,12 @@ class Engine:
 
     def reuse_prefix(self, tokens: Sequence[int]) -> int:
         """Trim the cache to its longest common prefix with ``tokens``; return its length."""
-        n = 0
         limit = min(len(tokens), len(self.cache_tokens))
-        while n < limit and self.cache_tokens[n] == tokens[n]:
-            n += 1
+        if self.cache_tokens[:limit] == list(tokens[:limit]):  # the usual case, at C speed
+            n = limit
+        else:
+            differ = np.flatnonzero(np.asarray(self.cache_tokens[:limit]) != np.asarray(tokens[:limit]))
+            n = int(differ[0])
         self.trim(n)
         return n
 
