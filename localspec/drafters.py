@@ -75,9 +75,9 @@ class DraftModelDrafter:
     def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
         if max_tokens <= 0:
             return Draft.empty()
-        if max(context) >= self.engine.n_vocab:  # a target-only token: this model cannot read it
-            return Draft.empty()
         logits = self._catch_up(context)
+        if logits is None:
+            return Draft.empty()
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         while True:
@@ -99,12 +99,16 @@ class DraftModelDrafter:
             return Draft(tokens=tokens)
         return Draft(tokens=tokens, probs=np.stack(rows))
 
-    def _catch_up(self, context: Sequence[int]) -> np.ndarray:
+    def _catch_up(self, context: Sequence[int]) -> np.ndarray | None:
+        """Decode what the cache lacks; the logits after the last token, or None when a
+        lacking token is one only the target has (ids >= this model's vocabulary)."""
         n = self.engine.reuse_prefix(context)
         if n == len(context):  # need the logits after the last token: decode it again
             n -= 1
             self.engine.trim(n)
         pending = list(context[n:])
+        if max(pending) >= self.engine.n_vocab:
+            return None
         start = self.engine.decode_s
         logits = self.engine.decode(pending, [len(pending) - 1])[0]
         if len(pending) > 1:  # the first token is part of every round; the rest is lag

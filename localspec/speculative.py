@@ -195,8 +195,9 @@ class Generation:
             self.policy.observe(drafter, len(draft.tokens), n_accepted, draft_cost_s,
                                 target.decode_s - verify_before, len(draft.tokens) + 1)
             stats.record_round(len(draft.tokens), n_accepted, drafter.name if draft.tokens else "plain")
+            kept = context + draft.tokens[:n_accepted]
             for d in self.drafters:
-                d.feedback(context + draft.tokens[:n_accepted], len(draft.tokens), n_accepted)
+                d.feedback(kept, len(draft.tokens), n_accepted)
 
         for d in self.drafters:
             d.feedback(context, 0, 0)
