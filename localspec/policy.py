@@ -139,7 +139,7 @@ class AdaptivePolicy:
     def calibrate(self, target, draft_engines: dict, token: int = 100) -> None:
         """Measure the target's cost for batches of 1..17 tokens and each draft model's
         cost per token, by decoding a dummy token at the end of the caches and trimming
-        it again (the cached prefix is kept).  About half a second on 2 CPU cores.
+        it again (the cached prefix is kept).  About 1 s for the default pair on 2 CPU cores.
 
         ``draft_engines`` maps id(drafter) -> its Engine.
         """

@@ -1,0 +1,43 @@
+"""What one target decode costs by batch size, and one draft-model token, on this machine.
+
+    .venv/bin/python benchmarks/verify_cost.py
+
+These are the costs the adaptive policy calibrates at load (each the mean of 5 runs at
+a 300-token context) and the reason draft lengths pay or not here.  Written to
+benchmarks/results/verify_cost.json.
+"""
+
+import json
+import statistics
+from pathlib import Path
+
+from localspec.api import SpeculativeModel, resolve_pair
+from localspec.engine import default_threads
+
+BATCHES = (1, 2, 3, 5, 9, 17)
+
+
+def cost_ms(engine, batch, context=300, runs=5):
+    engine.trim(0)
+    engine.decode(list(range(1000, 1000 + context)))
+    times = []
+    for _ in range(runs):
+        before = engine.decode_s
+        engine.decode([100] * batch, range(batch))
+        times.append(1000 * (engine.decode_s - before))
+        engine.trim(context)
+    return statistics.mean(times)
+
+
+def main():
+    pair = resolve_pair()
+    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=default_threads(), strategy="none") as m:
+        target = {b: round(cost_ms(m.target, b), 1) for b in BATCHES}
+        draft = round(cost_ms(m.drafter.engine, 1), 1)
+    result = {"threads": default_threads(), "target_ms_by_batch": target, "draft_ms_per_token": draft}
+    print(json.dumps(result, indent=1))
+    (Path(__file__).parent / "results" / "verify_cost.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
