@@ -171,6 +171,7 @@ class AdaptivePolicy:
                    for k in range(1, limit + 1))
 
     def plan(self, k_cap: int) -> tuple[Drafter | None, int]:
+        """(drafter, k) for the next round, k <= ``k_cap`` tokens; (None, 0) = plain."""
         best, best_rate = (None, 0), 1.0 / self.verify_cost(1)
         for d in self.drafters:
             alpha, cost = self._models[id(d)].alpha, self.draft_costs[id(d)].value
@@ -192,6 +193,8 @@ class AdaptivePolicy:
 
     def observe(self, drafter, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float,
                 batch: int) -> None:
+        """Learn from a finished round: ``draft_s`` seconds spent drafting (catch-up
+        excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens."""
         self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
