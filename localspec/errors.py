@@ -47,7 +47,7 @@ class DownloadError(LocalspecError):
 
 
 class DownloadCancelled(DownloadError):
-    """The caller cancelled a download; the partial file is kept hidden for a resume."""
+    """The caller cancelled a download; nothing of it is kept."""
 
 
 class EngineError(LocalspecError):

@@ -74,9 +74,9 @@ def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None,
     """Return a local path to the entry's file, fetching it if needed.
 
     ``progress(bytes_done, bytes_total)`` is called as bytes arrive (a tqdm bar on
-    stderr when None).  Setting ``cancel`` stops a download within one chunk and
-    raises :class:`~localspec.errors.DownloadCancelled`; a Hub download then resumes
-    where it stopped on the next call.  Raises :class:`~localspec.errors.DownloadError`
+    stderr when None).  Setting ``cancel`` stops a download within one chunk (10 MiB
+    from the Hub, one part from the mirror) and raises
+    :class:`~localspec.errors.DownloadCancelled`, keeping nothing.  Raises :class:`~localspec.errors.DownloadError`
     with the reason of every source tried when none of them yields a file with the
     expected sha256.
     """
@@ -143,8 +143,9 @@ def download_from_hub(entry: ModelEntry, progress: ProgressFn, cancel: threading
 
     The expected sha256 is the catalogue's, else the Hub's ETag of the file (for
     files stored with Git LFS or Xet it is the file's sha256).  A file that fails the
-    check is removed from the cache.  An interrupted transfer leaves only
-    huggingface_hub's hidden ``.incomplete`` blob, which the next call resumes.
+    check is removed from the cache.  A dropped connection is resumed with a range
+    request (huggingface_hub retries up to 5 times); a stopped call keeps nothing,
+    since huggingface_hub 2.x deletes its partial file (its PR 4228).
     Honours ``HF_ENDPOINT``, ``HF_HOME``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE``.
     """
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
@@ -235,7 +236,7 @@ def _progress_bridge(progress: ProgressFn, cancel: threading.Event | None) -> ty
             self.done += n or 0
             progress(self.done, self.expected)
             if cancel is not None and cancel.is_set():
-                raise DownloadCancelled("download cancelled; it resumes where it stopped next time")
+                raise DownloadCancelled("download cancelled; nothing was kept")
 
     return Bridge
 
