@@ -36,7 +36,9 @@ class Compatibility:
 
 def check_compatibility(target: GGUFInfo, draft: GGUFInfo) -> Compatibility:
     """Compare two GGUF headers (no weights are read): family first, then vocabulary.
-    Takes about 0.03 s for two 151,936-token vocabularies (benchmarks/compat_bench.py)."""
+
+    The comparison takes 12 ms for two 151,936-token vocabularies; reading both headers
+    first brings it to 0.3 s (``benchmarks/compat_bench.py``, 2-core CPU)."""
     result = Compatibility()
     _check_family(target, draft, result)
     _check_vocabulary(target, draft, result)

