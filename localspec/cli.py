@@ -77,7 +77,26 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--reps", type=int, default=None, help="repetitions (median is reported)")
     bench.add_argument("--out", default="benchmarks/results", help="folder for JSON, Markdown and PNG results")
     bench.set_defaults(func=_cmd_bench)
+
+    gui = sub.add_parser("gui", help="open the desktop chat (needs: pip install 'localspec[gui]')")
+    gui.set_defaults(func=_cmd_gui)
     return parser
+
+
+def _cmd_gui(args) -> int:
+    try:
+        import PySide6  # noqa: F401
+    except ImportError:
+        print("localspec: error: the desktop chat needs PySide6: pip install 'localspec[gui]'", file=sys.stderr)
+        return 2
+    try:
+        from PySide6 import QtWidgets  # noqa: F401
+    except ImportError as exc:  # a system library Qt needs is missing (libEGL, libxkbcommon, ...)
+        print(f"localspec: error: PySide6 cannot load Qt: {exc}", file=sys.stderr)
+        return 2
+    from gui.app import main as gui_main
+
+    return gui_main()
 
 
 def _cmd_bench(args) -> int:

@@ -1,5 +1,8 @@
+import os
 import sys
 from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # GUI tests need no display
 
 import pytest
 
@@ -14,6 +17,7 @@ def isolated_user_paths(tmp_path, monkeypatch):
     pair is resolved once per session (before this runs) from the real caches."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the GUI's conversations
 
 
 @pytest.fixture(scope="session")
