@@ -108,8 +108,8 @@ except ImportError:
         for ref in list_models():
             if ref.name == target.name or (target.path and ref.path and ref.path == target.path):
                 continue
-            if target.size and ref.size and ref.size >= target.size:
-                continue  # a draft must be smaller than its target
+            if target.size and ref.size and ref.size > target.size:
+                continue  # a draft is never larger than its target
             if ref.name in paired:
                 out.append(DraftCandidate(ref, True, [], True))
             elif ref.downloaded and target.downloaded:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, Qt, Signal
 from PySide6.QtGui import QAction, QKeyEvent
 from PySide6.QtWidgets import (QCheckBox, QGroupBox, QHBoxLayout, QInputDialog, QLabel, QListWidget,
                                QListWidgetItem, QMainWindow, QMenu, QPlainTextEdit, QProgressBar, QPushButton,
@@ -67,7 +67,15 @@ class SessionStats:
 
 
 class MainWindow(QMainWindow):
-    """``autoload``: load the selected pair at start when it is on disk."""
+    """``autoload``: load the selected pair at start when it is on disk.
+
+    Its own signals fire after the window has handled the worker's (for tests and
+    scripts): :attr:`pairLoaded`, :attr:`pairFailed`, :attr:`answerDone`, :attr:`answerFailed`."""
+
+    pairLoaded = Signal(dict)
+    pairFailed = Signal(str)
+    answerDone = Signal(object)  # the finished assistant Message
+    answerFailed = Signal(str)
 
     def __init__(self, store: ConversationStore | None = None, autoload: bool = True):
         super().__init__()
@@ -84,6 +92,7 @@ class MainWindow(QMainWindow):
         self.request: tuple[int, str, Message] | None = None  # id, kind, answer being written
         self._sent_text = ""
         self._ready = False  # no settings saved while the widgets are being filled
+        self._closed = False
         self._build()
         self._connect()
         self.panel.set_settings(self.settings)
@@ -271,6 +280,7 @@ class MainWindow(QMainWindow):
         self.session.baseline_tps = None  # a baseline belongs to one pair
         self.view.set_baseline(None)
         self._update_buttons()
+        self.pairLoaded.emit(info)
 
     def _on_load_failed(self, message: str) -> None:
         self.model_ready = False
@@ -279,6 +289,7 @@ class MainWindow(QMainWindow):
         self.status.setText("No model loaded")
         self.show_error(f"Could not load the pair: {message}")
         self._update_buttons()
+        self.pairFailed.emit(message)
 
     # --- chatting ------------------------------------------------------------------------
 
@@ -333,10 +344,14 @@ class MainWindow(QMainWindow):
             self.status.setText("Stopping…")
 
     def _on_round(self, rid: int, segments: list) -> None:
+        if self._closed:
+            return
         if self.request is not None and rid == self.request[0]:
             self.view.append_segments(segments)
 
     def _on_finished(self, rid: int, result: dict) -> None:
+        if self._closed:
+            return
         if self.request is None or rid != self.request[0]:
             return
         _, kind, answer = self.request
@@ -361,8 +376,11 @@ class MainWindow(QMainWindow):
             self.show_error(f"The context is full ({self.settings.n_ctx} tokens): start a New chat, "
                             "or raise Context and Load the pair again.")
         self._update_buttons()
+        self.answerDone.emit(answer)
 
     def _on_failed(self, rid: int, message: str) -> None:
+        if self._closed:
+            return
         if self.request is None or rid != self.request[0]:
             return
         _, kind, answer = self.request
@@ -379,6 +397,7 @@ class MainWindow(QMainWindow):
         self.status.setText("")
         self.show_error(f"The answer failed: {message}")
         self._update_buttons()
+        self.answerFailed.emit(message)
 
     # --- conversations ---------------------------------------------------------------------
 
@@ -389,6 +408,7 @@ class MainWindow(QMainWindow):
         self.messages = []
         self.view.set_messages(self.messages)
         self.conversations.clearSelection()
+        self._update_buttons()
 
     def open_conversation(self, conversation_id: int) -> None:
         """Show a stored conversation (answers keep their highlighting and stats)."""
@@ -460,7 +480,11 @@ class MainWindow(QMainWindow):
         """Stop a running answer (within one round), free the models, then close."""
         self.status.setText("Closing…")
         self._save_settings()
-        self.host.shutdown()
+        if not self.host.shutdown():
+            self.show_error("The model thread did not stop in time; closing anyway.")
+        # Deliver what the worker sent before it stopped (a stopped answer is saved).
+        QCoreApplication.sendPostedEvents(self, QEvent.MetaCall)
+        self._closed = True
         self.store.close()
         super().closeEvent(event)
 
