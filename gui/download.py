@@ -8,9 +8,9 @@ import time
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from localspec.errors import LocalspecError
+from localspec.errors import DownloadCancelled, LocalspecError
 
-from . import _discovery as discovery
+from localspec import discovery
 
 
 class DownloadJob(QObject):
@@ -38,7 +38,7 @@ class DownloadJob(QObject):
                     self.progress.emit(name, int(done), int(total), done / elapsed if elapsed > 0 else 0.0)
 
                 paths.append(discovery.ensure_local(ref, report, self.cancel_event))
-        except discovery.DownloadCancelled:
+        except DownloadCancelled:
             self.cancelled.emit()
         except (LocalspecError, OSError) as exc:
             self.failed.emit(str(exc))

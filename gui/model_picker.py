@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout,
 
 from localspec.errors import LocalspecError
 
-from . import _discovery as discovery
+from localspec import discovery
 from .download import human_bytes, start_download
 
 OPEN_FILE = "Open GGUF…"

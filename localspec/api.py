@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .catalog import ModelEntry, PairEntry, load_catalog
+from .catalog import PairEntry, load_catalog
 from .compat import check_compatibility
 from .drafters import DraftModelDrafter, PromptLookupDrafter
 from .engine import Engine, EngineConfig
-from .errors import EngineError, IncompatibleDraftError, InvalidOptionError, ModelFileError
+from .errors import EngineError, IncompatibleDraftError, InvalidOptionError
 from .gguf_info import check_gguf_file
-from .hub import ProgressFn, ensure_model
+from .discovery import ModelRef, ensure_local, model_ref, pick_draft, recommended_pair
+from .hub import ProgressFn
 from .sampling import SamplingParams
 from .policy import AdaptivePolicy, FixedPolicy
 from .speculative import DraftParams, Generation, GenerationParams
@@ -31,58 +32,31 @@ class ResolvedPair:
 
 
 def resolve_pair(model: str | Path | None = None, draft: str | Path | None = "auto",
-                 progress: ProgressFn | None = None) -> ResolvedPair:
+                 progress: ProgressFn | None = None,
+                 cancel: threading.Event | None = None) -> ResolvedPair:
     """Turn user-facing names into local files, fetching catalogue files if needed.
 
-    ``model``: None (the default pair), a pair name from ``models.toml``, a model name
-    from it, or a path to a GGUF file.  ``draft``: "auto" (the catalogue pair's draft
-    for that target, or none), None / "none" (plain decoding), a model name or a path.
+    ``model``: None (the default pair), a pair or model name from ``models.toml``,
+    ``REPO:FILE``, ``REPO:QUANT`` or a path to a GGUF file (see
+    :func:`localspec.discovery.model_ref`).  ``draft``: "auto" (the named pair's draft,
+    else :func:`localspec.discovery.pick_draft`), None / "none" (no draft model), or a
+    name or path as for ``model``.  ``progress`` and ``cancel`` go to the downloads.
     Raises ModelFileError for a path that does not exist, CatalogError, DownloadError.
     """
     catalog = load_catalog()
-    pair: PairEntry | None = None
-    if model is None or str(model) in catalog.pairs:
-        pair = catalog.pair(None if model is None else str(model))
-        target_entry: ModelEntry | Path = pair.target
-    elif str(model) in catalog.models:
-        target_entry = catalog.models[str(model)]
-    else:
-        target_entry = _existing_path(model, "model")
-    if pair is None:
-        pair = _pair_for_target(catalog, target_entry)
-
-    draft_entry: ModelEntry | Path | None
+    named_pair = catalog.pairs.get(str(model)) if model is not None else catalog.pair()
+    target = model_ref(model)
+    draft_ref: ModelRef | None
     if draft is None or str(draft).lower() == "none":
-        draft_entry = None
+        draft_ref = None
     elif str(draft) == "auto":
-        draft_entry = pair.draft if pair else None
-    elif str(draft) in catalog.models:
-        draft_entry = catalog.models[str(draft)]
+        draft_ref = model_ref(named_pair.draft.name) if named_pair else pick_draft(target)
     else:
-        draft_entry = _existing_path(draft, "draft model")
-
-    target_path = _local(target_entry, progress)
-    draft_path = _local(draft_entry, progress) if draft_entry is not None else None
+        draft_ref = model_ref(draft)
+    pair = named_pair or recommended_pair(target, draft_ref)
+    target_path = ensure_local(target, progress, cancel)
+    draft_path = ensure_local(draft_ref, progress, cancel) if draft_ref is not None else None
     return ResolvedPair(target=target_path, draft=draft_path, pair=pair)
-
-
-def _existing_path(spec: str | Path, role: str) -> Path:
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        raise ModelFileError(f"{role} path is a directory, not a GGUF file: {path}")
-    if not path.is_file():
-        known = ", ".join(sorted(load_catalog().pairs))
-        raise ModelFileError(f"{role} file not found: {path} (and not a catalogue name; known pairs: {known})")
-    return path
-
-
-def _pair_for_target(catalog, target: ModelEntry | Path) -> PairEntry | None:
-    name = target.file if isinstance(target, ModelEntry) else target.name
-    return next((p for p in catalog.pairs.values() if p.target.file == name), None)
-
-
-def _local(entry: ModelEntry | Path, progress: ProgressFn | None) -> Path:
-    return entry if isinstance(entry, Path) else ensure_model(entry, progress)
 
 
 class SpeculativeModel:
@@ -294,7 +268,8 @@ def _normalise_messages(messages: str | Iterable[dict]) -> Messages:
 
 
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *,
-         progress: ProgressFn | None = None, **kwargs) -> SpeculativeModel:
+         progress: ProgressFn | None = None, cancel: threading.Event | None = None,
+         **kwargs) -> SpeculativeModel:
     """Resolve (and fetch if needed) a target and draft, then load both.
 
     ``model`` / ``draft`` as in :func:`resolve_pair`; the catalogue pair's recommended
@@ -302,7 +277,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *,
     arguments go to :class:`SpeculativeModel` (``n_ctx``, ``n_gpu_layers``,
     ``n_gpu_layers_draft``, ``n_threads``, ``verbose``).
     """
-    resolved = resolve_pair(model, draft, progress)
+    resolved = resolve_pair(model, draft, progress, cancel)
     if resolved.pair is not None:
         for key in ("draft_max", "draft_min", "p_min"):
             value = getattr(resolved.pair, key)

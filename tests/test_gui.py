@@ -9,7 +9,7 @@ pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -
 
 from synthetic import write_model  # noqa: E402
 
-from gui import _discovery as discovery  # noqa: E402
+from localspec import discovery  # noqa: E402
 from gui.message import Message, Segment  # noqa: E402
 from gui.settings import Settings, load_settings, save_settings  # noqa: E402
 from gui.settings_panel import SettingsPanel  # noqa: E402
@@ -23,7 +23,13 @@ ANSWER_MS = 60_000
 @pytest.fixture(scope="session")
 def badbos_gguf(synth_dir):
     """Same vocabulary as the target but another BOS id: an incompatible draft."""
-    return write_model(synth_dir / "badbos.gguf", seed=1, bos_id=2)
+    return write_model(synth_dir / "badbos.gguf", seed=1, bos_id=2, size_label="0.2M")
+
+
+@pytest.fixture(scope="session")
+def small_draft_gguf(synth_dir):
+    """Same vocabulary, a smaller claimed size: a compatible draft for the target."""
+    return write_model(synth_dir / "small-draft.gguf", seed=2, size_label="0.2M")
 
 
 @pytest.fixture
@@ -138,10 +144,11 @@ def test_closing_while_generating_shuts_down(qtbot, tmp_path, target_gguf):
 
 
 def test_draft_list_holds_exactly_the_compatible_drafts(qtbot, window, tmp_path, monkeypatch,
-                                                        target_gguf, other_gguf, badbos_gguf):
+                                                        target_gguf, small_draft_gguf, badbos_gguf):
     cache = tmp_path / "cache"
     (cache / "local").mkdir(parents=True)
-    for name, src in [("synth-1.gguf", target_gguf), ("synth-2.gguf", other_gguf), ("synth-3.gguf", badbos_gguf)]:
+    for name, src in [("synth-1.gguf", target_gguf), ("synth-2.gguf", small_draft_gguf),
+                      ("synth-3.gguf", badbos_gguf)]:
         shutil.copy(src, cache / "local" / name)
     monkeypatch.setenv("LOCALSPEC_CACHE", str(cache))
     window.picker.refresh()
@@ -150,7 +157,7 @@ def test_draft_list_holds_exactly_the_compatible_drafts(qtbot, window, tmp_path,
     candidates = discovery.drafts_for(target)
     compatible = [c.model.name for c in candidates if c.compatible]
     assert window.picker.draft_names() == compatible
-    assert "synth-2" in compatible and "synth-3" not in compatible
+    assert "synth-2.gguf" in compatible and "synth-3.gguf" not in compatible
     assert window.picker.draft_combo.itemText(0).startswith("No draft")
     assert "incompatible" in window.picker.note.text()
     assert "synth-3" in window.picker.note.toolTip() and "BOS" in window.picker.note.toolTip()
