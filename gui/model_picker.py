@@ -154,6 +154,9 @@ class PairPicker(QWidget):
                 continue
             label = cand.model.label + ("  ★ recommended" if cand.recommended else "")
             self.draft_combo.addItem(label, i)
+            notes = list(getattr(cand, "notes", []) or [])
+            if notes:
+                self.draft_combo.setItemData(self.draft_combo.count() - 1, "; ".join(notes), 3)  # tooltip
             if draft_spec is None and cand.recommended and select == 0:
                 select = self.draft_combo.count() - 1
             if draft_spec and spec_of(cand.model) == draft_spec:

@@ -67,7 +67,8 @@ class SessionStats:
 
 
 class MainWindow(QMainWindow):
-    """``autoload``: load the selected pair at start when it is on disk.
+    """``autoload``: load the selected pair at start when it is on disk.  ``persist``:
+    save settings changes to the user config dir (False for scripts such as the screenshot).
 
     Its own signals fire after the window has handled the worker's (for tests and
     scripts): :attr:`pairLoaded`, :attr:`pairFailed`, :attr:`answerDone`, :attr:`answerFailed`."""
@@ -77,8 +78,9 @@ class MainWindow(QMainWindow):
     answerDone = Signal(object)  # the finished assistant Message
     answerFailed = Signal(str)
 
-    def __init__(self, store: ConversationStore | None = None, autoload: bool = True):
+    def __init__(self, store: ConversationStore | None = None, autoload: bool = True, persist: bool = True):
         super().__init__()
+        self.persist = persist
         self.setWindowTitle("localspec — speculative chat")
         self.resize(1280, 800)
         self.settings: Settings = load_settings()
@@ -114,6 +116,9 @@ class MainWindow(QMainWindow):
         self.new_button = QPushButton("New chat")
         self.conversations = QListWidget()
         self.conversations.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.conversations.setTextElideMode(Qt.ElideRight)
+        self.conversations.setToolTip("Click to reopen; right-click to rename or delete")
         left = QWidget()
         lv = QVBoxLayout(left)
         lv.addWidget(self.new_button)
@@ -471,6 +476,8 @@ class MainWindow(QMainWindow):
             s.target = spec_of(target)
             s.draft = spec_of(draft) if draft is not None else ""
         s.highlight = self.highlight_box.isChecked()
+        if not self.persist:
+            return
         try:
             save_settings(s)
         except OSError as exc:
