@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -70,6 +71,11 @@ class ChatWorker(QObject):
             self._model = None
             self.loadFailed.emit(str(exc) or type(exc).__name__)
             return
+        except Exception as exc:  # a bug: keep the app alive, say so, keep the traceback on stderr
+            traceback.print_exc()
+            self._model = None
+            self.loadFailed.emit(f"internal error ({type(exc).__name__}): {exc}")
+            return
         self.loaded.emit({"target": str(target), "draft": str(draft) if draft else None,
                           "load_s": time.perf_counter() - started})
 
@@ -102,6 +108,9 @@ class ChatWorker(QObject):
                                             "stats": result.stats.to_dict()})
         except (LocalspecError, OSError, ValueError) as exc:
             self.failed.emit(request_id, str(exc) or type(exc).__name__)
+        except Exception as exc:  # a bug: keep the app alive, say so, keep the traceback on stderr
+            traceback.print_exc()
+            self.failed.emit(request_id, f"internal error ({type(exc).__name__}): {exc}")
         finally:
             with self._lock:
                 self._generation = None

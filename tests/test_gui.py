@@ -246,3 +246,65 @@ def test_cli_gui_without_pyside6(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "PySide6", None)
     assert main(["gui"]) == 2
     assert "pip install 'localspec[gui]'" in capsys.readouterr().err
+
+
+def test_download_shows_progress_and_can_be_cancelled(qtbot, window, monkeypatch):
+    import threading
+
+    from localspec.errors import DownloadCancelled
+
+    release = threading.Event()
+
+    def fake_ensure_local(ref, progress=None, cancel=None):
+        progress(1 << 20, 4 << 20)
+        assert release.wait(30)
+        if cancel is not None and cancel.is_set():
+            raise DownloadCancelled(f"download of {ref.name} cancelled")
+        raise AssertionError("not cancelled")
+
+    monkeypatch.setattr(discovery, "ensure_local", fake_ensure_local)
+    missing = discovery.ModelRef("not-here", entry=None, path=None, size=4 << 20)
+    window.picker.targets = [missing]
+    window.picker._fill_targets(missing)
+    window.picker.draft_combo.setCurrentIndex(0)  # No draft
+    window.picker._update_button()
+    assert window.picker.load_button.text() == "Download && load"
+    window.picker.load_selected()
+    qtbot.waitUntil(lambda: "1.0 MiB of 4.0 MiB" in window.picker.progress_label.text(), timeout=10_000)
+    assert window.picker.progress.isVisible() and window.picker.cancel_button.isVisible()
+    window.picker.cancel_download()
+    release.set()
+    qtbot.waitUntil(lambda: "cancelled" in window.picker.progress_label.text(), timeout=10_000)
+    assert not window.picker.busy() and not window.picker.progress.isVisible()
+
+
+def test_failed_download_shows_an_error(qtbot, window, monkeypatch):
+    from localspec.errors import DownloadError
+
+    def failing(ref, progress=None, cancel=None):
+        raise DownloadError("could not fetch x: Hub unreachable")
+
+    monkeypatch.setattr(discovery, "ensure_local", failing)
+    missing = discovery.ModelRef("not-here", entry=None, path=None, size=1)
+    window.picker.targets = [missing]
+    window.picker._fill_targets(missing)
+    window.picker.draft_combo.setCurrentIndex(0)
+    window.picker.load_selected()
+    qtbot.waitUntil(window.banner.isVisible, timeout=10_000)
+    assert "Hub unreachable" in window.banner.text() and not window.picker.busy()
+
+
+def test_token_tooltips_give_source_and_probabilities(qtbot, window):
+    from gui.chat_view import tooltip_for
+
+    seg = Segment("def", "accepted", 0.91, 0.87)
+    assert tooltip_for(seg) == "accepted draft token — p target 91.0 %, p draft 87.0 %"
+    assert tooltip_for(Segment("x", "correction")) == "target correction (draft rejected)"
+    window.view.set_messages([Message("user", "hi"), Message("assistant", "def", [seg], {"drafted_tokens": 1})])
+    doc = window.view.browser.document()
+    pos = doc.toPlainText().index("def") + 1
+    from PySide6.QtGui import QTextCursor
+
+    cursor = QTextCursor(doc)
+    cursor.setPosition(pos)
+    assert cursor.charFormat().toolTip() == tooltip_for(seg)
