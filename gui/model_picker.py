@@ -10,7 +10,9 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
 
+from localspec.compat import check_compatibility
 from localspec.errors import LocalspecError
+from localspec.gguf_info import check_gguf_file
 
 from localspec import discovery
 from .download import human_bytes, start_download
@@ -21,7 +23,9 @@ NO_DRAFT = "No draft (plain decoding)"
 
 def spec_of(ref) -> str:
     """What the settings keep for a model: its catalogue name, else its path."""
-    return ref.entry.name if ref.entry is not None else str(ref.path)
+    if ref.entry is not None:
+        return ref.entry.name
+    return str(ref.path) if ref.path is not None else ref.name
 
 
 class PairPicker(QWidget):
@@ -70,6 +74,7 @@ class PairPicker(QWidget):
         self._job = None
         self._thread = None
         self.target_combo.activated.connect(self._target_activated)
+        self.draft_combo.activated.connect(self._draft_activated)
         self.draft_combo.currentIndexChanged.connect(self._update_button)
         self.draft_combo.currentIndexChanged.connect(lambda _i: self.selectionChanged.emit())
         self.load_button.clicked.connect(self.load_selected)
@@ -120,12 +125,43 @@ class PairPicker(QWidget):
 
     def current_draft(self):
         data = self.draft_combo.currentData()
-        return None if data is None else self.candidates[data].model
+        return None if data is None or data < 0 else self.candidates[data].model
 
     def draft_names(self) -> list[str]:
         """The names in the draft list, "No draft" excluded."""
-        return [self.candidates[self.draft_combo.itemData(i)].model.name
-                for i in range(self.draft_combo.count()) if self.draft_combo.itemData(i) is not None]
+        data = [self.draft_combo.itemData(i) for i in range(self.draft_combo.count())]
+        return [self.candidates[d].model.name for d in data if d is not None and d >= 0]
+
+    def add_draft_path(self, path: str | Path) -> bool:
+        """Offer a GGUF file as the draft if it can draft for the current target; else
+        :attr:`error` with the reasons and False."""
+        target = self.current_target()
+        try:
+            ref = discovery.model_ref(Path(path))
+            if target is None or target.path is None:
+                raise LocalspecError("download the target first; a draft file is checked against it")
+            verdict = check_compatibility(check_gguf_file(target.path), check_gguf_file(ref.path))
+        except LocalspecError as exc:
+            self.error.emit(str(exc))
+            return False
+        if not verdict.compatible:
+            self.error.emit(f"{ref.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons))
+            return False
+        self.candidates.append(discovery.DraftCandidate(ref, True))
+        self.draft_combo.blockSignals(True)
+        self.draft_combo.insertItem(self.draft_combo.count() - 1, ref.label, len(self.candidates) - 1)
+        self.draft_combo.setCurrentIndex(self.draft_combo.count() - 2)
+        self.draft_combo.blockSignals(False)
+        self._update_button()
+        self.selectionChanged.emit()
+        return True
+
+    def _draft_activated(self, index: int) -> None:
+        if self.draft_combo.itemData(index) != -1:
+            return
+        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF draft model", str(Path.home()), "GGUF models (*.gguf)")
+        if not path or not self.add_draft_path(path):
+            self.draft_combo.setCurrentIndex(0)
 
     def _fill_targets(self, chosen) -> None:
         self.target_combo.blockSignals(True)
@@ -163,6 +199,7 @@ class PairPicker(QWidget):
                 select = self.draft_combo.count() - 1
         if draft_spec is None and select == 0 and self.draft_combo.count() > 1:
             select = 1  # the best compatible draft
+        self.draft_combo.addItem(OPEN_FILE, -1)
         self.draft_combo.setCurrentIndex(select)
         self.draft_combo.blockSignals(False)
         self._explain_incompatible()
@@ -242,9 +279,10 @@ class PairPicker(QWidget):
             w.setVisible(False)
         self.progress_label.setText("Download cancelled." if message is None else "")
         self.progress_label.setVisible(message is None)
-        target_spec = spec_of(self.current_target()) if self.current_target() else ""
-        draft = self.current_draft()
-        self.refresh(target_spec, spec_of(draft) if draft is not None else "")
+        if paths:  # the files are on disk now: list them as downloaded
+            target, draft = self.current_target(), self.current_draft()
+            self.refresh(spec_of(target) if target else "", spec_of(draft) if draft is not None else "")
+        self._update_button()
         if message:
             self.error.emit(message)
         elif paths:
