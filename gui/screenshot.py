@@ -88,6 +88,11 @@ def render(out: Path, prompt: str = PROMPT, max_tokens: int = 160, compare: bool
         return out
     finally:
         win.close()
+        # Destroy the Qt objects now, while the application exists, not at interpreter exit.
+        from PySide6.QtCore import QCoreApplication, QEvent
+
+        win.deleteLater()
+        QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
 
 
 def main(argv: list[str] | None = None) -> int:

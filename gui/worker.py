@@ -138,7 +138,7 @@ class ModelHost(QObject):
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
-        self.thread = QThread()
+        self.thread = QThread(self)
         self.thread.setObjectName("localspec-model")
         self.worker = ChatWorker()
         self.worker.moveToThread(self.thread)
