@@ -1,4 +1,4 @@
-"""Command line: ``localspec run "prompt"``, ``chat``, ``bench``, ``models``, ``pull``.
+"""Command line: ``localspec run "prompt"``, ``chat``, ``bench``, ``models``, ``pull``, ``gui``.
 
 User errors (:class:`~localspec.errors.LocalspecError`) print one line and exit 2;
 Ctrl-C exits 130.
@@ -90,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     rm = models_sub.add_parser("rm", help="delete a downloaded model file from the caches")
     rm.add_argument("spec", help="a model name from models.toml, REPO:FILE, or a path inside a cache")
     models.set_defaults(func=_cmd_models)
+
+    gui = sub.add_parser("gui", help="open the desktop chat (needs: pip install 'localspec[gui]')")
+    gui.set_defaults(func=_cmd_gui)
     return parser
 
 
@@ -107,6 +110,22 @@ def _cmd_models(args) -> int:
     if args.drafts_for:
         return models_cli.list_drafts(args.drafts_for, as_json=args.json)
     return models_cli.list_all(as_json=args.json)
+
+
+def _cmd_gui(args) -> int:
+    try:
+        import PySide6  # noqa: F401
+    except ImportError:
+        print("localspec: error: the desktop chat needs PySide6: pip install 'localspec[gui]'", file=sys.stderr)
+        return 2
+    try:
+        from PySide6 import QtWidgets  # noqa: F401
+    except ImportError as exc:  # a system library Qt needs is missing (libEGL, libxkbcommon, ...)
+        print(f"localspec: error: PySide6 cannot load Qt: {exc}", file=sys.stderr)
+        return 2
+    from gui.app import main as gui_main
+
+    return gui_main()
 
 
 def _cmd_bench(args) -> int:

@@ -1,0 +1,24 @@
+"""``localspec gui`` / ``localspec-gui``: open the desktop chat."""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start the Qt application and the main window; returns the exit status."""
+    from PySide6.QtWidgets import QApplication
+
+    from .window import MainWindow
+
+    app = QApplication.instance() or QApplication(list(argv) if argv is not None else sys.argv[:1])
+    app.setApplicationName("localspec")
+    app.setOrganizationName("localspec")
+    window = MainWindow()
+    window.show()
+    return app.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

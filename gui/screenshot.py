@@ -1,0 +1,110 @@
+"""The README's screenshot: the window at 1280×800 with a finished, highlighted answer
+from the real default pair and its plain-decoding comparison.
+
+``python -m gui.screenshot docs/screenshot.png`` (offscreen unless QT_QPA_PLATFORM says
+otherwise).  Nothing is written to the user's settings or conversations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+PROMPT = "Write a Python function that checks whether a number is prime, with a short docstring."
+SIZE = (1280, 800)  # pixels
+
+
+def _wait(signal_ok, signal_fail, timeout_s: float):
+    """Run the event loop until one of the signals fires; returns (ok, args)."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    got: dict = {}
+
+    def done(ok):
+        def handler(*args):
+            got.setdefault("ok", ok)
+            got.setdefault("args", args)
+            loop.quit()
+        return handler
+
+    signal_ok.connect(done(True))
+    signal_fail.connect(done(False))
+    QTimer.singleShot(int(timeout_s * 1000), loop.quit)
+    loop.exec()
+    if "ok" not in got:
+        raise TimeoutError(f"nothing happened in {timeout_s:.0f} s")
+    return got["ok"], got["args"]
+
+
+def render(out: Path, prompt: str = PROMPT, max_tokens: int = 160, compare: bool = True,
+           timeout_s: float = 300.0) -> Path:
+    """Load the default pair (draft max 4, p-min 0, so the draft model's tokens show),
+    answer ``prompt``, optionally rerun it without the draft, and save the window as a
+    PNG at ``out``.  Raises RuntimeError with the window's message when loading or the
+    answer fails, TimeoutError after ``timeout_s`` seconds per step."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    from localspec.api import resolve_pair
+
+    from .store import ConversationStore
+    from .window import MainWindow
+
+    app = QApplication.instance() or QApplication(["localspec-screenshot"])
+    pair = resolve_pair()
+    win = MainWindow(store=ConversationStore(":memory:"), autoload=False, persist=False)
+    try:
+        win.resize(*SIZE)
+        win.show()
+        win.panel.draft_max.setCurrentText("4")
+        win.panel.p_min.setValue(0.0)
+        win.panel.temperature.setValue(0.0)
+        win.panel.max_tokens.setValue(max_tokens)
+        win.highlight_box.setChecked(True)
+        win.load_pair(pair.target, pair.draft)
+        ok, args = _wait(win.pairLoaded, win.pairFailed, timeout_s)
+        if not ok:
+            raise RuntimeError(f"could not load the default pair: {args[0]}")
+        win.input.setPlainText(prompt)
+        win.send()
+        ok, args = _wait(win.answerDone, win.answerFailed, timeout_s)
+        if not ok:
+            raise RuntimeError(f"the answer failed: {args[0]}")
+        if compare:
+            win.compare_with_no_draft()
+            ok, args = _wait(win.answerDone, win.answerFailed, timeout_s)
+            if not ok:
+                raise RuntimeError(f"the plain rerun failed: {args[0]}")
+        win.input.setPlainText("")
+        win.view.browser.verticalScrollBar().setValue(0)
+        app.processEvents()
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if not win.grab().save(str(out), "PNG"):
+            raise OSError(f"could not write {out}")
+        return out
+    finally:
+        win.close()
+        # Destroy the Qt objects now, while the application exists, not at interpreter exit.
+        from PySide6.QtCore import QCoreApplication, QEvent
+
+        win.deleteLater()
+        QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gui.screenshot", description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", default="docs/screenshot.png", help="PNG file to write")
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--no-compare", action="store_true", help="skip the plain-decoding rerun")
+    args = parser.parse_args(argv)
+    path = render(Path(args.out), max_tokens=args.max_tokens, compare=not args.no_compare)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

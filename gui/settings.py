@@ -1,0 +1,100 @@
+"""The GUI's settings, kept as JSON in the user config dir between runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import platformdirs
+
+ALL_LAYERS = -1  # n_gpu_layers value meaning "offload every layer"
+
+
+@dataclass
+class Settings:
+    """Everything the side panel sets.
+
+    ``target`` / ``draft``: model specs for :func:`localspec.discovery.model_ref` (catalogue
+    name or GGUF path); ``draft`` "" means no draft.  ``draft_max``: "auto" or a
+    number of tokens as text.  ``seed`` -1 draws a fresh seed.  ``max_tokens`` and
+    ``n_ctx`` are tokens; ``gpu_layers*`` -1 means all layers.
+    """
+
+    target: str = ""
+    draft: str = ""
+    draft_max: str = "auto"
+    draft_min: int = 0
+    p_min: float = 0.75
+    temperature: float = 0.0
+    top_p: float = 0.95
+    seed: int = -1
+    max_tokens: int = 512
+    system_prompt: str = ""
+    gpu_layers: int = ALL_LAYERS
+    gpu_layers_draft: int = ALL_LAYERS
+    n_ctx: int = 4096
+    highlight: bool = True
+
+    def generation_options(self) -> dict:
+        """Keyword options for ``SpeculativeModel.chat``."""
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": None if self.seed < 0 else self.seed,
+            "draft_max": self.draft_max_value(),
+            "draft_min": self.draft_min,
+            "p_min": self.p_min,
+        }
+
+    def draft_max_value(self) -> int | str:
+        return "auto" if self.draft_max == "auto" else int(self.draft_max)
+
+    def load_options(self) -> dict:
+        """Keyword options for ``SpeculativeModel(...)`` (context size, GPU layers)."""
+        return {"n_ctx": self.n_ctx, "n_gpu_layers": self.gpu_layers, "n_gpu_layers_draft": self.gpu_layers_draft,
+                "draft_max": self.draft_max_value(), "draft_min": self.draft_min, "p_min": self.p_min}
+
+
+def settings_path() -> Path:
+    """``<user config dir>/localspec/gui.json`` (``$XDG_CONFIG_HOME`` on Linux)."""
+    return Path(platformdirs.user_config_dir("localspec")) / "gui.json"
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Read saved settings; missing file, unreadable JSON or a bad value give defaults
+    (per field), never an error."""
+    path = path or settings_path()
+    defaults = Settings()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return defaults
+    if not isinstance(raw, dict):
+        return defaults
+    values = {}
+    for f in fields(Settings):
+        default = getattr(defaults, f.name)
+        value = raw.get(f.name, default)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        else:
+            ok = isinstance(value, type(default)) and not isinstance(value, bool)
+        values[f.name] = value if ok else default
+    if values["draft_max"] != "auto" and not values["draft_max"].isdigit():
+        values["draft_max"] = "auto"
+    return Settings(**values)
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    """Write the settings as JSON (creates the folder).  Raises OSError when the
+    config dir is not writable."""
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
+    tmp.replace(path)

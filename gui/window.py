@@ -1,0 +1,501 @@
+"""The main window: conversations on the left, the chat in the middle, the pair and
+settings on the right.  It wires widgets to the model thread and the store; the data
+flows one way: worker signals → window slots → view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QEvent, Qt, Signal
+from PySide6.QtGui import QAction, QKeyEvent
+from PySide6.QtWidgets import (QCheckBox, QGroupBox, QHBoxLayout, QInputDialog, QLabel, QListWidget,
+                               QListWidgetItem, QMainWindow, QMenu, QPlainTextEdit, QProgressBar, QPushButton,
+                               QScrollArea, QSplitter, QVBoxLayout, QWidget)
+
+from .chat_view import ChatView, format_stats, legend_html
+from .message import Message, chat_history
+from .model_picker import PairPicker, spec_of
+from .settings import Settings, load_settings, save_settings
+from .settings_panel import SettingsPanel
+from .store import ConversationStore
+from .worker import ModelHost
+
+
+class ChatInput(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not event.modifiers() & Qt.ShiftModifier:
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class SessionStats:
+    """Totals over this run's answers (speculative ones) and the plain baseline."""
+
+    def __init__(self):
+        self.accepted = self.drafted = self.rounds = self.tokens = self.answers = 0
+        self.decode_s = self.ttft_s = 0.0
+        self.baseline_tps: float | None = None
+
+    def add(self, stats: dict) -> None:
+        self.answers += 1
+        self.accepted += stats.get("accepted_tokens", 0)
+        self.drafted += stats.get("drafted_tokens", 0)
+        self.rounds += stats.get("rounds", 0)
+        self.tokens += max(0, stats.get("generated_tokens", 0) - 1)
+        self.decode_s += max(0.0, stats.get("total_s", 0.0) - stats.get("ttft_s", 0.0))
+        self.ttft_s += stats.get("ttft_s", 0.0)
+
+    def text(self) -> str:
+        if not self.answers:
+            return "Session: no answers yet"
+        tps = self.tokens / self.decode_s if self.decode_s > 0 else 0.0
+        parts = [f"Session: {self.answers} answer(s)"]
+        if self.drafted:
+            parts.append(f"Accepted {self.accepted}/{self.drafted} draft tokens "
+                         f"({100 * self.accepted / self.drafted:.0f} %)")
+            parts.append(f"mean accepted length {(self.accepted + self.rounds) / max(1, self.rounds):.2f}")
+        parts.append(f"{tps:.1f} t/s")
+        parts.append(f"mean TTFT {self.ttft_s / self.answers:.2f} s")
+        if self.baseline_tps:
+            parts.append(f"plain {self.baseline_tps:.1f} t/s → {tps / self.baseline_tps:.2f}×")
+        return " · ".join(parts)
+
+
+class MainWindow(QMainWindow):
+    """``autoload``: load the selected pair at start when it is on disk.  ``persist``:
+    save settings changes to the user config dir (False for scripts such as the screenshot).
+
+    Its own signals fire after the window has handled the worker's (for tests and
+    scripts): :attr:`pairLoaded`, :attr:`pairFailed`, :attr:`answerDone`, :attr:`answerFailed`."""
+
+    pairLoaded = Signal(dict)
+    pairFailed = Signal(str)
+    answerDone = Signal(object)  # the finished assistant Message
+    answerFailed = Signal(str)
+
+    def __init__(self, store: ConversationStore | None = None, autoload: bool = True, persist: bool = True):
+        super().__init__()
+        self.persist = persist
+        self.setWindowTitle("localspec — speculative chat")
+        self.resize(1280, 800)
+        self.settings: Settings = load_settings()
+        self.store = store or ConversationStore()
+        self.host = ModelHost(self)
+        self.session = SessionStats()
+        self.conversation_id: int | None = None
+        self.messages: list[Message] = []
+        self.model_ready = False
+        self.loading = False
+        self.request: tuple[int, str, Message] | None = None  # id, kind, answer being written
+        self._sent_text = ""
+        self._ready = False  # no settings saved while the widgets are being filled
+        self._closed = False
+        self._build()
+        self._connect()
+        self.panel.set_settings(self.settings)
+        self.highlight_box.setChecked(self.settings.highlight)
+        self.view.set_highlight(self.settings.highlight)
+        self.picker.refresh(self.settings.target, self.settings.draft if self.settings.target else None)
+        self._reload_conversations()
+        self._ready = True
+        self._update_buttons()
+        if autoload:
+            target, draft = self.picker.current_target(), self.picker.current_draft()
+            if target is not None and target.downloaded and (draft is None or draft.downloaded):
+                self.picker.load_selected()
+
+    # --- layout ------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        # Left: conversations.
+        self.new_button = QPushButton("New chat")
+        self.conversations = QListWidget()
+        self.conversations.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.conversations.setTextElideMode(Qt.ElideRight)
+        self.conversations.setToolTip("Click to reopen; right-click to rename or delete")
+        left = QWidget()
+        lv = QVBoxLayout(left)
+        lv.addWidget(self.new_button)
+        lv.addWidget(QLabel("Conversations"))
+        lv.addWidget(self.conversations)
+
+        # Centre: banner, legend, chat, input.
+        self.banner = QLabel()
+        self.banner.setWordWrap(True)
+        self.banner.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.banner.setStyleSheet("background:#fde2e1; color:#7f1d1d; border:1px solid #f5a5a0;"
+                                  "border-radius:4px; padding:6px;")
+        self.banner.setVisible(False)
+        self.banner_close = QPushButton("Dismiss")
+        self.banner_close.setVisible(False)
+        self.legend = QLabel(legend_html())
+        self.highlight_box = QCheckBox("Highlight token sources")
+        self.highlight_box.setToolTip("Off: render answers as Markdown with code blocks")
+        self.view = ChatView()
+        self.input = ChatInput()
+        self.input.setPlaceholderText("Message (Enter sends, Shift+Enter new line)")
+        self.input.setFixedHeight(84)
+        self.send_button = QPushButton("Send")
+        self.stop_button = QPushButton("Stop")
+        self.compare_button = QPushButton("Compare with no draft")
+        self.compare_button.setToolTip("Rerun the last prompt with plain decoding and show both speeds")
+        self.status = QLabel()
+        self.status.setStyleSheet("color:#374151;")
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)
+        self.busy.setMaximumWidth(160)
+        self.busy.setVisible(False)
+        self.session_label = QLabel(self.session.text())
+        self.session_label.setWordWrap(True)
+
+        centre = QWidget()
+        cv = QVBoxLayout(centre)
+        brow = QHBoxLayout()
+        brow.addWidget(self.banner, 1)
+        brow.addWidget(self.banner_close)
+        cv.addLayout(brow)
+        top = QHBoxLayout()
+        top.addWidget(self.legend)
+        top.addStretch(1)
+        top.addWidget(self.highlight_box)
+        cv.addLayout(top)
+        cv.addWidget(self.view, 1)
+        cv.addWidget(self.session_label)
+        irow = QHBoxLayout()
+        irow.addWidget(self.input, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.compare_button)
+        irow.addLayout(buttons)
+        cv.addLayout(irow)
+        srow = QHBoxLayout()
+        srow.addWidget(self.busy)
+        srow.addWidget(self.status, 1)
+        cv.addLayout(srow)
+
+        # Right: pair + settings.
+        self.picker = PairPicker()
+        self.panel = SettingsPanel()
+        pair_box = QGroupBox("Model pair")
+        QVBoxLayout(pair_box).addWidget(self.picker)
+        settings_box = QGroupBox("Settings")
+        QVBoxLayout(settings_box).addWidget(self.panel)
+        side = QWidget()
+        sv = QVBoxLayout(side)
+        sv.addWidget(pair_box)
+        sv.addWidget(settings_box)
+        sv.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(side)
+        scroll.setMinimumWidth(330)
+
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(centre)
+        splitter.addWidget(scroll)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([200, 730, 350])
+        self.setCentralWidget(splitter)
+
+        rename = QAction("Rename…", self)
+        delete = QAction("Delete", self)
+        rename.triggered.connect(self._rename_selected)
+        delete.triggered.connect(self._delete_selected)
+        self._conv_menu = QMenu(self)
+        self._conv_menu.addActions([rename, delete])
+
+    def _connect(self) -> None:
+        w = self.host.worker
+        w.status.connect(self._on_status)
+        w.loaded.connect(self._on_loaded)
+        w.loadFailed.connect(self._on_load_failed)
+        w.round.connect(self._on_round)
+        w.finished.connect(self._on_finished)
+        w.failed.connect(self._on_failed)
+        self.picker.pairReady.connect(self.load_pair)
+        self.picker.error.connect(self.show_error)
+        self.picker.selectionChanged.connect(self._save_settings)
+        self.panel.changed.connect(self._save_settings)
+        self.highlight_box.toggled.connect(self._on_highlight)
+        self.input.submitted.connect(self.send)
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop)
+        self.compare_button.clicked.connect(self.compare_with_no_draft)
+        self.new_button.clicked.connect(self.new_chat)
+        self.banner_close.clicked.connect(self.hide_error)
+        self.conversations.itemClicked.connect(lambda item: self.open_conversation(item.data(Qt.UserRole)))
+        self.conversations.customContextMenuRequested.connect(
+            lambda pos: self.conversations.itemAt(pos) and self._conv_menu.exec(self.conversations.mapToGlobal(pos)))
+
+    # --- errors and status ----------------------------------------------------------------
+
+    def show_error(self, message: str) -> None:
+        """Show ``message`` in the banner; nothing else changes."""
+        self.banner.setText(message)
+        self.banner.setVisible(True)
+        self.banner_close.setVisible(True)
+
+    def hide_error(self) -> None:
+        self.banner.setVisible(False)
+        self.banner_close.setVisible(False)
+
+    def _on_status(self, text: str) -> None:
+        self.status.setText(text)
+
+    def _update_buttons(self) -> None:
+        generating = self.request is not None
+        self.send_button.setEnabled(self.model_ready and not generating)
+        self.stop_button.setEnabled(generating)
+        has_answer = any(m.kind == "chat" and m.role == "assistant" and m.stats for m in self.messages)
+        self.compare_button.setEnabled(self.model_ready and not generating and has_answer)
+        self.new_button.setEnabled(not generating)
+        self.conversations.setEnabled(not generating)
+        self.picker.load_button.setEnabled(not generating and not self.loading and not self.picker.busy())
+
+    # --- models --------------------------------------------------------------------------
+
+    def load_pair(self, target: Path, draft: Path | None) -> None:
+        """Load ``target`` (+ ``draft``) in the model thread with the current settings."""
+        if self.request is not None:
+            self.show_error("Stop the running answer before loading another pair.")
+            return
+        self._save_settings()
+        self.model_ready = False
+        self.loading = True
+        self.busy.setVisible(True)
+        self.status.setText("Loading…")
+        self._update_buttons()
+        self.host.load({"target": str(target), "draft": str(draft) if draft else None,
+                        **self.settings.load_options()})
+
+    def _on_loaded(self, info: dict) -> None:
+        self.model_ready = True
+        self.loading = False
+        self.busy.setVisible(False)
+        names = Path(info["target"]).name + (f" + draft {Path(info['draft']).name}" if info["draft"] else " (no draft)")
+        self.status.setText(f"Ready: {names} — loaded in {info['load_s']:.1f} s")
+        self.session.baseline_tps = None  # a baseline belongs to one pair
+        self.view.set_baseline(None)
+        self._update_buttons()
+        self.pairLoaded.emit(info)
+
+    def _on_load_failed(self, message: str) -> None:
+        self.model_ready = False
+        self.loading = False
+        self.busy.setVisible(False)
+        self.status.setText("No model loaded")
+        self.show_error(f"Could not load the pair: {message}")
+        self._update_buttons()
+        self.pairFailed.emit(message)
+
+    # --- chatting ------------------------------------------------------------------------
+
+    def send(self) -> None:
+        """Send the input box's text; it is cleared only once the request is queued, and
+        put back if the request fails."""
+        text = self.input.toPlainText().strip()
+        if not text or self.request is not None:
+            return
+        if not self.model_ready:
+            self.show_error("Load a model pair first (Model pair → Load pair)." if not self.loading
+                            else "The pair is still loading; send again when it is ready.")
+            return
+        self.hide_error()
+        if self.conversation_id is None:
+            self.conversation_id = self.store.create(_title(text))
+            self._reload_conversations()
+        user = Message("user", text)
+        self.store.add_message(self.conversation_id, user)
+        history = chat_history(self.messages + [user], self.settings.system_prompt)
+        self.messages.append(user)
+        self._sent_text = text
+        self.input.clear()
+        self._start(history, "chat", self.settings.generation_options())
+
+    def compare_with_no_draft(self) -> None:
+        """Rerun the prompt of the last answer with plain decoding (no draft, no lookup)."""
+        if self.request is not None or not self.model_ready:
+            return
+        last = max((i for i, m in enumerate(self.messages) if m.kind == "chat" and m.role == "assistant"),
+                   default=None)
+        if last is None:
+            return
+        history = chat_history(self.messages[:last], self.settings.system_prompt)
+        self._sent_text = ""
+        self._start(history, "baseline", {**self.settings.generation_options(), "strategy": "none"})
+
+    def _start(self, history: list[dict], kind: str, options: dict) -> None:
+        answer = Message("assistant", "", kind=kind)
+        self.messages.append(answer)
+        self.view.set_messages(self.messages)
+        self.view.begin_answer(answer)
+        rid = self.host.generate(history, options)
+        self.request = (rid, kind, answer)
+        self.status.setText("Generating…" if kind == "chat" else "Measuring plain decoding…")
+        self._update_buttons()
+
+    def stop(self) -> None:
+        """End the running answer after its current round."""
+        if self.request is not None:
+            self.host.stop(self.request[0])
+            self.status.setText("Stopping…")
+
+    def _on_round(self, rid: int, segments: list) -> None:
+        if self._closed:
+            return
+        if self.request is not None and rid == self.request[0]:
+            self.view.append_segments(segments)
+
+    def _on_finished(self, rid: int, result: dict) -> None:
+        if self._closed:
+            return
+        if self.request is None or rid != self.request[0]:
+            return
+        _, kind, answer = self.request
+        self.request = None
+        answer.content = result["text"]
+        answer.stats = result["stats"]
+        answer.finish_reason = result["finish_reason"]
+        if self.conversation_id is not None:
+            self.store.add_message(self.conversation_id, answer)
+            self._reload_conversations()
+        if kind == "baseline":
+            self.session.baseline_tps = answer.stats.get("tokens_per_s") or None
+            self.view.baseline_tps = self.session.baseline_tps
+        else:
+            self.session.add(answer.stats)
+        self.view.end_answer()
+        self.session_label.setText(self.session.text())
+        line = format_stats(answer.stats, answer.finish_reason,
+                            self.session.baseline_tps if kind == "chat" else None)
+        self.status.setText(("Plain decoding: " if kind == "baseline" else "") + line)
+        if answer.finish_reason == "context":
+            self.show_error(f"The context is full ({self.settings.n_ctx} tokens): start a New chat, "
+                            "or raise Context and Load the pair again.")
+        self._update_buttons()
+        self.answerDone.emit(answer)
+
+    def _on_failed(self, rid: int, message: str) -> None:
+        if self._closed:
+            return
+        if self.request is None or rid != self.request[0]:
+            return
+        _, kind, answer = self.request
+        self.request = None
+        self.messages.remove(answer)
+        if kind == "chat" and self.messages and self.messages[-1].role == "user":
+            user = self.messages.pop()
+            if user.id is not None:
+                self.store.delete_message(user.id)
+            current = self.input.toPlainText()
+            self.input.setPlainText(self._sent_text + ("\n" + current if current.strip() else ""))
+        self.view.end_answer()
+        self.view.set_messages(self.messages)
+        self.status.setText("")
+        self.show_error(f"The answer failed: {message}")
+        self._update_buttons()
+        self.answerFailed.emit(message)
+
+    # --- conversations ---------------------------------------------------------------------
+
+    def new_chat(self) -> None:
+        if self.request is not None:
+            return
+        self.conversation_id = None
+        self.messages = []
+        self.view.set_messages(self.messages)
+        self.conversations.clearSelection()
+        self._update_buttons()
+
+    def open_conversation(self, conversation_id: int) -> None:
+        """Show a stored conversation (answers keep their highlighting and stats)."""
+        if self.request is not None:
+            return
+        self.conversation_id = conversation_id
+        self.messages = self.store.messages(conversation_id)
+        self.view.set_messages(self.messages)
+        self._update_buttons()
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.store.rename(conversation_id, title.strip() or "Untitled")
+        self._reload_conversations()
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        self.store.delete(conversation_id)
+        if conversation_id == self.conversation_id:
+            self.new_chat()
+        self._reload_conversations()
+
+    def _selected_conversation(self) -> int | None:
+        item = self.conversations.currentItem()
+        return item.data(Qt.UserRole) if item is not None else None
+
+    def _rename_selected(self) -> None:
+        cid = self._selected_conversation()
+        if cid is None:
+            return
+        title, ok = QInputDialog.getText(self, "Rename conversation", "Title", text=self.store.title(cid) or "")
+        if ok:
+            self.rename_conversation(cid, title)
+
+    def _delete_selected(self) -> None:
+        cid = self._selected_conversation()
+        if cid is not None:
+            self.delete_conversation(cid)
+
+    def _reload_conversations(self) -> None:
+        self.conversations.clear()
+        for info in self.store.list():
+            item = QListWidgetItem(info.title)
+            item.setData(Qt.UserRole, info.id)
+            self.conversations.addItem(item)
+            if info.id == self.conversation_id:
+                item.setSelected(True)
+                self.conversations.setCurrentItem(item)
+
+    # --- settings ---------------------------------------------------------------------------
+
+    def _on_highlight(self, on: bool) -> None:
+        self.view.set_highlight(on)
+        self._save_settings()
+
+    def _save_settings(self) -> None:
+        if not self._ready:
+            return
+        s = self.panel.apply_to(self.settings)
+        target, draft = self.picker.current_target(), self.picker.current_draft()
+        if target is not None:
+            s.target = spec_of(target)
+            s.draft = spec_of(draft) if draft is not None else ""
+        s.highlight = self.highlight_box.isChecked()
+        if not self.persist:
+            return
+        try:
+            save_settings(s)
+        except OSError as exc:
+            self.show_error(f"Settings not saved: {exc}")
+
+    def closeEvent(self, event) -> None:
+        """Stop a running answer (within one round), free the models, then close."""
+        self.status.setText("Closing…")
+        self._save_settings()
+        if not self.host.shutdown():
+            self.show_error("The model thread did not stop in time; closing anyway.")
+        # Deliver what the worker sent before it stopped (a stopped answer is saved).
+        QCoreApplication.sendPostedEvents(self, QEvent.MetaCall)
+        self._closed = True
+        self.store.close()
+        super().closeEvent(event)
+
+
+def _title(text: str, length: int = 48) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= length else line[: length - 1] + "…"

@@ -1,0 +1,171 @@
+"""The model thread: one long-lived :class:`ChatWorker` on its own QThread owns both
+models; :class:`ModelHost` (GUI thread) sends it requests as queued calls.
+
+Data flows one way: requests go in through the host's private signals (queued, since
+the worker lives in another thread); token events, stats and errors come back as the
+worker's signals, one :attr:`ChatWorker.round` emit per speculative round.  Stop is a
+flag the generation reads after every round (``Generation.cancel``), not a queued
+message, so it takes effect within one round even while the worker is busy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from localspec.errors import LocalspecError
+
+from .message import Segment
+
+
+class ChatWorker(QObject):
+    """Lives in the model thread; never touch it from the GUI thread except
+    :meth:`request_stop`."""
+
+    status = Signal(str)  # a human line: "Loading qwen… (1.0 GiB)"
+    loaded = Signal(dict)  # {"target": str, "draft": str | None, "load_s": float (seconds)}
+    loadFailed = Signal(str)  # the LocalspecError / OSError message
+    round = Signal(int, object)  # request id, list[Segment] of one speculative round
+    finished = Signal(int, dict)  # request id, {"text", "finish_reason", "stats": GenerationStats.to_dict()}
+    failed = Signal(int, str)  # request id, error message
+    closed = Signal()
+
+    def __init__(self):
+        super().__init__()
+        self._model = None
+        self._lock = threading.Lock()  # guards _generation / _stopped between threads
+        self._generation = None
+        self._stopped: set[int] = set()
+        self.current_round = -1  # round of the last event taken from the engine
+
+    # --- called from any thread -------------------------------------------------------
+
+    def request_stop(self, request_id: int | None = None) -> None:
+        """End request ``request_id`` (None: whatever runs now) after its current round."""
+        with self._lock:
+            if request_id is not None:
+                self._stopped.add(request_id)
+            if self._generation is not None and (request_id is None or self._generation[0] == request_id):
+                self._generation[1].cancel()
+
+    # --- slots, run in the model thread -------------------------------------------------
+
+    @Slot(dict)
+    def load(self, config: dict) -> None:
+        """``config``: target / draft (paths, draft may be None) plus SpeculativeModel keyword
+        options (n_ctx tokens, n_gpu_layers, n_gpu_layers_draft, draft_max, draft_min, p_min)."""
+        from localspec.api import SpeculativeModel
+
+        self._close_model()
+        config = dict(config)
+        target, draft = config.pop("target"), config.pop("draft", None)
+        started = time.perf_counter()
+        names = " + ".join(str(p).rsplit("/", 1)[-1] for p in (target, draft) if p)
+        self.status.emit(f"Loading {names}…")
+        try:
+            self._model = SpeculativeModel(target, draft, **config)
+        except (LocalspecError, OSError, ValueError) as exc:
+            self._model = None
+            self.loadFailed.emit(str(exc) or type(exc).__name__)
+            return
+        except Exception as exc:  # a bug: keep the app alive, say so, keep the traceback on stderr
+            traceback.print_exc()
+            self._model = None
+            self.loadFailed.emit(f"internal error ({type(exc).__name__}): {exc}")
+            return
+        self.loaded.emit({"target": str(target), "draft": str(draft) if draft else None,
+                          "load_s": time.perf_counter() - started})
+
+    @Slot(int, object, object)
+    def generate(self, request_id: int, messages: list, options: dict) -> None:
+        """Answer ``messages`` with ``SpeculativeModel.chat`` options; emits ``round`` per
+        round, then ``finished`` (finish_reason "cancelled" after Stop) or ``failed``."""
+        if self._model is None:
+            self.failed.emit(request_id, "no model is loaded; choose a pair and press Load")
+            return
+        try:
+            generation = self._model.chat(messages, stream=True, **options)
+            with self._lock:
+                self._generation = (request_id, generation)
+                if request_id in self._stopped:
+                    generation.cancel()
+            batch: list[Segment] = []
+            current = None
+            for event in generation:
+                self.current_round = event.round
+                if current is not None and event.round != current and batch:
+                    self.round.emit(request_id, batch)
+                    batch = []
+                current = event.round
+                batch.append(Segment.from_event(event))
+            if batch:
+                self.round.emit(request_id, batch)
+            result = generation.result
+            self.finished.emit(request_id, {"text": result.text, "finish_reason": result.finish_reason,
+                                            "stats": result.stats.to_dict()})
+        except (LocalspecError, OSError, ValueError) as exc:
+            self.failed.emit(request_id, str(exc) or type(exc).__name__)
+        except Exception as exc:  # a bug: keep the app alive, say so, keep the traceback on stderr
+            traceback.print_exc()
+            self.failed.emit(request_id, f"internal error ({type(exc).__name__}): {exc}")
+        finally:
+            with self._lock:
+                self._generation = None
+                self._stopped.discard(request_id)
+
+    @Slot()
+    def close(self) -> None:
+        """Free both models and end the thread's event loop."""
+        self._close_model()
+        self.closed.emit()
+        QThread.currentThread().quit()
+
+    def _close_model(self) -> None:
+        if self._model is not None:
+            self._model.close()
+            self._model = None
+
+
+class ModelHost(QObject):
+    """The GUI thread's handle on the model thread.  Its methods return at once."""
+
+    _load = Signal(dict)
+    _generate = Signal(int, object, object)
+    _close = Signal()
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.thread = QThread(self)
+        self.thread.setObjectName("localspec-model")
+        self.worker = ChatWorker()
+        self.worker.moveToThread(self.thread)
+        self._load.connect(self.worker.load)
+        self._generate.connect(self.worker.generate)
+        self._close.connect(self.worker.close)
+        self._next_id = 0
+        self.thread.start()
+
+    def load(self, config: dict) -> None:
+        self._load.emit(config)
+
+    def generate(self, messages: list[dict], options: dict) -> int:
+        """Queue a request; returns its id (matches the worker signals' first argument)."""
+        self._next_id += 1
+        self._generate.emit(self._next_id, messages, options)
+        return self._next_id
+
+    def stop(self, request_id: int | None = None) -> None:
+        self.worker.request_stop(request_id)
+
+    def shutdown(self, timeout_ms: int = 120_000) -> bool:
+        """Stop any generation (within one round), free the models, end the thread.
+        Waits up to ``timeout_ms`` milliseconds (a model still loading cannot be
+        interrupted); returns whether the thread ended."""
+        if not self.thread.isRunning():
+            return True
+        self.stop()
+        self._close.emit()
+        return self.thread.wait(timeout_ms)
