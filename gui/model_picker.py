@@ -10,9 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
 
-from localspec.compat import check_compatibility
 from localspec.errors import LocalspecError
-from localspec.gguf_info import check_gguf_file
 
 from localspec import discovery
 from .download import human_bytes, start_download
@@ -140,14 +138,14 @@ class PairPicker(QWidget):
             ref = discovery.model_ref(Path(path))
             if target is None or target.path is None:
                 raise LocalspecError("download the target first; a draft file is checked against it")
-            verdict = check_compatibility(check_gguf_file(target.path), check_gguf_file(ref.path))
+            verdict = discovery.check_draft(target, ref)
         except LocalspecError as exc:
             self.error.emit(str(exc))
             return False
         if not verdict.compatible:
             self.error.emit(f"{ref.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons))
             return False
-        self.candidates.append(discovery.DraftCandidate(ref, True))
+        self.candidates.append(verdict)
         self.draft_combo.blockSignals(True)
         self.draft_combo.insertItem(self.draft_combo.count() - 1, ref.label, len(self.candidates) - 1)
         self.draft_combo.setCurrentIndex(self.draft_combo.count() - 2)

@@ -215,6 +215,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         w = self.host.worker
         w.status.connect(self._on_status)
+        w.loadProgress.connect(self._on_load_progress)
         w.loaded.connect(self._on_loaded)
         w.loadFailed.connect(self._on_load_failed)
         w.round.connect(self._on_round)
@@ -270,11 +271,18 @@ class MainWindow(QMainWindow):
         self._save_settings()
         self.model_ready = False
         self.loading = True
+        self.busy.setRange(0, 0)  # busy until llama.cpp reports how far it has read
         self.busy.setVisible(True)
         self.status.setText("Loading…")
         self._update_buttons()
         self.host.load({"target": str(target), "draft": str(draft) if draft else None,
                         **self.settings.load_options()})
+
+    def _on_load_progress(self, role: str, fraction: float) -> None:
+        """One model's weights read so far (``fraction`` 0.0 to 1.0), from llama.cpp."""
+        self.busy.setRange(0, 100)
+        self.busy.setValue(round(100 * fraction))
+        self.status.setText(f"Loading the {role} model… {100 * fraction:.0f} %")
 
     def _on_loaded(self, info: dict) -> None:
         self.model_ready = True

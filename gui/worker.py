@@ -26,6 +26,7 @@ class ChatWorker(QObject):
     :meth:`request_stop`."""
 
     status = Signal(str)  # a human line: "Loading qwen… (1.0 GiB)"
+    loadProgress = Signal(str, float)  # "target" / "draft", fraction of its weights read (0.0 to 1.0)
     loaded = Signal(dict)  # {"target": str, "draft": str | None, "load_s": float (seconds)}
     loadFailed = Signal(str)  # the LocalspecError / OSError message
     round = Signal(int, object)  # request id, list[Segment] of one speculative round
@@ -66,7 +67,7 @@ class ChatWorker(QObject):
         names = " + ".join(str(p).rsplit("/", 1)[-1] for p in (target, draft) if p)
         self.status.emit(f"Loading {names}…")
         try:
-            self._model = SpeculativeModel(target, draft, **config)
+            self._model = SpeculativeModel(target, draft, load_progress=self.loadProgress.emit, **config)
         except (LocalspecError, OSError, ValueError) as exc:
             self._model = None
             self.loadFailed.emit(str(exc) or type(exc).__name__)

@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .catalog import PairEntry, load_catalog
 from .compat import check_compatibility
@@ -68,6 +68,8 @@ class SpeculativeModel:
     Prompt lookup is always available as a drafter; the draft model when ``draft`` is
     given.  ``draft_max="auto"`` lets :class:`~localspec.policy.AdaptivePolicy` pick
     each round's drafter and length, learning costs across calls.
+    ``load_progress(role, fraction)`` reports loading: role "target" then "draft",
+    fraction 0.0 to 1.0 of that model's weights read.
 
     Raises ModelFileError (missing, non-GGUF or truncated file), IncompatibleDraftError
     (the reasons are in ``.reasons``), UnsupportedModelError (a recurrent target).
@@ -76,7 +78,8 @@ class SpeculativeModel:
     def __init__(self, target: str | Path, draft: str | Path | None = None, *,
                  n_ctx: int = 4096, n_gpu_layers: int = -1, n_gpu_layers_draft: int = -1,
                  n_threads: int | None = None, draft_max: int | str = "auto", draft_min: int = 0,
-                 p_min: float = 0.75, strategy: str = "auto", verbose: bool = False):
+                 p_min: float = 0.75, strategy: str = "auto", verbose: bool = False,
+                 load_progress: Callable[[str, float], None] | None = None):
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= (1 << 20):
             raise InvalidOptionError(f"n_ctx must be an integer from 16 to {1 << 20} tokens, got {n_ctx!r}")
         if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int)
@@ -93,12 +96,14 @@ class SpeculativeModel:
                     f"{self.draft_path.name} cannot draft for {self.target_path.name}: "
                     + "; ".join(verdict.reasons), verdict.reasons)
         self.target = Engine(self.target_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-                                                            n_threads=n_threads), verbose=verbose)
+                                                            n_threads=n_threads), verbose=verbose,
+                             load_progress=_for_role(load_progress, "target"))
         self.drafter = None
         if self.draft_path is not None:
             try:
                 engine = Engine(self.draft_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers_draft,
-                                                              n_threads=n_threads), verbose=verbose)
+                                                              n_threads=n_threads), verbose=verbose,
+                                load_progress=_for_role(load_progress, "draft"))
             except BaseException:
                 self.target.close()
                 raise
@@ -251,6 +256,10 @@ class SpeculativeModel:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _for_role(load_progress: Callable[[str, float], None] | None, role: str) -> Callable[[float], None] | None:
+    return None if load_progress is None else (lambda fraction: load_progress(role, fraction))
 
 
 def _normalise_messages(messages: str | Iterable[dict]) -> Messages:

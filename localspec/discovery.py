@@ -188,6 +188,17 @@ def recommended_pair(target: ModelRef, draft: ModelRef | None) -> PairEntry | No
     return next((p for p in _pairs_of(target) if p.draft.name == draft.entry.name), None)
 
 
+def check_draft(target: ModelRef, draft: ModelRef) -> DraftCandidate:
+    """Check one draft file against one target file, from their headers: the rules of
+    :func:`localspec.compat.check_compatibility` plus "smaller than the target".
+    Raises ModelFileError when either model is not on disk."""
+    for ref in (target, draft):
+        if ref.path is None:
+            raise ModelFileError(f"{ref.name} is not downloaded; its header cannot be checked yet")
+    recommended = draft.entry is not None and any(p.draft.name == draft.entry.name for p in _pairs_of(target))
+    return _checked(draft, target, _header(target.path), recommended)
+
+
 def _checked(ref: ModelRef, target: ModelRef, target_info: GGUFInfo, recommended: bool) -> DraftCandidate:
     try:
         verdict = check_compatibility(target_info, _header(ref.path))

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jinja2
 import numpy as np
@@ -60,6 +60,20 @@ def set_llama_log(verbose: bool) -> None:
     logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
 
 
+def _progress_reporter(load_progress: Callable[[float], None]) -> Callable:
+    """Wrap a callback for llama.cpp: it must return True (go on) and never raise
+    through ctypes (an exception there would be printed and read as "abort")."""
+
+    def report(fraction: float, _user_data) -> bool:
+        try:
+            load_progress(min(1.0, max(0.0, float(fraction))))
+        except Exception:  # a broken progress display must not stop the load
+            pass
+        return True
+
+    return report
+
+
 class Engine:
     """One loaded model: tokenize, detokenize, decode with chosen logits rows, trim the cache.
 
@@ -67,9 +81,11 @@ class Engine:
     :class:`UnsupportedModelError` for a model whose KV cache cannot be trimmed
     (recurrent or hybrid architectures such as Mamba, LFM2, Falcon-H1).
     Not thread-safe: one context must only be used from one thread at a time.
+    ``load_progress(fraction)`` (0.0 to 1.0) is called while llama.cpp reads the weights.
     """
 
-    def __init__(self, path: str | Path, config: EngineConfig = EngineConfig(), verbose: bool = False):
+    def __init__(self, path: str | Path, config: EngineConfig = EngineConfig(), verbose: bool = False,
+                 load_progress: Callable[[float], None] | None = None):
         global _backend_ready
         self.path = Path(path)
         self.config = config
@@ -83,14 +99,17 @@ class Engine:
         self._ctx = None
         self._batch = None
         try:
-            self._load()
+            self._load(load_progress)
         except BaseException:
             self.close()
             raise
 
-    def _load(self) -> None:
+    def _load(self, load_progress: Callable[[float], None] | None) -> None:
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if self.config.n_gpu_layers < 0 else self.config.n_gpu_layers
+        if load_progress is not None:
+            callback = llama_cpp.llama_progress_callback(_progress_reporter(load_progress))
+            mparams.progress_callback = callback  # `callback` stays referenced until the load returns
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelFileError(f"llama.cpp could not load {self.path} (see its log with --verbose)")

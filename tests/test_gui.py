@@ -113,6 +113,19 @@ def test_answer_streams_per_round_with_highlighting_and_is_reopened(qtbot, windo
 
 
 
+def test_loading_reports_progress_per_model(qtbot, window, target_gguf, small_draft_gguf):
+    seen = []
+    window.host.worker.loadProgress.connect(lambda role, fraction: seen.append((role, fraction)))
+    load(qtbot, window, target_gguf, small_draft_gguf)
+    qtbot.waitUntil(lambda: ("draft", 1.0) in seen, timeout=5_000)  # queued signals may trail pairLoaded
+    roles = [role for role, _ in seen]
+    assert roles == sorted(roles, key=["target", "draft"].index)  # the target first, then the draft
+    for role in ("target", "draft"):
+        fractions = [f for r, f in seen if r == role]
+        assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert window.busy.maximum() == 100 and "Ready" in window.status.text()
+
+
 def test_stop_ends_the_answer_within_one_round(qtbot, window, target_gguf):
     load(qtbot, window, target_gguf, target_gguf, max_tokens=400)
     seen = {}

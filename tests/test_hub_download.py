@@ -50,7 +50,7 @@ def test_download_lands_in_the_hf_cache_with_progress(fake_hub):
     seen = []
     path = hub.ensure_model(entry, progress=lambda done, total: seen.append((done, total)))
     assert path.read_bytes() == PAYLOAD
-    assert path.is_relative_to(constants.HF_HUB_CACHE) and f"models--acme--Tiny-GGUF" in str(path)
+    assert path.is_relative_to(constants.HF_HUB_CACHE) and "models--acme--Tiny-GGUF" in str(path)
     assert seen[-1] == (len(PAYLOAD), len(PAYLOAD))
     assert [d for d, _ in seen] == sorted(d for d, _ in seen) and len(seen) > 10
     # A second call is answered from the cache without a GET.

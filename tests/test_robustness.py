@@ -1,7 +1,6 @@
 """Regressions from trying to break the project: interrupts, interleaved and threaded
 use, closed models, malformed headers, bad option types, forged special tokens."""
 
-import os
 import signal
 import struct
 import subprocess
