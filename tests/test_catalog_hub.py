@@ -21,6 +21,23 @@ def test_shipped_catalogue_is_valid():
     assert len(pair.target.mirror.parts()) == 22
 
 
+def test_shipped_catalogue_covers_the_families_with_checked_facts():
+    catalog = load_catalog()
+    targets = {p.target.repo for p in catalog.pairs.values()}
+    for repo_part in ["Qwen2.5-Coder-1.5B", "Qwen2.5-Coder-3B", "Qwen2.5-Coder-7B", "Qwen2.5-Coder-14B",
+                      "Qwen2.5-Coder-32B", "Qwen2.5-7B", "Qwen2.5-14B", "Qwen2.5-32B", "Llama-3.1-8B",
+                      "Llama-3.3-70B", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "Qwen3-4B", "Qwen3-8B",
+                      "Qwen3-14B", "Qwen3-32B"]:
+        assert any(repo_part in repo for repo in targets), repo_part
+    drafts = {p.draft.name for p in catalog.pairs.values()}
+    assert {"gemma-3-270m-it-q8_0", "gemma-3-1b-it-q4_k_m", "llama-3.2-1b-instruct-q4_k_m", "qwen3-0.6b-q4_k_m"} <= drafts
+    for pair in catalog.pairs.values():
+        assert pair.draft.parameters <= pair.target.parameters / 3, pair.name  # the default pair is a third
+    for m in catalog.models.values():
+        assert m.sha256 and m.size > 0 and m.source and m.license and m.quant, m.name
+        assert m.file.lower().endswith(".gguf") and "-of-0000" not in m.file  # single files only
+
+
 GOOD_MODEL = {"repo": "o/r", "file": "f.gguf", "size": 10, "sha256": "a" * 64, "params": "1B", "source": "test"}
 
 
@@ -31,6 +48,18 @@ GOOD_MODEL = {"repo": "o/r", "file": "f.gguf", "size": 10, "sha256": "a" * 64, "
     (lambda d: d["pairs"]["p"].update(draft="nothing"), "not a \\[models\\] entry"),
     (lambda d: d.update(default_pair="nope"), "default_pair"),
     (lambda d: d.update(extra=1), "unknown top-level"),
+    (lambda d: d["models"]["m"].pop("source"), "missing key\\(s\\): source"),
+    (lambda d: d["models"]["m"].update(params="big"), "params must look like"),
+    (lambda d: d["models"]["m"].update(gated="yes"), "gated must be true or false"),
+    (lambda d: d["models"]["m"].update(file="f.bin"), "a .gguf file name"),
+    (lambda d: d["models"]["m"].update(size=True), "size must be a positive integer"),
+    (lambda d: (d["models"]["m"].pop("sha256"),
+                d["models"]["m"].update(mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x"})),
+     "a mirror needs the file's sha256"),
+    (lambda d: d["pairs"]["p"].update(draft_max="fast"), "draft_max must be"),
+    (lambda d: d["pairs"]["p"].update(p_min=1.5), "p_min must be a probability"),
+    (lambda d: (d["models"].update(big=dict(GOOD_MODEL, params="9B")), d["pairs"]["p"].update(draft="big")),
+     "the draft has more parameters than the target"),
 ])
 def test_catalogue_errors_name_the_problem(mutate, message):
     data = {"default_pair": "p", "models": {"m": dict(GOOD_MODEL)}, "pairs": {"p": {"target": "m", "draft": "m"}}}
