@@ -362,13 +362,20 @@ class MainWindow(QMainWindow):
         if self.request is not None and rid == self.request[0]:
             self.view.append_segments(segments)
 
-    def _on_finished(self, rid: int, result: dict) -> None:
-        if self._closed:
-            return
-        if self.request is None or rid != self.request[0]:
-            return
+    def _take_request(self, rid: int):
+        """(kind, answer message) of the running request if ``rid`` is it, and forget it;
+        None for a stale signal or after the window closed."""
+        if self._closed or self.request is None or rid != self.request[0]:
+            return None
         _, kind, answer = self.request
         self.request = None
+        return kind, answer
+
+    def _on_finished(self, rid: int, result: dict) -> None:
+        taken = self._take_request(rid)
+        if taken is None:
+            return
+        kind, answer = taken
         answer.content = result["text"]
         answer.stats = result["stats"]
         answer.finish_reason = result["finish_reason"]
@@ -392,12 +399,10 @@ class MainWindow(QMainWindow):
         self.answerDone.emit(answer)
 
     def _on_failed(self, rid: int, message: str) -> None:
-        if self._closed:
+        taken = self._take_request(rid)
+        if taken is None:
             return
-        if self.request is None or rid != self.request[0]:
-            return
-        _, kind, answer = self.request
-        self.request = None
+        kind, answer = taken
         self.messages.remove(answer)
         if kind == "chat" and self.messages and self.messages[-1].role == "user":
             user = self.messages.pop()
