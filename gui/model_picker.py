@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QProgressBar,
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
 
 from localspec.errors import LocalspecError
@@ -55,12 +55,13 @@ class PairPicker(QWidget):
         self.cancel_button = QPushButton("Cancel download")
         self.cancel_button.setVisible(False)
 
-        form = QFormLayout()
-        form.addRow("Target", self.target_combo)
-        form.addRow("Draft", self.draft_combo)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(form)
+        for title, combo in (("Target", self.target_combo), ("Draft", self.draft_combo)):
+            combo.view().setMinimumWidth(560)  # the open list shows whole names, sizes and notes
+            combo.currentTextChanged.connect(combo.setToolTip)
+            layout.addWidget(QLabel(title))
+            layout.addWidget(combo)
         layout.addWidget(self.note)
         row = QHBoxLayout()
         row.addWidget(self.load_button)

@@ -202,7 +202,7 @@ class MainWindow(QMainWindow):
         splitter.addWidget(centre)
         splitter.addWidget(scroll)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([200, 730, 350])
+        splitter.setSizes([190, 680, 410])
         self.setCentralWidget(splitter)
 
         rename = QAction("Rename…", self)

@@ -31,30 +31,30 @@ class ResolvedPair:
     pair: PairEntry | None  # the catalogue pair it came from, if any
 
 
-def resolve_pair(model: str | Path | None = None, draft: str | Path | None = "auto",
+def resolve_pair(target: str | Path | None = None, draft: str | Path | None = "auto",
                  progress: ProgressFn | None = None,
                  cancel: threading.Event | None = None) -> ResolvedPair:
     """Turn user-facing names into local files, fetching catalogue files if needed.
 
-    ``model``: None (the default pair), a pair or model name from ``models.toml``,
+    ``target``: None (the default pair), a pair or model name from ``models.toml``,
     ``REPO:FILE``, ``REPO:QUANT`` or a path to a GGUF file (see
     :func:`localspec.discovery.model_ref`).  ``draft``: "auto" (the named pair's draft,
     else :func:`localspec.discovery.pick_draft`), None / "none" (no draft model), or a
-    name or path as for ``model``.  ``progress`` and ``cancel`` go to the downloads.
+    name or path as for ``target``.  ``progress`` and ``cancel`` go to the downloads.
     Raises ModelFileError for a path that does not exist, CatalogError, DownloadError.
     """
     catalog = load_catalog()
-    named_pair = catalog.pairs.get(str(model)) if model is not None else catalog.pair()
-    target = model_ref(model)
+    named_pair = catalog.pairs.get(str(target)) if target is not None else catalog.pair()
+    target_ref = model_ref(target)
     draft_ref: ModelRef | None
     if draft is None or str(draft).lower() == "none":
         draft_ref = None
     elif str(draft) == "auto":
-        draft_ref = model_ref(named_pair.draft.name) if named_pair else pick_draft(target)
+        draft_ref = model_ref(named_pair.draft.name) if named_pair else pick_draft(target_ref)
     else:
         draft_ref = model_ref(draft)
-    pair = named_pair or recommended_pair(target, draft_ref)
-    target_path = ensure_local(target, progress, cancel)
+    pair = named_pair or recommended_pair(target_ref, draft_ref)
+    target_path = ensure_local(target_ref, progress, cancel)
     draft_path = ensure_local(draft_ref, progress, cancel) if draft_ref is not None else None
     return ResolvedPair(target=target_path, draft=draft_path, pair=pair)
 
@@ -276,17 +276,17 @@ def _normalise_messages(messages: str | Iterable[dict]) -> Messages:
     return result
 
 
-def load(model: str | Path | None = None, draft: str | Path | None = "auto", *,
+def load(target: str | Path | None = None, draft: str | Path | None = "auto", *,
          progress: ProgressFn | None = None, cancel: threading.Event | None = None,
          **kwargs) -> SpeculativeModel:
     """Resolve (and fetch if needed) a target and draft, then load both.
 
-    ``model`` / ``draft`` as in :func:`resolve_pair`; the catalogue pair's recommended
+    ``target`` / ``draft`` as in :func:`resolve_pair`; the catalogue pair's recommended
     ``draft_max`` / ``draft_min`` / ``p_min`` apply unless given.  Other keyword
     arguments go to :class:`SpeculativeModel` (``n_ctx``, ``n_gpu_layers``,
     ``n_gpu_layers_draft``, ``n_threads``, ``verbose``).
     """
-    resolved = resolve_pair(model, draft, progress, cancel)
+    resolved = resolve_pair(target, draft, progress, cancel)
     if resolved.pair is not None:
         for key in ("draft_max", "draft_min", "p_min"):
             value = getattr(resolved.pair, key)
@@ -298,18 +298,18 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *,
 _shared: tuple[tuple, SpeculativeModel] | None = None
 
 
-def chat(messages: str | Messages, *, model: str | Path | None = None, draft: str | Path | None = "auto",
+def chat(messages: str | Messages, *, target: str | Path | None = None, draft: str | Path | None = "auto",
          stream: bool = False, **options) -> GenerationResult | Generation:
-    """One call: answer ``messages`` with the default pair (or ``model`` / ``draft``).
+    """One call: answer ``messages`` with the default pair (or ``target`` / ``draft``).
 
-    The loaded models are kept for the next call with the same ``model`` and ``draft``.
+    The loaded models are kept for the next call with the same ``target`` and ``draft``.
     Options as in :meth:`SpeculativeModel.chat`.
     """
     global _shared
-    key = (model, draft)
+    key = (target, draft)
     if _shared is None or _shared[0] != key:
         if _shared is not None:
             _shared[1].close()
             _shared = None
-        _shared = (key, load(model, draft))
+        _shared = (key, load(target, draft))
     return _shared[1].chat(messages, stream=stream, **options)

@@ -23,7 +23,7 @@ from .catalog import ModelEntry, PairEntry, format_params, load_catalog
 from .compat import check_compatibility
 from .errors import DownloadError, InvalidOptionError, ModelFileError
 from .gguf_info import GGUFInfo, check_gguf_file
-from .hub import ProgressFn, cache_dir, ensure_model, find_local, hub_error_message
+from .hub import ProgressFn, cache_dir, check_reachable, ensure_model, find_local, hub_error_message
 
 DRAFT_SIZE_RATIO = 0.3  # "about 1/4": a draft above this share of the target's parameters is not picked
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
@@ -122,8 +122,8 @@ def model_ref(spec: str | Path | None) -> ModelRef:
     if sep and repo.count("/") == 1 and rest and os.sep not in rest:
         return _hub_ref(repo, rest)
     known = ", ".join(sorted(catalog.pairs))
-    raise ModelFileError(f"model not found: {text!r} is not a file, a catalogue name (pairs: {known}), "
-                         "REPO:FILE or REPO:QUANT")
+    raise ModelFileError(f"model not found: {text!r} is not a file, a catalogue name (pairs: {known}; "
+                         "`localspec models` lists the models too), REPO:FILE or REPO:QUANT")
 
 
 def ensure_local(ref: ModelRef, progress: ProgressFn | None = None,
@@ -286,17 +286,23 @@ def _entry_for_quant(repo: str, quant: str) -> ModelEntry:
 
 
 def _repo_ggufs(repo: str) -> list[tuple[str, int, str]]:
-    """``[(path in repo, size in bytes, sha256 or "")]`` of the repo's GGUF files."""
+    """``[(path in repo, size in bytes, sha256 or "")]`` of the repo's GGUF files: from
+    the Hub, or from the local Hugging Face cache when offline."""
     from huggingface_hub import HfApi, constants
 
     if constants.HF_HUB_OFFLINE:
         folder = _hf_cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots"
-        return [(p.name, p.stat().st_size, "") for p in folder.glob("*/*.gguf")]
+        cached = [(p.name, p.stat().st_size, "") for p in folder.glob("*/*.gguf")]
+        if not cached:
+            raise DownloadError(f"offline (HF_HUB_OFFLINE is set) and nothing of {repo} is in the Hugging Face "
+                                "cache, so its files cannot be listed; name the file as REPO:FILE")
+        return cached
+    check_reachable(constants.ENDPOINT)
     try:
         tree = HfApi().list_repo_tree(repo, recursive=True)
         return [(f.path, f.size, f.lfs.sha256 if getattr(f, "lfs", None) else "")
                 for f in tree if f.path.endswith(".gguf") and hasattr(f, "size")]
-    except Exception as exc:  # network, 401, 404: huggingface_hub raises many types
+    except Exception as exc:  # 401, 404, network: huggingface_hub raises many types
         raise DownloadError(hub_error_message(ModelEntry(name=repo, repo=repo, file="(file list)"), exc)) from None
 
 

@@ -122,7 +122,7 @@ def tqdm_progress(label: str) -> ProgressFn:
     def update(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=total or None, initial=done, unit="B", unit_scale=True, unit_divisor=1024, desc=label)
+            bar = tqdm(total=total or None, initial=done, unit="B", unit_scale=True, unit_divisor=1000, desc=label)
         bar.update(done - bar.n)
         if total and done >= total:
             bar.close()
@@ -152,7 +152,7 @@ def download_from_hub(entry: ModelEntry, progress: ProgressFn, cancel: threading
 
     if constants.HF_HUB_OFFLINE:
         raise DownloadError("offline (HF_HUB_OFFLINE is set) and the file is not in the cache")
-    _check_reachable(constants.ENDPOINT)
+    check_reachable(constants.ENDPOINT)
     try:
         expected = entry.sha256 or _hub_sha256(get_hf_file_metadata(hf_hub_url(entry.repo, entry.file)))
         path = Path(hf_hub_download(entry.repo, entry.file, tqdm_class=_progress_bridge(progress, cancel)))
@@ -241,8 +241,8 @@ def _progress_bridge(progress: ProgressFn, cancel: threading.Event | None) -> ty
     return Bridge
 
 
-def _check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:
-    """Fail at once when the Hub's host cannot be reached, instead of after
+def check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:
+    """Raise DownloadError at once when the Hub's host cannot be reached, instead of after
     huggingface_hub's retries (about 25 s per file)."""
     url = urlsplit(endpoint)
     port = url.port or (443 if url.scheme == "https" else 80)

@@ -203,7 +203,10 @@ def test_cli_pull_default_pair_is_answered_from_disk(real_pair_paths, capsys):
     assert out.count("already on disk") == 2 and str(real_pair_paths.target) in out
 
 
-def test_quant_spec_needs_the_hub_and_says_so(monkeypatch):
+def test_quant_spec_needs_the_hub_and_says_so_at_once(monkeypatch):
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-    with pytest.raises(DownloadError):
+    with pytest.raises(DownloadError, match="cannot reach http://127.0.0.1:9"):
+        model_ref("someone/Unknown-GGUF:q4_k_m")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(DownloadError, match="offline .* cannot be listed; name the file as REPO:FILE"):
         model_ref("someone/Unknown-GGUF:q4_k_m")
