@@ -111,8 +111,11 @@ class DraftModelDrafter:
             return None
         start = self.engine.decode_s
         logits = self.engine.decode(pending, [len(pending) - 1])[0]
-        if len(pending) > 1:  # the first token is part of every round; the rest is lag
-            self.catch_up_s += (self.engine.decode_s - start) * (len(pending) - 1) / len(pending)
+        # Drafting every round leaves at most two tokens to decode here (the last draft
+        # token and the target's correction or bonus): that is the drafter's own cost.
+        # More is lag from rounds it sat out, which the policy must not charge per token.
+        if len(pending) > 2:
+            self.catch_up_s += (self.engine.decode_s - start) * (len(pending) - 2) / len(pending)
         return self._fit(logits)
 
     def _fit(self, logits: np.ndarray) -> np.ndarray:
