@@ -93,8 +93,8 @@ class PairPicker(QWidget):
         if target_spec:
             try:
                 chosen = discovery.model_ref(target_spec)
-            except LocalspecError as exc:
-                self.error.emit(f"saved target unavailable: {exc}")
+            except LocalspecError:
+                self.error.emit(f"The saved target {target_spec} is not available; the default pair is selected.")
         if chosen is None:
             try:
                 chosen = discovery.model_ref(_default_pair_name())
@@ -289,6 +289,17 @@ class PairPicker(QWidget):
 
     def busy(self) -> bool:
         return self._job is not None
+
+    def shutdown(self, timeout_ms: int = 30_000) -> bool:
+        """Cancel a running download and wait for its thread (up to ``timeout_ms``
+        milliseconds; a download stops within one chunk).  Returns whether it ended."""
+        if self._thread is None:
+            return True
+        self.cancel_download()
+        try:
+            return self._thread.wait(timeout_ms)
+        except RuntimeError:  # the thread already ended and Qt deleted it
+            return True
 
 
 def _same(a, b) -> bool:

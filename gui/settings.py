@@ -9,6 +9,13 @@ from pathlib import Path
 import platformdirs
 
 ALL_LAYERS = -1  # n_gpu_layers value meaning "offload every layer"
+MAX_LAYERS = 128  # the layer sliders' end; its last step means "all"
+DRAFT_MAX_CHOICES = ["auto"] + [str(n) for n in range(1, 17)]
+LIMITS = {  # field -> (lowest, highest) the panel accepts; a saved value outside is replaced by the default
+    "draft_min": (0, 16), "p_min": (0.0, 1.0), "temperature": (0.0, 2.0), "top_p": (0.0, 1.0),
+    "seed": (-1, 2**31 - 1), "max_tokens": (1, 32768), "n_ctx": (16, 1 << 20),
+    "gpu_layers": (ALL_LAYERS, MAX_LAYERS), "gpu_layers_draft": (ALL_LAYERS, MAX_LAYERS),
+}
 
 
 @dataclass
@@ -84,9 +91,12 @@ def load_settings(path: Path | None = None) -> Settings:
             value = float(value) if ok else value
         else:
             ok = isinstance(value, type(default)) and not isinstance(value, bool)
+        if ok and f.name in LIMITS:
+            lo, hi = LIMITS[f.name]
+            ok = lo <= value <= hi
         values[f.name] = value if ok else default
-    if values["draft_max"] != "auto" and not values["draft_max"].isdigit():
-        values["draft_max"] = "auto"
+    if values["draft_max"] not in DRAFT_MAX_CHOICES:
+        values["draft_max"] = defaults.draft_max
     return Settings(**values)
 
 
@@ -96,5 +106,8 @@ def save_settings(settings: Settings, path: Path | None = None) -> None:
     path = path or settings_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(asdict(settings), indent=2), encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # nothing half-written left behind when the replace failed

@@ -6,10 +6,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit,
                                QSlider, QSpinBox, QWidget)
 
-from .settings import ALL_LAYERS, Settings
+from .settings import ALL_LAYERS, DRAFT_MAX_CHOICES, LIMITS, MAX_LAYERS, Settings
 
-MAX_LAYERS = 128  # slider end; its last step means "all"
-DRAFT_MAX_CHOICES = ["auto"] + [str(n) for n in range(1, 17)]
 CONTEXT_CHOICES = [1024, 2048, 4096, 8192, 16384, 32768]
 
 
@@ -49,16 +47,16 @@ class SettingsPanel(QWidget):
         self.draft_max.addItems(DRAFT_MAX_CHOICES)
         self.draft_max.setToolTip("Most draft tokens per round; auto picks the drafter and length each round")
         self.draft_min = QSpinBox()
-        self.draft_min.setRange(0, 16)
+        self.draft_min.setRange(*LIMITS["draft_min"])
         self.draft_min.setToolTip("Drop drafts shorter than this many tokens")
-        self.p_min = _spin(0.0, 1.0, 0.05, 2, "Stop drafting when the draft's top probability falls below this")
-        self.temperature = _spin(0.0, 2.0, 0.05, 2, "0 = greedy (the target's own output)")
-        self.top_p = _spin(0.0, 1.0, 0.01, 2, "Nucleus sampling (used when temperature > 0)")
+        self.p_min = _spin(*LIMITS["p_min"], 0.05, 2, "Stop drafting when the draft's top probability falls below this")
+        self.temperature = _spin(*LIMITS["temperature"], 0.05, 2, "0 = greedy (the target's own output)")
+        self.top_p = _spin(*LIMITS["top_p"], 0.01, 2, "Nucleus sampling (used when temperature > 0)")
         self.seed = QSpinBox()
-        self.seed.setRange(-1, 2**31 - 1)
+        self.seed.setRange(*LIMITS["seed"])
         self.seed.setSpecialValueText("random")
         self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(1, 32768)
+        self.max_tokens.setRange(*LIMITS["max_tokens"])
         self.max_tokens.setSuffix(" tokens")
         self.n_ctx = QComboBox()
         self.n_ctx.addItems([str(n) for n in CONTEXT_CHOICES])

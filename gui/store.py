@@ -57,8 +57,34 @@ class ConversationStore:
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path))
-        self._db.execute("PRAGMA foreign_keys = ON")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("SELECT id, title, created_at, updated_at FROM conversations LIMIT 1")
+            self._db.execute("SELECT id, conversation_id, role, content, kind, segments, stats, finish_reason "
+                             "FROM messages LIMIT 1")
+        except sqlite3.Error:
+            self._db.close()
+            raise
+
+    @classmethod
+    def open_or_recover(cls, path: Path | str | None = None) -> tuple["ConversationStore", str]:
+        """Open the store; a file that is not a usable database is moved aside (renamed
+        ``*.unreadable-<time>``) and a new one started, and a folder that cannot be
+        written gives an in-memory store.  Returns (store, a sentence for the user, or "")."""
+        path = Path(path) if path is not None else default_db_path()
+        try:
+            return cls(path), ""
+        except sqlite3.DatabaseError:
+            aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+            try:
+                path.replace(aside)
+                return cls(path), f"The conversation history could not be read; it was kept as {aside.name} and a new one started."
+            except (OSError, sqlite3.Error):
+                pass
+        except (OSError, sqlite3.Error):
+            pass
+        return cls(":memory:"), f"Conversations cannot be saved in {path.parent}; this session's chats are kept in memory only."
 
     def close(self) -> None:
         self._db.close()
@@ -110,6 +136,21 @@ class ConversationStore:
             "WHERE conversation_id = ? ORDER BY id", (conversation_id,))
         out = []
         for mid, role, content, kind, segments, stats, finish in rows:
-            segs = [Segment(**s) for s in json.loads(segments)] if segments else []
-            out.append(Message(role, content, segs, json.loads(stats) if stats else None, finish, kind, mid))
+            out.append(Message(role, content, _segments(segments), _stats(stats), finish, kind, mid))
         return out
+
+
+def _segments(text: str | None) -> list[Segment]:
+    """Stored token sources; none (plain text) when the stored JSON is damaged."""
+    try:
+        return [Segment(**s) for s in json.loads(text)] if text else []
+    except (ValueError, TypeError):
+        return []
+
+
+def _stats(text: str | None) -> dict | None:
+    try:
+        stats = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return stats if isinstance(stats, dict) else None

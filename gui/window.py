@@ -84,7 +84,10 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("localspec — speculative chat")
         self.resize(1280, 800)
         self.settings: Settings = load_settings()
-        self.store = store or ConversationStore()
+        store_problem = ""
+        if store is None:
+            store, store_problem = ConversationStore.open_or_recover()
+        self.store = store
         self.host = ModelHost(self)
         self.session = SessionStats()
         self.conversation_id: int | None = None
@@ -104,6 +107,8 @@ class MainWindow(QMainWindow):
         self._reload_conversations()
         self._ready = True
         self._update_buttons()
+        if store_problem:
+            self.show_error(store_problem)
         if autoload:
             target, draft = self.picker.current_target(), self.picker.current_draft()
             if target is not None and target.downloaded and (draft is None or draft.downloaded):
@@ -500,6 +505,7 @@ class MainWindow(QMainWindow):
         """Stop a running answer (within one round), free the models, then close."""
         self.status.setText("Closing…")
         self._save_settings()
+        self.picker.shutdown()
         if not self.host.shutdown():
             self.show_error("The model thread did not stop in time; closing anyway.")
         # Deliver what the worker sent before it stopped (a stopped answer is saved).

@@ -67,6 +67,24 @@ class ModelEntry:
         return parse_params(self.params)
 
 
+def hub_file_problem(repo: object, file: object) -> str | None:
+    """Why ``repo`` / ``file`` cannot name a file on the Hub, or None when they can:
+    the repo id must pass huggingface_hub's validation, the file must be a relative
+    ``.gguf`` path without ``..``."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not isinstance(repo, str) or repo.count("/") != 1:
+        return f"repository id must be \"owner/name\", got {repo!r}"
+    try:
+        validate_repo_id(repo)
+    except HFValidationError:
+        return f"{repo!r} is not a valid Hugging Face repository id"
+    if (not isinstance(file, str) or not file.lower().endswith(".gguf") or file.startswith("/")
+            or ".." in file.split("/") or "\\" in file):
+        return f"file must be a relative .gguf path inside the repository, got {file!r}"
+    return None
+
+
 def format_params(n: float | None) -> str:
     """1.5e9 -> "1.5B", 2.7e8 -> "270M", None or 0 -> ""."""
     if not n:
@@ -76,7 +94,9 @@ def format_params(n: float | None) -> str:
 
 def parse_params(label: str | None) -> float | None:
     """"1.5B" -> 1.5e9, "270M" -> 2.7e8; None for anything else (e.g. "8x7B")."""
-    match = _PARAMS.match((label or "").strip().upper())
+    if not isinstance(label, str):
+        return None
+    match = _PARAMS.match(label.strip().upper())
     if not match:
         return None
     return float(match[1]) * (1e9 if match[2] == "B" else 1e6)
@@ -161,18 +181,27 @@ def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
         raise CatalogError(f"{what}: sha256 must be 64 lowercase hex digits")
     if "mirror" in raw and "sha256" not in raw:
         raise CatalogError(f"{what}: a mirror needs the file's sha256 to check the assembled copy")
-    if parse_params(raw["params"]) is None:
+    if not parse_params(raw["params"]):
         raise CatalogError(f"{what}: params must look like \"1.5B\" or \"270M\", got {raw['params']!r}")
-    if not str(raw["repo"]).count("/") == 1 or not str(raw["file"]).endswith(".gguf"):
-        raise CatalogError(f"{what}: repo must be \"owner/name\" and file a .gguf file name")
+    problem = hub_file_problem(raw["repo"], raw["file"])
+    if problem:
+        raise CatalogError(f"{what}: {problem}")
+    for key in ("sha256", "quant", "params", "license", "source"):
+        if key in raw and not isinstance(raw[key], str):
+            raise CatalogError(f"{what}: {key} must be a string")
     if not isinstance(raw.get("gated", False), bool):
         raise CatalogError(f"{what}: gated must be true or false")
     mirror = None
     if "mirror" in raw:
         m = raw["mirror"]
         _check_keys(m, _MIRROR_KEYS, _MIRROR_KEYS, f"{what}.mirror")
-        if not isinstance(m["count"], int) or m["count"] <= 0:
+        if isinstance(m["count"], bool) or not isinstance(m["count"], int) or m["count"] <= 0:
             raise CatalogError(f"{what}.mirror: count must be a positive integer")
+        try:
+            if not all(isinstance(m[k], str) and m[k].format(n=1) for k in ("package", "member", "version")):
+                raise ValueError
+        except (KeyError, IndexError, ValueError):
+            raise CatalogError(f"{what}.mirror: package, version and member must be strings using only {{n}}")
         mirror = Mirror(package=m["package"], count=m["count"], version=m["version"], member=m["member"])
     fields = {k: v for k, v in raw.items() if k != "mirror"}
     return ModelEntry(name=name, mirror=mirror, **fields)
@@ -181,6 +210,9 @@ def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
 def _parse_pair(name: str, raw: dict, models: dict[str, ModelEntry], where: str) -> PairEntry:
     what = f"{where} [pairs.{name!r}]"
     _check_keys(raw, _PAIR_KEYS, {"target", "draft"}, what)
+    for key in ("target", "draft", "description"):
+        if key in raw and not isinstance(raw[key], str):
+            raise CatalogError(f"{what}: {key} must be a string")
     for role in ("target", "draft"):
         if raw[role] not in models:
             raise CatalogError(f"{what}: {role} {raw[role]!r} is not a [models] entry")
@@ -192,6 +224,8 @@ def _parse_pair(name: str, raw: dict, models: dict[str, ModelEntry], where: str)
     draft_min = raw.get("draft_min", 0)
     if isinstance(draft_min, bool) or not isinstance(draft_min, int) or draft_min < 0:
         raise CatalogError(f"{what}: draft_min must be a whole number of tokens >= 0")
+    if draft_min > (64 if draft_max == "auto" else draft_max):
+        raise CatalogError(f"{what}: draft_min is larger than draft_max")
     p_min = raw.get("p_min", 0.0)
     if isinstance(p_min, bool) or not isinstance(p_min, (int, float)) or not 0 <= p_min <= 1:
         raise CatalogError(f"{what}: p_min must be a probability from 0 to 1")

@@ -107,7 +107,7 @@ def _cmd_models(args) -> int:
 
     if args.action == "rm":
         return models_cli.remove(args.spec)
-    if args.drafts_for:
+    if args.drafts_for is not None:
         return models_cli.list_drafts(args.drafts_for, as_json=args.json)
     return models_cli.list_all(as_json=args.json)
 

@@ -12,14 +12,13 @@ A target can be named four ways (:func:`model_ref`): a catalogue pair or model n
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .catalog import ModelEntry, PairEntry, format_params, load_catalog
+from .catalog import ModelEntry, PairEntry, format_params, hub_file_problem, load_catalog
 from .compat import check_compatibility
 from .errors import DownloadError, InvalidOptionError, ModelFileError
 from .gguf_info import GGUFInfo, check_gguf_file
@@ -109,6 +108,8 @@ def model_ref(spec: str | Path | None) -> ModelRef:
     if spec is None:
         return _catalogue_ref(catalog.pair().target)
     text = str(spec)
+    if not text.strip():
+        raise ModelFileError("no model given (an empty name)")
     if text in catalog.pairs:
         return _catalogue_ref(catalog.pairs[text].target)
     if text in catalog.models:
@@ -119,7 +120,7 @@ def model_ref(spec: str | Path | None) -> ModelRef:
     if path.is_file():
         return _file_ref(path)
     repo, sep, rest = text.partition(":")
-    if sep and repo.count("/") == 1 and rest and os.sep not in rest:
+    if sep and repo.count("/") == 1 and rest:
         return _hub_ref(repo, rest)
     known = ", ".join(sorted(catalog.pairs))
     raise ModelFileError(f"model not found: {text!r} is not a file, a catalogue name (pairs: {known}; "
@@ -249,6 +250,9 @@ def _file_ref(path: Path) -> ModelRef:
 
 def _hub_ref(repo: str, file_or_quant: str) -> ModelRef:
     catalog = load_catalog()
+    problem = hub_file_problem(repo, file_or_quant if file_or_quant.lower().endswith(".gguf") else "x.gguf")
+    if problem:
+        raise InvalidOptionError(f"{repo}:{file_or_quant}: {problem}")
     if file_or_quant.lower().endswith(".gguf"):
         for entry in catalog.models.values():
             if entry.repo.lower() == repo.lower() and entry.file == file_or_quant:
@@ -269,10 +273,11 @@ def _uncatalogued(entry: ModelEntry) -> ModelRef:
 
 
 def _entry_for_quant(repo: str, quant: str) -> ModelEntry:
-    """Ask the Hub (or the local HF cache when offline) which file of ``repo`` has
-    quantization ``quant``."""
-    files = _repo_ggufs(repo)
-    matching = [f for f in files if _quant_of(f[0]) == quant and _first_part(Path(f[0]))]
+    """Which file of ``repo`` has quantization ``quant``: from the Hugging Face cache
+    when a download of it is there, else from the Hub's file list."""
+    cached = _matching(_cached_repo_ggufs(repo), quant)
+    files = cached if len(cached) == 1 else _hub_repo_ggufs(repo)
+    matching = _matching(files, quant)
     if len(matching) == 1 and _SPLIT_PART.search(matching[0][0]):
         raise InvalidOptionError(f"{repo}: the {quant} file is split into parts ({matching[0][0]}); "
                                  "split GGUF files are not supported yet, pick a single-file quantization")
@@ -285,18 +290,22 @@ def _entry_for_quant(repo: str, quant: str) -> ModelEntry:
     return ModelEntry(name=Path(name).name, repo=repo, file=name, size=size, sha256=sha256, quant=quant.upper())
 
 
-def _repo_ggufs(repo: str) -> list[tuple[str, int, str]]:
-    """``[(path in repo, size in bytes, sha256 or "")]`` of the repo's GGUF files: from
-    the Hub, or from the local Hugging Face cache when offline."""
+def _matching(files: list[tuple[str, int, str]], quant: str) -> list[tuple[str, int, str]]:
+    return [f for f in files if _quant_of(f[0]) == quant and _first_part(Path(f[0]))]
+
+
+def _cached_repo_ggufs(repo: str) -> list[tuple[str, int, str]]:
+    folder = _hf_cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots"
+    return [(p.name, p.stat().st_size, "") for p in folder.glob("*/*.gguf") if p.exists()]
+
+
+def _hub_repo_ggufs(repo: str) -> list[tuple[str, int, str]]:
+    """``[(path in repo, size in bytes, sha256 or "")]`` of the repo's GGUF files, from the Hub."""
     from huggingface_hub import HfApi, constants
 
     if constants.HF_HUB_OFFLINE:
-        folder = _hf_cache_dir() / f"models--{repo.replace('/', '--')}" / "snapshots"
-        cached = [(p.name, p.stat().st_size, "") for p in folder.glob("*/*.gguf")]
-        if not cached:
-            raise DownloadError(f"offline (HF_HUB_OFFLINE is set) and nothing of {repo} is in the Hugging Face "
-                                "cache, so its files cannot be listed; name the file as REPO:FILE")
-        return cached
+        raise DownloadError(f"offline (HF_HUB_OFFLINE is set) and no single matching file of {repo} is in the "
+                            "Hugging Face cache, so its files cannot be listed; name the file as REPO:FILE")
     check_reachable(constants.ENDPOINT)
     try:
         tree = HfApi().list_repo_tree(repo, recursive=True)

@@ -52,7 +52,7 @@ class GGUFInfo:
 
     @property
     def architecture(self) -> str:
-        return self.get("general.architecture", "")
+        return str(self.get("general.architecture", ""))
 
     @property
     def chat_template(self) -> str:
@@ -69,7 +69,7 @@ class GGUFInfo:
     @property
     def family(self) -> str:
         """``general.basename`` ("Qwen2.5-Coder"), else the architecture ("qwen2")."""
-        return self.get("general.basename") or self.architecture
+        return str(self.get("general.basename") or self.architecture)
 
     @property
     def parameters(self) -> float:
@@ -176,7 +176,9 @@ def _value(f: BinaryIO, vtype: GGUFValueType) -> Any:
     return _unpack(f, _SCALARS[vtype])
 
 
-def _array(f: BinaryIO, key: str) -> list | None:
+def _array(f: BinaryIO, key: str, depth: int = 0) -> list | None:
+    if depth > 8:
+        raise ValueError("arrays nested more than 8 deep")
     item_type = GGUFValueType(_unpack(f, "<I"))
     n = _unpack(f, "<Q")
     if n > _MAX_FIELD_BYTES:
@@ -188,7 +190,7 @@ def _array(f: BinaryIO, key: str) -> list | None:
             return None
         return [_string(f) for _ in range(n)]
     if item_type == GGUFValueType.ARRAY:
-        return [_array(f, key) for _ in range(n)]
+        return [_array(f, key, depth + 1) for _ in range(n)]
     fmt = _SCALARS[item_type]
     raw = _exact(f, struct.calcsize(fmt) * n)
     if key in _SKIPPED_ARRAYS:

@@ -173,25 +173,35 @@ def _hub_sha256(metadata) -> str:
 
 
 def _remove_from_hf_cache(path: Path) -> None:
-    """Delete a snapshot file and the blob it points to."""
+    """Delete a snapshot file, and the blob it points to unless another snapshot of the
+    repository still links to it."""
     blob = path.resolve()
     path.unlink(missing_ok=True)
-    if blob != path:
+    if blob == path:
+        return
+    snapshots = blob.parent.parent / "snapshots"
+    if not any(p.is_symlink() and p.resolve() == blob for p in snapshots.rglob("*")):
         blob.unlink(missing_ok=True)
 
 
 def delete_cached(path: Path) -> int:
     """Delete a model file from localspec's cache or the Hugging Face cache; returns
-    the bytes freed.  Raises DownloadError for a file outside both caches (it is the
-    user's own, not ours to delete)."""
+    the bytes freed (0 when another snapshot still uses the data).  Paths are resolved
+    first (``..``, symlinked folders), so nothing outside the caches is touched: a file
+    outside both raises DownloadError (it is the user's own, not ours to delete)."""
     from huggingface_hub import constants
 
     path = Path(path).absolute()
-    freed = path.resolve().stat().st_size
-    if path.is_relative_to(cache_dir().absolute()):
-        path.unlink()
-    elif path.is_relative_to(Path(constants.HF_HUB_CACHE).absolute()):
-        _remove_from_hf_cache(path)
+    folder = path.parent.resolve()  # the folder as it really is; the file itself may be a link
+    own, hf = cache_dir().resolve(), Path(constants.HF_HUB_CACHE).resolve()
+    if folder.is_relative_to(own) and path.resolve().is_relative_to(own):
+        freed = path.resolve().stat().st_size
+        (folder / path.name).unlink()
+    elif folder.is_relative_to(hf) and path.resolve().is_relative_to(hf):
+        blob = path.resolve()
+        size = blob.stat().st_size
+        _remove_from_hf_cache(folder / path.name)
+        freed = 0 if blob.exists() else size
     else:
         raise DownloadError(f"{path} is not in localspec's cache nor the Hugging Face cache; "
                             "delete it yourself if you mean to")
@@ -255,7 +265,7 @@ def check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:
 def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn, cancel: threading.Event | None = None) -> Path:
     dest = cached_path(entry)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned_work(dest.parent)
+    remove_abandoned_downloads()
     h = hashlib.sha256()
     done = 0
     progress(0, entry.size)
@@ -285,9 +295,10 @@ def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn, cancel: threa
     return dest
 
 
-def _remove_abandoned_work(folder: Path) -> None:
-    """Delete ``.assembling-<pid>-*`` folders whose process is gone (killed mid-fetch)."""
-    for work in folder.glob(".assembling-*-*"):
+def remove_abandoned_downloads() -> None:
+    """Delete the hidden ``.assembling-<pid>-*`` folders in localspec's cache whose
+    process is gone (killed mid-fetch)."""
+    for work in cache_dir().glob("*/.assembling-*-*"):
         try:
             pid = int(work.name.split("-")[1])
             os.kill(pid, 0)

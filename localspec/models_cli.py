@@ -10,7 +10,7 @@ import sys
 from .catalog import format_params, load_catalog
 from .discovery import DraftCandidate, ModelRef, drafts_for, ensure_local, list_models, model_ref
 from .errors import LocalspecError, ModelFileError
-from .hub import delete_cached
+from .hub import delete_cached, remove_abandoned_downloads
 
 
 def pull(spec: str) -> int:
@@ -26,6 +26,9 @@ def pull(spec: str) -> int:
 
 def remove(spec: str) -> int:
     """Delete one model's file from the caches."""
+    if spec in load_catalog().pairs:
+        pair = load_catalog().pairs[spec]
+        raise ModelFileError(f"{spec} is a pair; name one of its models: {pair.target.name} or {pair.draft.name}")
     ref = model_ref(spec)
     if not ref.downloaded:
         raise ModelFileError(f"{ref.name} is not downloaded; nothing to delete")
@@ -37,6 +40,7 @@ def remove(spec: str) -> int:
 def list_all(as_json: bool = False) -> int:
     """The catalogue's pairs and models with their local state, then other GGUFs on disk."""
     catalog = load_catalog()
+    remove_abandoned_downloads()
     models = list_models()
     drafts = {m.name: _compatible_names(m) for m in models if m.downloaded and m.entry is None}
     if as_json:

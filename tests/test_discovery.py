@@ -83,7 +83,9 @@ def model_folder(tmp_path, monkeypatch):
     """A localspec cache and a Hugging Face cache holding several GGUFs."""
     own = tmp_path / "localspec-cache"
     monkeypatch.setenv("LOCALSPEC_CACHE", str(own))
-    hf_snapshot = Path(constants.HF_HUB_CACHE) / "models--acme--Mini-GGUF" / "snapshots" / ("0" * 40)
+    hf_repo = Path(constants.HF_HUB_CACHE) / "models--acme--Mini-GGUF"
+    hf_snapshot = hf_repo / "snapshots" / ("0" * 40)
+    _mk(hf_repo / "refs").joinpath("main").write_text("0" * 40)  # as huggingface_hub leaves it
     files = {
         "target": write_model(_mk(own / "acme--Big-GGUF") / "big-7b.gguf", seed=1, size_label="7B"),
         "half": write_model(_mk(own / "acme--Half-GGUF") / "half-3b.gguf", seed=2, size_label="3B"),
@@ -210,3 +212,78 @@ def test_quant_spec_needs_the_hub_and_says_so_at_once(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(DownloadError, match="offline .* cannot be listed; name the file as REPO:FILE"):
         model_ref("someone/Unknown-GGUF:q4_k_m")
+
+
+# --- bad input (regressions from an attempt to break these commands) ---------------------
+
+
+def test_rm_never_deletes_outside_the_caches(model_folder, tmp_path, capsys):
+    own = model_folder["target"].parent.parent
+    precious = tmp_path / "user" / "precious.gguf"
+    precious.parent.mkdir()
+    shutil.copy(model_folder["small"], precious)
+    (own / "link").symlink_to(precious.parent, target_is_directory=True)
+    (own / "acme--Small-GGUF" / "file-link.gguf").symlink_to(precious)
+    for spec in (own / ".." / "user" / "precious.gguf", own / "link" / "precious.gguf",
+                 own / "acme--Small-GGUF" / "file-link.gguf"):
+        assert cli.main(["models", "rm", str(spec)]) == 2, spec
+        assert precious.exists()
+        assert "not in localspec's cache" in capsys.readouterr().err
+
+
+def test_rm_keeps_a_blob_another_snapshot_still_uses(tmp_path):
+    repo = Path(constants.HF_HUB_CACHE) / "models--acme--Shared-GGUF"
+    blob = _mk(repo / "blobs") / ("a" * 64)
+    blob.write_bytes(b"GGUF data")
+    links = [_mk(repo / "snapshots" / (c * 40)) / "m.gguf" for c in "12"]
+    for link in links:
+        link.symlink_to(blob)
+    assert cli.main(["models", "rm", str(links[0])]) == 0
+    assert blob.exists() and links[1].read_bytes() == b"GGUF data" and not links[0].exists()
+    assert cli.main(["models", "rm", str(links[1])]) == 0
+    assert not blob.exists()
+
+
+def test_headers_with_odd_types_are_listed_not_fatal(model_folder):
+    import struct
+
+    folder = model_folder["target"].parent
+    # general.size_label stored as a uint32, then an array nested 20 deep.
+    kv = lambda key, vtype, payload: struct.pack("<Q", len(key)) + key.encode() + struct.pack("<I", vtype) + payload
+    odd_label = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + kv("general.size_label", 4, struct.pack("<I", 7))
+    nested = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 4) + b"deep" + struct.pack("<I", 9)
+    nested += (struct.pack("<IQ", 9, 1)) * 20 + struct.pack("<IQ", 4, 0)
+    (folder / "odd-label.gguf").write_bytes(odd_label)
+    (folder / "nested.gguf").write_bytes(nested)
+    listed = {m.name: m for m in list_models()}
+    assert listed["odd-label.gguf"].params is None and listed["nested.gguf"].params is None
+    rejected = {c.model.name: c for c in drafts_for(model_ref(model_folder["target"]))}
+    assert "nested more than 8 deep" in rejected["nested.gguf"].reasons[0]
+    assert not rejected["odd-label.gguf"].compatible
+    assert pick_draft(model_ref(model_folder["target"])).path == model_folder["mini"]
+
+
+def test_repo_quant_is_answered_from_the_hf_cache_without_the_hub(model_folder, monkeypatch):
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    snapshot = model_folder["mini"].parent
+    shutil.copy(model_folder["mini"], snapshot / "mini-0.5b-Q4_K_M.gguf")
+    ref = model_ref("acme/Mini-GGUF:q4_k_m")
+    assert ref.path == snapshot / "mini-0.5b-Q4_K_M.gguf"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("../evil:x.gguf", "not a valid Hugging Face repository id"),
+    ("owner/..:x.gguf", "not a valid Hugging Face repository id"),
+    ("own er/re po:x.gguf", "not a valid Hugging Face repository id"),
+    ("o/r:../../etc/passwd.gguf", "file must be a relative .gguf path"),
+    ("", "no model given"),
+])
+def test_bad_specs_are_one_line_errors(spec, message, capsys):
+    assert cli.main(["pull", spec]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_rm_of_a_pair_name_asks_for_a_model(capsys):
+    assert cli.main(["models", "rm", "qwen2.5-coder-1.5b"]) == 2
+    assert "is a pair; name one of its models" in capsys.readouterr().err

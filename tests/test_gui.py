@@ -321,3 +321,63 @@ def test_token_tooltips_give_source_and_probabilities(qtbot, window):
     cursor = QTextCursor(doc)
     cursor.setPosition(pos)
     assert cursor.charFormat().toolTip() == tooltip_for(seg)
+
+
+def test_closing_during_a_download_cancels_it_and_ends_its_thread(qtbot, tmp_path, monkeypatch):
+    import threading
+
+    from localspec.errors import DownloadCancelled
+
+    started, saw_cancel = threading.Event(), threading.Event()
+
+    def slow_ensure_local(ref, progress=None, cancel=None):
+        started.set()
+        while not cancel.wait(0.01):
+            progress(1, 10)
+        saw_cancel.set()
+        raise DownloadCancelled("cancelled")
+
+    monkeypatch.setattr(discovery, "ensure_local", slow_ensure_local)
+    win = MainWindow(store=ConversationStore(tmp_path / "chats.sqlite3"), autoload=False)
+    qtbot.addWidget(win)
+    missing = discovery.ModelRef("not-here", entry=None, path=None, size=10)
+    win.picker.targets = [missing]
+    win.picker._fill_targets(missing)
+    win.picker.draft_combo.setCurrentIndex(0)
+    win.picker.load_selected()
+    assert started.wait(10)
+    thread = win.picker._thread
+    win.close()
+    assert saw_cancel.is_set() and thread.isFinished()
+
+
+def test_an_unreadable_history_is_set_aside_and_the_window_starts(qtbot, tmp_path, monkeypatch):
+    data = tmp_path / "data" / "localspec"
+    data.mkdir(parents=True)
+    (data / "conversations.sqlite3").write_text("this is not a database")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    win = MainWindow(autoload=False)
+    qtbot.addWidget(win)
+    assert not win.banner.isHidden() and "could not be read" in win.banner.text()
+    assert [p.name.split(".unreadable-")[0] for p in data.iterdir() if ".unreadable-" in p.name] == \
+        ["conversations.sqlite3"]
+    cid = win.store.create("works")
+    assert win.store.title(cid) == "works"
+    win.close()
+
+
+def test_damaged_rows_and_settings_fall_back_instead_of_failing(tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    cid = store.create("x")
+    store._db.execute("INSERT INTO messages (conversation_id, role, content, segments, stats) "
+                      "VALUES (?, 'assistant', 'hi', '{broken', '[1, 2]')", (cid,))
+    (message,) = store.messages(cid)
+    assert message.content == "hi" and message.segments == [] and message.stats is None
+    path = tmp_path / "gui.json"
+    path.write_text('{"seed": 1099511627776, "draft_min": 100000000000000000000, "max_tokens": 0,'
+                    ' "draft_max": "\\u00b2", "n_ctx": 8, "temperature": 7.5, "top_p": 0.5}')
+    loaded = load_settings(path)
+    defaults = Settings()
+    assert (loaded.seed, loaded.draft_min, loaded.max_tokens, loaded.draft_max, loaded.n_ctx, loaded.temperature) == \
+        (defaults.seed, defaults.draft_min, defaults.max_tokens, defaults.draft_max, defaults.n_ctx, defaults.temperature)
+    assert loaded.top_p == 0.5
