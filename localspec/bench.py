@@ -10,6 +10,7 @@ llama-cpp-python's ``LlamaPromptLookupDecoding``; llama.cpp's C++
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import platform
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from .api import SpeculativeModel, resolve_pair
 from .engine import default_threads
+from .errors import InvalidOptionError
 from .workloads import Prompt, code_prompts, edit_prompts, mtbench_prompts
 
 
@@ -254,6 +256,9 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(args) -> int:
+    if not args.smoke and importlib.util.find_spec("matplotlib") is None:  # checked before hours of work
+        raise InvalidOptionError("the benchmark's plot needs matplotlib: pip install -e '.[bench]' "
+                                 "(or run --smoke, which writes no plot)")
     config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
     if args.reps is not None:
         config = BenchConfig(**{**asdict(config), "reps": args.reps, "strategies": config.strategies})
