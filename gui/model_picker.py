@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
 
@@ -167,7 +167,7 @@ class PairPicker(QWidget):
         self.target_combo.clear()
         for ref in self.targets:
             self.target_combo.addItem(ref.label)
-            self.target_combo.setItemData(self.target_combo.count() - 1, str(ref.path or ref.name), 3)  # tooltip
+            self.target_combo.setItemData(self.target_combo.count() - 1, str(ref.path or ref.name), Qt.ToolTipRole)
         self.target_combo.addItem(OPEN_FILE)
         index = next((i for i, t in enumerate(self.targets) if chosen is not None and _same(chosen, t)), 0)
         self.target_combo.setCurrentIndex(index)
@@ -189,9 +189,8 @@ class PairPicker(QWidget):
                 continue
             label = cand.model.label + ("  ★ recommended" if cand.recommended else "")
             self.draft_combo.addItem(label, i)
-            notes = list(getattr(cand, "notes", []) or [])
-            if notes:
-                self.draft_combo.setItemData(self.draft_combo.count() - 1, "; ".join(notes), 3)  # tooltip
+            if cand.notes:
+                self.draft_combo.setItemData(self.draft_combo.count() - 1, "; ".join(cand.notes), Qt.ToolTipRole)
             if draft_spec is None and cand.recommended and select == 0:
                 select = self.draft_combo.count() - 1
             if draft_spec and spec_of(cand.model) == draft_spec:
