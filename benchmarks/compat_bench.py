@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from localspec.doctor import machine_record
 from localspec.api import resolve_pair
 from localspec.compat import check_compatibility
 from localspec.gguf_info import check_gguf_file
@@ -45,7 +46,7 @@ def main(extra: list[str]) -> None:
               f"(headers {r['read_headers_s'] * 1000:.0f} ms, compare {r['compare_s'] * 1000:.0f} ms), "
               f"compatible={r['compatible']}")
     out = Path(__file__).parent / "results" / "compat.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    out.write_text(json.dumps({"machine": machine_record(), "results": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

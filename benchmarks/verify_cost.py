@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
+from localspec.doctor import machine_record
 from localspec.engine import default_threads
 
 BATCHES = (1, 2, 3, 5, 9, 17)
@@ -34,7 +35,7 @@ def main():
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=default_threads(), strategy="none") as m:
         target = {b: round(cost_ms(m.target, b), 1) for b in BATCHES}
         draft = round(cost_ms(m.drafter.engine, 1), 1)
-    result = {"threads": default_threads(), "target_ms_by_batch": target, "draft_ms_per_token": draft}
+    result = {"machine": machine_record(), "target_ms_by_batch": target, "draft_ms_per_token": draft}
     print(json.dumps(result, indent=1))
     (Path(__file__).parent / "results" / "verify_cost.json").write_text(json.dumps(result, indent=1) + "\n")
 

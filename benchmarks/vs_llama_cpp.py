@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
+from localspec.doctor import machine_record
 from localspec.engine import default_threads
 from localspec.workloads import code_prompts
 
@@ -64,7 +65,7 @@ def main():
         r["localspec_decode_tps"] / r["llama_cpp_decode_tps"] for r in rows)
     print(json.dumps(summary, indent=1))
     out = Path(__file__).parent / "results" / "vs_llama_cpp.json"
-    out.write_text(json.dumps({"settings": {"n_tokens": N_TOKENS, "draft_max": DRAFT_MAX, "p_min": P_MIN,
+    out.write_text(json.dumps({"machine": machine_record(n_threads), "settings": {"n_tokens": N_TOKENS, "draft_max": DRAFT_MAX, "p_min": P_MIN,
                                             "threads": n_threads}, "summary": summary, "rows": rows}, indent=1) + "\n")
 
 

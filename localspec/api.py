@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 
 from .catalog import PairEntry, load_catalog
 from .compat import check_compatibility
-from .drafters import DraftModelDrafter, PromptLookupDrafter
+from .drafters import DraftModelDrafter, PredictionDrafter, PromptLookupDrafter
 from .engine import Engine, EngineConfig
 from .errors import EngineError, IncompatibleDraftError, InvalidOptionError
 from .gguf_info import check_gguf_file
@@ -109,31 +109,37 @@ class SpeculativeModel:
                 raise
             self.drafter = DraftModelDrafter(engine, self.target.n_vocab, self.target.is_eog)
         self.lookup = PromptLookupDrafter()
+        self.prediction = PredictionDrafter()
         self._adaptive: dict[tuple, AdaptivePolicy] = {}
         self._verify_costs: dict = {}  # measured costs, shared by the adaptive policies
         self._draft_costs: dict = {}
         if self.default_draft.adaptive and self.default_draft.strategy != "none":
-            self._policy(self.default_draft, greedy=True)  # calibrate costs now, not in the first answer
+            self._policy(self.default_draft, greedy=True, predicted=False)  # calibrate now, not in the first answer
         self._active: Generation | None = None
         self._closed = False
         self._step_lock = threading.Lock()
 
     @property
     def drafters(self) -> list:
-        """Every drafter this model can use: the draft model (if loaded), prompt lookup."""
-        return [d for d in (self.drafter, self.lookup) if d is not None]
+        """Every drafter this model can use: the draft model (if loaded), prompt lookup,
+        and the caller's prediction (which drafts only in calls given a ``prediction``)."""
+        return [d for d in (self.drafter, self.lookup, self.prediction) if d is not None]
 
-    def _policy(self, dp: DraftParams, greedy: bool):
+    def _policy(self, dp: DraftParams, greedy: bool, predicted: bool):
         if dp.strategy == "draft-model" and self.drafter is None:
             raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
+        if dp.strategy == "prediction" and not predicted:
+            raise InvalidOptionError("strategy 'prediction' needs a prediction (the expected output text)")
         if dp.strategy == "none" or dp.draft_max == 0:
             return FixedPolicy(None, 0)
-        chosen = {"draft-model": [self.drafter], "prompt-lookup": [self.lookup]}.get(dp.strategy, self.drafters)
+        every = ([self.prediction] if predicted else []) + [d for d in (self.drafter, self.lookup) if d is not None]
+        chosen = {"draft-model": [self.drafter], "prompt-lookup": [self.lookup],
+                  "prediction": [self.prediction]}.get(dp.strategy, every)
         if not dp.adaptive:
             return FixedPolicy(chosen[0], dp.draft_max)
-        key = (dp.strategy, greedy)
+        key = (dp.strategy, greedy, predicted)
         if key not in self._adaptive:
-            caps = {id(self.lookup): 16}
+            caps = {id(self.lookup): 16, id(self.prediction): 16}
             if self.drafter is not None:
                 caps[id(self.drafter)] = 8
             policy = AdaptivePolicy(chosen, max_k=caps, verify_costs=self._verify_costs,
@@ -173,8 +179,13 @@ class SpeculativeModel:
             options: ``max_tokens`` (512), ``temperature`` (0 = greedy), ``top_k`` (40),
                 ``top_p`` (0.95), ``min_p`` (0.05), ``seed`` (None), ``stop`` (strings),
                 ``draft_max`` (an int or "auto"), ``draft_min``, ``p_min``, ``strategy``
-                ("auto", "draft-model", "prompt-lookup", "none"); defaults from
-                :meth:`__init__`.
+                ("auto", "draft-model", "prompt-lookup", "prediction", "none"); defaults
+                from :meth:`__init__`.  ``prediction``: text the answer is expected to
+                repeat (OpenAI's Predicted Outputs), drafted from by
+                :class:`~localspec.drafters.PredictionDrafter`; the stats count its
+                tokens under ``drafted_by_drafter["prediction"]`` /
+                ``accepted_by_drafter["prediction"]``.  ``logprobs``: None, or 0 to 20
+                alternatives per token (see :class:`GenerationParams`).
 
         The KV cache prefix shared with the previous call is reused, so a multi-turn
         chat only evaluates the new tokens.  Raises InvalidOptionError for bad messages or
@@ -186,8 +197,12 @@ class SpeculativeModel:
         return self._start(tokens, started, stream, options)
 
     def _start(self, tokens: list[int], started: float, stream: bool, options: dict):
+        prediction = options.pop("prediction", None)
+        if prediction is not None and not isinstance(prediction, str):
+            raise InvalidOptionError(f"prediction must be a string, got {type(prediction).__name__}")
         params = self._params(options)
-        policy = self._policy(params.draft, params.sampling.greedy)
+        predicted = self._tokenize_prediction(prediction)
+        policy = self._policy(params.draft, params.sampling.greedy, predicted=bool(predicted))
         if not self._step_lock.acquire(blocking=False):
             raise EngineError("the model is busy with a generation in another thread")
         try:
@@ -195,14 +210,18 @@ class SpeculativeModel:
                 self._active.supersede()
             generation = Generation(self.target, self.drafters, policy, tokens, params, started_at=started,
                                     lock=self._step_lock)
+            self.prediction.set_prediction(predicted, len(tokens))
             self._active = generation
         finally:
             self._step_lock.release()
         return generation if stream else generation.run()
 
+    def _tokenize_prediction(self, prediction: str | None) -> list[int]:
+        return self.target.tokenize(prediction, add_special=False, parse_special=False) if prediction else []
+
     def _params(self, options: dict) -> GenerationParams:
         known = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
-                 "draft_max", "draft_min", "p_min", "strategy"}
+                 "draft_max", "draft_min", "p_min", "strategy", "logprobs"}
         unknown = set(options) - known
         if unknown:
             raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
@@ -228,6 +247,7 @@ class SpeculativeModel:
             ),
             stop=tuple(stop),
             seed=None if seed == -1 else seed,  # -1 = random, as in llama.cpp
+            logprobs=options.get("logprobs"),
         )
 
     def _ensure_open(self) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import platform
 import shutil
 import statistics
 import sys
@@ -21,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .api import SpeculativeModel, resolve_pair
+from .doctor import machine_line, machine_record
 from .engine import default_threads
 from .errors import InvalidOptionError
 from .workloads import Prompt, code_prompts, edit_prompts, mtbench_prompts
@@ -102,7 +102,7 @@ def run(config: BenchConfig, log=print) -> dict:
                   if shutil.which("llama-speculative-simple") else "skipped: not on PATH"}
     return {
         "config": {**asdict(config), "strategies": [s.name for s in config.strategies]},
-        "machine": f"{platform.machine()}, {n_threads} threads, Python {platform.python_version()}",
+        "machine": machine_record(n_threads),
         "peers": peers_note,
         "rows": rows,
         "summary": summarize(rows),
@@ -206,7 +206,8 @@ def _speedup_of(row: dict, rows: list[dict]) -> float | None:
 
 
 def markdown(result: dict) -> str:
-    lines = [f"Machine: {result['machine']}.  Config: {json.dumps(result['config'])}.", "",
+    lines = [f"Machine: {machine_line(result['machine'])}.", "", f"llama.cpp: {result['machine']['system_info']}.", "",
+             f"Config: {json.dumps(result['config'])}.", "",
              "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | acceptance | mean accepted length | TTFT s |",
              "|---|---|---|---|---|---|---|---|---|"]
 
@@ -249,7 +250,7 @@ def plot(result: dict, path: Path) -> None:
         ax.set_title(f"temperature {temp}")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
-    fig.suptitle(f"localspec on {result['machine']}: Qwen2.5-Coder 1.5B target, 0.5B draft")
+    fig.suptitle(f"localspec on {machine_line(result['machine'])}\nQwen2.5-Coder 1.5B target, 0.5B draft", fontsize=9)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,4 +1,4 @@
-"""Command line: ``localspec run "prompt"``, ``chat``, ``bench``, ``models``, ``pull``, ``gui``.
+"""Command line: ``localspec run "prompt"``, ``chat``, ``bench``, ``models``, ``pull``, ``doctor``, ``gui``.
 
 User errors (:class:`~localspec.errors.LocalspecError`) print one line and exit 2;
 Ctrl-C exits 130.
@@ -15,7 +15,7 @@ import sys
 from typing import Sequence
 
 from .api import load
-from .errors import LocalspecError
+from .errors import InvalidOptionError, LocalspecError
 from .sampling import SamplingParams
 from .speculative import STRATEGIES, DraftParams, GenerationParams
 from .stats import GenerationResult, TokenSource
@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="answer one prompt, streaming")
     run.add_argument("prompt", help="the user message")
     run.add_argument("--json", action="store_true", help="print one JSON object (text, finish_reason, stats)")
+    run.add_argument("--prediction", metavar="FILE",
+                     help="text the answer is expected to repeat (e.g. the file being edited), used as a draft")
     _add_model_flags(run)
     _add_generation_flags(run)
     run.set_defaults(func=_cmd_run)
@@ -91,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     rm.add_argument("spec", help="a model name from models.toml, REPO:FILE, or a path inside a cache")
     models.set_defaults(func=_cmd_models)
 
+    doctor = sub.add_parser("doctor", help="the llama.cpp build, backends, AMX, caches and what to fix")
+    doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
+    doctor.set_defaults(func=_cmd_doctor)
+
     gui = sub.add_parser("gui", help="open the desktop chat (needs: pip install 'localspec[gui]')")
     gui.set_defaults(func=_cmd_gui)
     return parser
@@ -110,6 +116,14 @@ def _cmd_models(args) -> int:
     if args.drafts_for is not None:
         return models_cli.list_drafts(args.drafts_for, as_json=args.json)
     return models_cli.list_all(as_json=args.json)
+
+
+def _cmd_doctor(args) -> int:
+    from .doctor import format_report, report
+
+    r = report()
+    print(json.dumps(r, indent=2) if args.json else format_report(r))
+    return 0
 
 
 def _cmd_gui(args) -> int:
@@ -160,8 +174,8 @@ def _add_generation_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--system", help="system message")
     g.add_argument("--draft", choices=STRATEGIES, default="auto",
-                   help="drafter: auto (adaptive over the draft model and prompt lookup, default), "
-                        "draft-model, prompt-lookup, none")
+                   help="drafter: auto (adaptive over the draft model, prompt lookup and a --prediction, "
+                        "default), draft-model, prompt-lookup, prediction, none")
     g.add_argument("--draft-max", type=_draft_max, default=None,
                    help="most draft tokens per round, or 'auto' to choose each round (default: auto)")
     g.add_argument("--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)")
@@ -187,7 +201,10 @@ def _check_options(args) -> None:
 
 
 def _load(args):
+    from .doctor import warn_gpu_once
+
     _check_options(args)
+    warn_gpu_once()
     no_draft_model = args.no_draft or args.draft in ("none", "prompt-lookup")
     draft = None if no_draft_model else args.model_draft
     kwargs = dict(n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, n_gpu_layers_draft=args.gpu_layers_draft,
@@ -209,8 +226,8 @@ def _options(args) -> dict:
                 min_p=args.min_p, seed=args.seed, stop=args.stop)
 
 
-def _stream(model, messages, args, colour: bool) -> GenerationResult:
-    generation = model.chat(messages, stream=True, **_options(args))
+def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> GenerationResult:
+    generation = model.chat(messages, stream=True, **_options(args), **(extra or {}))
     for event in generation:
         code = _COLOURS.get(event.source) if colour else None
         sys.stdout.write(f"{code}{event.text}{_RESET}" if code and event.text else event.text)
@@ -232,15 +249,25 @@ def _messages(args, text: str) -> list[dict]:
     return messages + [{"role": "user", "content": text}]
 
 
+def _prediction(path: str | None) -> dict:
+    if path is None:
+        return {}
+    try:
+        return {"prediction": open(path, encoding="utf-8").read()}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidOptionError(f"cannot read the prediction file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
 def _cmd_run(args) -> int:
+    prediction = _prediction(args.prediction)
     with _load(args) as model:
         if args.json:
-            result = model.chat(_messages(args, args.prompt), **_options(args))
+            result = model.chat(_messages(args, args.prompt), **_options(args), **prediction)
             print(json.dumps({"text": result.text, "finish_reason": result.finish_reason,
                               "stats": result.stats.to_dict()}, indent=2))
             return 0
         colour = sys.stdout.isatty() and not args.no_color
-        result = _stream(model, _messages(args, args.prompt), args, colour)
+        result = _stream(model, _messages(args, args.prompt), args, colour, prediction)
         print(_stats_line(result, sys.stderr.isatty() and not args.no_color), file=sys.stderr)
     return 0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +25,14 @@ import numpy as np
 import llama_cpp
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from . import amx_probe, backend, machine
 from .errors import ContextOverflowError, EngineError, InvalidOptionError, ModelFileError, UnsupportedModelError
 from .gguf_info import check_gguf_file
 
 _backend_ready = False
+
+
+CPU_BUFFERS = ("auto", "default", "no-amx", "no-extra")
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,11 @@ class EngineConfig:
     n_ctx: context window in tokens.  n_gpu_layers: layers offloaded to Metal/CUDA
     (-1 = all; ignored by CPU-only builds).  n_threads: CPU threads (None = all CPUs).
     n_batch: largest batch handed to one ``llama_decode`` call, in tokens.
-    flash_attn: None lets llama.cpp choose.
+    flash_attn: None lets llama.cpp choose.  cpu_buffers: where CPU weights go: "auto"
+    (llama.cpp's choice, except without AMX where :func:`localspec.amx_probe.amx_decision`
+    says AMX crashes here), "default" (llama.cpp's choice, always), "no-amx" (the fallback:
+    no AMX buffer, CPU_REPACK kept), "no-extra" (no extra buffer types at all, as
+    llama.cpp's ``--no-repack``).
     """
 
     n_ctx: int = 4096
@@ -46,13 +54,25 @@ class EngineConfig:
     n_threads: int | None = None
     n_batch: int = 512
     flash_attn: bool | None = None
+    cpu_buffers: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.cpu_buffers not in CPU_BUFFERS:
+            raise InvalidOptionError(f"cpu_buffers must be one of {', '.join(CPU_BUFFERS)}, got {self.cpu_buffers!r}")
 
 
 def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
+    return machine.usable_cpus()
+
+
+_placement_said = False
+
+
+def _say_placement_once(text: str) -> None:
+    global _placement_said
+    if not _placement_said:
+        _placement_said = True
+        print(f"localspec: {text}", file=sys.stderr)
 
 
 def set_llama_log(verbose: bool) -> None:
@@ -89,6 +109,7 @@ class Engine:
         global _backend_ready
         self.path = Path(path)
         self.config = config
+        self.verbose = verbose
         self.info = check_gguf_file(self.path)
         set_llama_log(verbose)
         if not _backend_ready:
@@ -110,7 +131,9 @@ class Engine:
         if load_progress is not None:
             callback = llama_cpp.llama_progress_callback(_progress_reporter(load_progress))
             mparams.progress_callback = callback  # `callback` stays referenced until the load returns
+        placement = self._cpu_placement(mparams)
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        del placement  # llama.cpp has read the override table
         if not self._model:
             raise ModelFileError(f"llama.cpp could not load {self.path} (see its log with --verbose)")
         if llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model):
@@ -145,6 +168,26 @@ class Engine:
         self._piece_cache: dict[int, bytes] = {}
         self.cache_tokens: list[int] = []  # what the KV cache holds, position i = token i
         self.decode_s = 0.0  # seconds spent inside llama_decode since load
+
+    def _cpu_placement(self, mparams) -> backend.NoAmxPlacement | None:
+        """Apply the AMX fallback to ``mparams`` when it is wanted; sets ``self.cpu_buffers``
+        to a description of where the CPU weights go."""
+        wanted = self.config.cpu_buffers
+        if wanted == "no-extra":
+            mparams.use_extra_bufts = False
+            self.cpu_buffers = "extra buffer types off"
+            return None
+        decision = amx_probe.amx_decision() if wanted == "auto" else None
+        if wanted == "no-amx" or (decision is not None and decision.avoid_amx):
+            offloaded = backend.supports_gpu_offload() and self.config.n_gpu_layers != 0
+            placement = backend.apply_no_amx(mparams, self.info, offloaded)
+            self.cpu_buffers = placement.describe()
+            if self.verbose:
+                reason = decision.status if decision is not None else "off: cpu_buffers='no-amx'"
+                _say_placement_once(f"AMX {reason}; weights load {self.cpu_buffers}")
+            return placement
+        self.cpu_buffers = "llama.cpp default"
+        return None
 
     # --- vocabulary -----------------------------------------------------------------
 

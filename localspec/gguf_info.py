@@ -32,6 +32,17 @@ _SCALARS = {
 _SKIPPED_ARRAYS = {"tokenizer.ggml.scores", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"}
 
 
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of the file: ``shape`` in GGUF order (``shape[0]`` is ggml's ne[0], the
+    contiguous row length), ``ggml_type`` its storage type, ``n_bytes`` its data size."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: GGMLQuantizationType
+    n_bytes: int
+
+
 @dataclass
 class GGUFInfo:
     """What localspec needs from a GGUF header.
@@ -46,6 +57,7 @@ class GGUFInfo:
     tokens: list[str] = field(default_factory=list)
     n_tensors: int = 0
     n_elements: int = 0  # sum of all tensor elements: the parameter count, embeddings included
+    tensors: list[TensorInfo] = field(default_factory=list)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
@@ -132,7 +144,7 @@ def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
 
     data_size = 0
     for _ in range(n_tensors):
-        _string(f)
+        name = _string(f)
         n_dims = _unpack(f, "<I")
         if n_dims > 8:
             raise ValueError(f"a tensor claims {n_dims} dimensions")
@@ -143,8 +155,10 @@ def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
         n_elements = 1
         for d in dims:
             n_elements *= d
+        n_bytes = n_elements // block_size * type_size
         info.n_elements += n_elements
-        data_size = max(data_size, offset + n_elements // block_size * type_size)
+        info.tensors.append(TensorInfo(name, tuple(dims), ggml_type, n_bytes))
+        data_size = max(data_size, offset + n_bytes)
     alignment = int(info.get("general.alignment", 32))
     if alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"general.alignment {alignment} is not a power of two")

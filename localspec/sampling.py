@@ -189,3 +189,18 @@ def accept_greedy(draft_tokens: Sequence[int], target_argmax: Sequence[int]) -> 
             return i, int(target_argmax[i])
     k = len(draft_tokens)
     return k, int(target_argmax[k])
+
+
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """Natural-log probability of ``token`` under softmax(``logits``) (float32
+    ``(n_vocab,)``, no temperature or filters), and the ``top`` most likely
+    ``(id, logprob)`` pairs, best first (as OpenAI's ``logprobs`` / ``top_logprobs``)."""
+    row = logits.astype(np.float64)
+    peak = row.max()
+    lse = peak + np.log(np.exp(row - peak).sum())
+    best = ()
+    if top > 0:
+        head = np.argpartition(-row, top - 1)[:top]
+        head = head[np.argsort(-row[head], kind="stable")]
+        best = tuple((int(i), float(row[i] - lse)) for i in head)
+    return float(row[token] - lse), best

@@ -23,11 +23,11 @@ import numpy as np
 from .drafters import Draft, Drafter
 from .engine import Engine
 from .errors import ContextOverflowError, EngineError, InvalidOptionError
-from .sampling import SamplingParams, accept_greedy, accept_sampled, processed_probs, sample
+from .sampling import SamplingParams, accept_greedy, accept_sampled, processed_probs, sample, token_logprobs
 from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 
 
-STRATEGIES = ("auto", "draft-model", "prompt-lookup", "none")
+STRATEGIES = ("auto", "draft-model", "prompt-lookup", "prediction", "none")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ class DraftParams:
     each round's drafter and length (0 included) from costs measured on this machine.
     draft_min: a shorter draft is dropped (the round runs plain).  p_min: the draft model
     stops once its top probability falls below it.  strategy: "auto" (every available
-    drafter), "draft-model", "prompt-lookup" or "none".  Names and meaning as llama.cpp's
+    drafter), "draft-model", "prompt-lookup", "prediction" (the caller's predicted output
+    only) or "none".  Names and meaning as llama.cpp's
     ``--draft-max``, ``--draft-min``, ``--draft-p-min``.  Raises InvalidOptionError when
     out of range."""
 
@@ -66,13 +67,17 @@ class DraftParams:
 @dataclass(frozen=True)
 class GenerationParams:
     """max_tokens: most tokens to generate.  stop: strings that end the generation
-    (not included in the text).  seed: None draws a fresh one."""
+    (not included in the text).  seed: None draws a fresh one.  logprobs: None, or the
+    number (0 to 20) of most likely alternatives each :class:`TokenEvent` reports with
+    its own log-probability (natural log, the target's raw distribution, before
+    temperature and filters)."""
 
     max_tokens: int = 512
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft: DraftParams = field(default_factory=DraftParams)
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -81,6 +86,9 @@ class GenerationParams:
             raise InvalidOptionError(f"stop strings must be non-empty strings, got {self.stop!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise InvalidOptionError(f"seed must be a non-negative integer, or None / -1 for a random one, got {self.seed!r}")
+        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
+                                          or not 0 <= self.logprobs <= 20):
+            raise InvalidOptionError(f"logprobs must be an integer from 0 to 20, got {self.logprobs!r}")
 
 
 class Generation:
@@ -164,14 +172,14 @@ class Generation:
         draft_start = sum(d.decode_s for d in self.drafters)
 
         round_no = 0
-        emitted = [(token, TokenSource.TARGET, p_token, None)]
+        emitted = [(token, TokenSource.TARGET, p_token, None, self._logprobs(logits, 0, token))]
         finish = None
         while True:
-            for tok, source, p_t, p_d in emitted:
+            for tok, source, p_t, p_d, lp in emitted:
                 context.append(tok)
                 stats.generated_tokens += 1
                 finish = out.add(tok, source)
-                event = TokenEvent(tok, out.take_delta(), source, round_no, p_t, p_d)
+                event = TokenEvent(tok, out.take_delta(), source, round_no, p_t, p_d, *lp)
                 if event.text or finish is None:
                     yield event
                 if finish is None and stats.generated_tokens >= params.max_tokens:
@@ -238,10 +246,19 @@ class Generation:
             p = np.stack([processed_probs(row, sp) for row in logits])
             q = draft.probs
             n, nxt = accept_sampled(draft.tokens, p, q, rng)
-        emitted = [(d, TokenSource.ACCEPTED, _prob(p, i, d), _prob(q, i, d)) for i, d in enumerate(draft.tokens[:n])]
+        emitted = [(d, TokenSource.ACCEPTED, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
+                   for i, d in enumerate(draft.tokens[:n])]
         source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
-        emitted.append((nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None))
+        emitted.append((nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None,
+                        self._logprobs(logits, n, nxt)))
         return n, emitted
+
+    def _logprobs(self, logits: np.ndarray, row: int, token: int) -> tuple:
+        """(logprob of ``token``, its top alternatives) from the target's own row, or
+        (None, None) when not asked for."""
+        if self.params.logprobs is None:
+            return None, None
+        return token_logprobs(logits[row], token, self.params.logprobs)
 
     def _choose(self, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, float | None]:
         sp = self.params.sampling

@@ -25,7 +25,9 @@ class TokenEvent:
     (None in greedy mode or when there was no draft).  ``round`` counts verify rounds
     from 0 (the token sampled right after prompt eval).  A last event with ``token == -1``
     carries text held back until the end (an incomplete UTF-8 tail, or text that could
-    have started a stop string).
+    have started a stop string).  With ``logprobs`` asked for, ``logprob`` is the
+    token's natural-log probability under the target's raw distribution (its own verify
+    row) and ``top_logprobs`` the most likely ``(token id, logprob)`` pairs, best first.
     """
 
     token: int
@@ -34,6 +36,8 @@ class TokenEvent:
     round: int
     p_target: float | None = None
     p_draft: float | None = None
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] | None = None
 
 
 @dataclass
@@ -58,6 +62,8 @@ class GenerationStats:
     accepted_tokens: int = 0
     rounds: int = 0
     rounds_by_drafter: dict = field(default_factory=dict)  # "plain" / drafter name -> rounds
+    drafted_by_drafter: dict = field(default_factory=dict)  # drafter name -> drafted tokens
+    accepted_by_drafter: dict = field(default_factory=dict)  # drafter name -> accepted tokens
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_at_position: list[int] = field(default_factory=list)
     ttft_s: float = 0.0
@@ -94,6 +100,9 @@ class GenerationStats:
     def record_round(self, n_drafted: int, n_accepted: int, drafter: str = "plain") -> None:
         self.rounds += 1
         self.rounds_by_drafter[drafter] = self.rounds_by_drafter.get(drafter, 0) + 1
+        if n_drafted:
+            self.drafted_by_drafter[drafter] = self.drafted_by_drafter.get(drafter, 0) + n_drafted
+            self.accepted_by_drafter[drafter] = self.accepted_by_drafter.get(drafter, 0) + n_accepted
         self.drafted_tokens += n_drafted
         self.accepted_tokens += n_accepted
         while len(self.drafted_per_position) < n_drafted:

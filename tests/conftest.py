@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from synthetic import write_model  # noqa: E402
+from localspec.synthetic import write_model  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,9 @@ def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
     assert summary[("code", "lookup")]["acceptance_rate"] == pytest.approx(0.6)
     assert summary[("edit", "lookup")]["speedup"] == pytest.approx(0.5)
     assert summary[("code", "plain")]["speedup"] == 1.0
-    table = markdown({"machine": "m", "config": {}, "peers": {}, "summary": list(summary.values())})
+    from localspec.doctor import machine_record
+
+    table = markdown({"machine": machine_record(2), "config": {}, "peers": {}, "summary": list(summary.values())})
     assert "| edit | 0.0 | lookup | 10.0 | 20.0 | 0.50 |" in table
 
 

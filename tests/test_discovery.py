@@ -13,7 +13,7 @@ from localspec.compat import check_compatibility
 from localspec.discovery import drafts_for, list_models, local_ggufs, model_ref, pick_draft
 from localspec.errors import DownloadError, ModelFileError
 from localspec.gguf_info import check_gguf_file
-from synthetic import vocabulary, write_model
+from localspec.synthetic import vocabulary, write_model
 
 # --- real files -------------------------------------------------------------------------
 

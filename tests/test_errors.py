@@ -9,7 +9,7 @@ from localspec.api import SpeculativeModel, load
 from localspec.compat import check_compatibility
 from localspec.errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
 from localspec.gguf_info import check_gguf_file
-from synthetic import vocabulary, write_model
+from localspec.synthetic import vocabulary, write_model
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from localspec.api import SpeculativeModel
 from localspec.errors import EngineError, InvalidOptionError, ModelFileError
 from localspec.gguf_info import check_gguf_file
-from synthetic import write_model
+from localspec.synthetic import write_model
 
 PROMPT = "hello world the code"
 

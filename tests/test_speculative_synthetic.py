@@ -8,7 +8,7 @@ from localspec.api import SpeculativeModel
 from localspec.engine import Engine, EngineConfig
 from localspec.errors import ContextOverflowError
 from localspec.stats import TokenSource
-from synthetic import vocabulary
+from localspec.synthetic import vocabulary
 
 PROMPT = "hello world the code"
 

@@ -1,7 +1,8 @@
 """Tiny random-weight llama GGUF files written with the ``gguf`` package.
 
 Same seed -> same weights (a draft that agrees with the target), other seed -> a draft
-that disagrees.  A file takes a few milliseconds to write and to load.
+that disagrees.  A file takes a few milliseconds to write and to load.  Used by the
+test suite and by the AMX probe (:mod:`localspec.amx_probe`), which quantizes one.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ def vocabulary(extra_words: int = 0) -> tuple[list[str], list[float], list[int]]
 def write_model(path: Path, seed: int, *, logit_scale: float = 1.0, extra_words: int = 0,
                 vocab_override: list[str] | None = None, bos_id: int = 1, size_label: str = "1M",
                 basename: str = "synthetic", architecture: str = "llama",
-                tokenizer_model: str = "llama") -> Path:
-    """Write a 2-layer llama with random weights; returns ``path``.  ``size_label`` is the
-    parameter count the header claims (compatibility compares it); ``architecture`` and
-    ``tokenizer_model`` only change the header (such files are for metadata checks)."""
+                tokenizer_model: str = "llama", n_embd: int = N_EMBD, n_ff: int = N_FF) -> Path:
+    """Write a 2-layer llama with random float32 weights; returns ``path``.  ``size_label``
+    is the parameter count the header claims (compatibility compares it); ``architecture``
+    and ``tokenizer_model`` only change the header (such files are for metadata checks).
+    ``n_embd`` / ``n_ff``: hidden and feed-forward sizes (multiples of 256 let llama.cpp
+    quantize the weights to K-quants)."""
     tokens, scores, types = vocabulary(extra_words)
     if vocab_override is not None:
         tokens = vocab_override
@@ -52,13 +55,13 @@ def write_model(path: Path, seed: int, *, logit_scale: float = 1.0, extra_words:
     writer.add_basename(basename)
     writer.add_size_label(size_label)
     writer.add_context_length(N_CTX_TRAIN)
-    writer.add_embedding_length(N_EMBD)
+    writer.add_embedding_length(n_embd)
     writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(N_FF)
+    writer.add_feed_forward_length(n_ff)
     writer.add_head_count(N_HEAD)
     writer.add_head_count_kv(N_HEAD)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_rope_dimension_count(n_embd // N_HEAD)
     writer.add_tokenizer_model(tokenizer_model)
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -73,19 +76,19 @@ def write_model(path: Path, seed: int, *, logit_scale: float = 1.0, extra_words:
         "{% if add_generation_prompt %}assistant:{% endif %}"
     )
 
-    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, std=1.0))
+    writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, std=1.0))
     for i in range(N_LAYER):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.attn_q.weight", w(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", w(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", w(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", w(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(N_EMBD, N_FF))
-    writer.add_tensor("output_norm.weight", np.ones(N_EMBD, dtype=np.float32))
-    output = w(n_vocab, N_EMBD, std=logit_scale)
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.attn_q.weight", w(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", w(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_v.weight", w(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", w(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(n_embd, n_ff))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    output = w(n_vocab, n_embd, std=logit_scale)
     output[2] = 0.0  # EOS logit stays 0 while the best logit is ~+15: greedy never stops early
     writer.add_tensor("output.weight", output)
 

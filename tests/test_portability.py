@@ -1,0 +1,170 @@
+"""Portability: the AMX probe's decision, the AMX fallback's weight placement, doctor,
+the GPU-build warning and the machine record of benchmarks.
+
+This machine's CPU may lack AMX; the fallback is then exercised through
+LOCALSPEC_NO_AMX=1 and ``cpu_buffers="no-amx"``, and the probe's crash outcome through
+a child that really dies of SIGILL.
+"""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from localspec import amx_probe, backend, doctor, machine
+from localspec.cli import main
+from localspec.engine import Engine, EngineConfig
+from localspec.errors import InvalidOptionError
+from localspec.gguf_info import check_gguf_file
+
+SIGILL_CHILD = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)"]
+
+
+@pytest.fixture
+def no_env_force(monkeypatch):
+    monkeypatch.delenv(amx_probe.ENV_NO_AMX, raising=False)
+
+
+def test_a_child_killed_by_sigill_is_a_result_not_a_crash():
+    result = amx_probe.run_probe(SIGILL_CHILD)
+    assert not result.ok and result.crash_signal == "SIGILL"
+
+
+def test_the_real_probe_child_decodes_a_q4_k_m_model_here():
+    result = amx_probe.run_probe()
+    assert result.ok, result.detail
+
+
+def test_a_failing_child_is_reported_with_its_last_line():
+    result = amx_probe.run_probe([sys.executable, "-c", "import sys; sys.exit('no llama here')"])
+    assert not result.ok and result.crash_signal is None and "no llama here" in result.detail
+
+
+def test_decision_avoids_amx_after_a_crash_and_caches_it(tmp_path, no_env_force):
+    cache = tmp_path / "probe.json"
+    calls = []
+
+    def crashing():
+        calls.append(1)
+        return amx_probe.run_probe(SIGILL_CHILD)
+
+    first = amx_probe.decide(True, cache, crashing)
+    assert first.avoid_amx and first.source == "probe" and "SIGILL" in first.status
+    second = amx_probe.decide(True, cache, crashing)
+    assert second.avoid_amx and second.source == "cache" and len(calls) == 1
+    assert json.loads(cache.read_text())[amx_probe.machine_key()]["crash_signal"] == "SIGILL"
+
+
+def test_decision_keeps_amx_when_the_probe_decodes(tmp_path, no_env_force):
+    decision = amx_probe.decide(True, tmp_path / "probe.json", amx_probe.run_probe)
+    assert not decision.avoid_amx and decision.source == "probe" and decision.status.startswith("in use")
+
+
+def test_no_probe_without_amx_in_the_build(tmp_path, no_env_force):
+    decision = amx_probe.decide(False, tmp_path / "probe.json", lambda: pytest.fail("probed"))
+    assert not decision.avoid_amx and decision.source == "build"
+
+
+def test_the_environment_forces_the_fallback_without_probing(tmp_path, monkeypatch):
+    monkeypatch.setenv(amx_probe.ENV_NO_AMX, "1")
+    decision = amx_probe.decide(True, tmp_path / "probe.json", lambda: pytest.fail("probed"))
+    assert decision.avoid_amx and decision.source == "env"
+    assert amx_probe.amx_decision().source == "env"
+    monkeypatch.delenv(amx_probe.ENV_NO_AMX)
+    assert amx_probe.amx_decision().source != "env"  # the setting is read again, not remembered
+
+
+def test_a_corrupt_cache_means_probing_again(tmp_path, no_env_force):
+    cache = tmp_path / "probe.json"
+    cache.write_text("{not json")
+    decision = amx_probe.decide(True, cache, lambda: amx_probe.ProbeResult(True, None, "ok", 0.1))
+    assert decision.source == "probe" and not decision.avoid_amx
+
+
+def test_repack_selection_follows_llama_cpp_rules(real_pair_paths):
+    info = check_gguf_file(real_pair_paths.target)
+    names = backend.repack_tensors(info, avx2=True, avx512=False)
+    by_name = {t.name: t for t in info.tensors}
+    assert names and all(by_name[n].ggml_type.name in ("Q4_0", "Q4_K", "IQ4_NL", "MXFP4") for n in names)
+    assert all(by_name[n].shape[1] % 8 == 0 for n in names)
+    assert "token_embd.weight" not in names
+    q6k = [t.name for t in info.tensors if t.ggml_type.name == "Q6_K"]
+    assert q6k and not set(q6k) & set(names)  # Q6_K has no x86 repack kernel
+    assert backend.repack_tensors(info, avx2=False, avx512=False) == []
+
+
+def test_override_patterns_name_exactly_the_chosen_tensors():
+    import re
+
+    names = ["blk.0.attn_q.weight", "blk.12.attn_q.weight", "blk.3.ffn_down.weight", "output.weight"]
+    patterns = backend._override_patterns(names)
+    others = ["blk.1.attn_q.weight", "blk.120.attn_q.weight", "blk.0.attn_q.weight2", "token_embd.weight"]
+    assert all(any(re.search(p, n) for p in patterns) for n in names)
+    assert not any(re.search(p, n) for p in patterns for n in others)
+
+
+def test_fallback_keeps_cpu_repack_and_the_same_logits(real_pair_paths, capfd):
+    """The fallback puts the same bytes in CPU_REPACK as llama.cpp's default on a build
+    without AMX, and its logits equal the default's."""
+    prompt = list(range(1000, 1040))
+    engines = {}
+    buffers = {}
+    for mode in ("default", "no-amx"):
+        capfd.readouterr()
+        engines[mode] = Engine(real_pair_paths.target, EngineConfig(n_ctx=256, cpu_buffers=mode), verbose=True)
+        log = capfd.readouterr().err
+        buffers[mode] = [line.split("=")[-1].strip() for line in log.splitlines() if "CPU_REPACK model buffer size" in line]
+    try:
+        if "CPU_REPACK" in backend.cpu_extra_buffer_types() and not backend.amx_in_build():
+            assert buffers["no-amx"] and buffers["no-amx"] == buffers["default"]
+        assert engines["no-amx"].cpu_buffers.startswith("without AMX")
+        a = engines["default"].decode(prompt, [39])[0]
+        b = engines["no-amx"].decode(prompt, [39])[0]
+        np.testing.assert_array_equal(a, b)
+    finally:
+        for e in engines.values():
+            e.close()
+
+
+def test_unknown_cpu_buffers_setting_is_refused():
+    with pytest.raises(InvalidOptionError, match="cpu_buffers"):
+        EngineConfig(cpu_buffers="amx-please")
+
+
+def test_doctor_reports_the_build(monkeypatch, capsys):
+    monkeypatch.setenv(amx_probe.ENV_NO_AMX, "1")
+    assert main(["doctor", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["llama_cpp_python"] == "0.3.36" and r["llama_cpp_commit"] == "0c1e57098"
+    assert r["system_info"].startswith("CPU :") and r["backend"] in ("CPU",) + backend.GPU_BACKENDS
+    assert r["gpu_offload"] == backend.supports_gpu_offload()
+    assert r["amx"]["forced_off"] and r["amx"]["avoided"] and r["amx"]["source"] == "env"
+    assert r["threads"] >= 1 and r["memory_bytes"] > 0 and r["default_pair"]["target"]["name"]
+    assert main(["doctor"]) == 0
+    text = capsys.readouterr().out
+    assert "LOCALSPEC_NO_AMX   set: the fallback is forced" in text and "llama.cpp 0c1e57098" in text
+
+
+def test_gpu_without_a_gpu_build_warns_once_with_the_reinstall_command(monkeypatch):
+    gpu = machine.GpuHardware("NVIDIA", "NVRM version: test", "CUDA", "-DGGML_CUDA=on")
+    monkeypatch.setattr(machine, "gpu_hardware", lambda: gpu)
+    monkeypatch.setattr(backend, "supports_gpu_offload", lambda: False)
+    monkeypatch.setattr(doctor, "_warned", False)
+    line = doctor.gpu_warning()
+    assert "NVIDIA GPU found" in line and 'CMAKE_ARGS="-DGGML_CUDA=on"' in line
+    assert "llama-cpp-python==0.3.36" in line and sys.executable in line
+    shown = []
+    doctor.warn_gpu_once(shown.append)
+    doctor.warn_gpu_once(shown.append)
+    assert len(shown) == 1
+    monkeypatch.setattr(backend, "supports_gpu_offload", lambda: True)
+    assert doctor.gpu_warning() is None
+
+
+def test_benchmark_machine_record_names_cpu_build_and_threads():
+    record = doctor.machine_record(2)
+    assert record["cpu"] == machine.cpu_model() and record["threads"] == 2
+    assert record["system_info"] == backend.system_info() and record["memory_bytes"] > 0
+    line = doctor.machine_line(record)
+    assert record["cpu"] in line and "llama-cpp-python 0.3.36" in line
