@@ -72,6 +72,20 @@ def _parser() -> argparse.ArgumentParser:
     _add_generation_flags(chat)
     chat.set_defaults(func=_cmd_chat)
 
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat, completions, models)")
+    g = serve.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    g.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    g.add_argument("--api-key", default=os.environ.get("LOCALSPEC_API_KEY"),
+                   help="require this Bearer token (default: $LOCALSPEC_API_KEY; unset = any token is accepted)")
+    g.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
+                   help="allow browser requests from ORIGIN (repeatable; default: none)")
+    g.add_argument("--queue", type=int, default=16, help="requests that may wait for the model (default 16)")
+    g.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
+    _add_model_flags(serve)
+    _add_generation_flags(serve)
+    serve.set_defaults(func=_cmd_serve)
+
     bench = sub.add_parser("bench", help="benchmark every drafting strategy against plain decoding")
     mode = bench.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="fewer prompts and strategies (under 10 minutes on 2 cores)")
@@ -116,6 +130,12 @@ def _cmd_models(args) -> int:
     if args.drafts_for is not None:
         return models_cli.list_drafts(args.drafts_for, as_json=args.json)
     return models_cli.list_all(as_json=args.json)
+
+
+def _cmd_serve(args) -> int:
+    from .serve_cli import serve
+
+    return serve(args, _load, _options(args))
 
 
 def _cmd_doctor(args) -> int:

@@ -1,0 +1,328 @@
+"""localspec serve through the real ``openai`` client, on 127.0.0.1, with the real pair
+(and, for the queue limit, the synthetic pair)."""
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import urllib.error
+import urllib.request
+import openai
+import pytest
+import uvicorn
+
+from localspec.api import SpeculativeModel
+from localspec.server import Job, ModelWorker, ServerConfig, create_app
+from localspec.workloads import edit_prompts, humaneval_tasks
+from test_real_pair import TIE_TOLERANCE, top2_gap_of_plain_step
+
+KEY = "test-key"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningServer:
+    def __init__(self, model, **config):
+        self.port = free_port()
+        self.app = create_app(model, ServerConfig(model_name="test-pair", **config))
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    timeout_graceful_shutdown=2))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            assert time.time() < deadline, "the server did not start"
+            time.sleep(0.05)
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def worker(self) -> ModelWorker:
+        return self.app.state.localspec.worker
+
+    def client(self, key=KEY, **kw):
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=key, max_retries=0, **kw)
+
+    def wait_idle(self, timeout_s=30.0):
+        deadline = time.time() + timeout_s
+        while self.worker.busy or self.worker.waiting:
+            assert time.time() < deadline, "the model thread did not become idle"
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def server(real_model):
+    running = RunningServer(real_model, api_key=KEY)
+    yield running
+    running.stop()
+
+
+def messages_for(i):
+    task = humaneval_tasks(i + 1)[i]
+    return [{"role": "user", "content": f"Complete this Python function.\n\n```python\n{task['prompt']}```"}]
+
+
+def assert_same_greedy(model, messages, reference, other):
+    """Equal tokens, or a first difference where the reference's top-2 logits were tied."""
+    ref = model.target.tokenize(reference, add_special=False)
+    oth = model.target.tokenize(other, add_special=False)
+    diverge = next((i for i, (a, b) in enumerate(zip(ref, oth)) if a != b), None)
+    if diverge is None:
+        n = min(len(ref), len(oth))
+        assert ref[:n] == oth[:n]
+        return
+    gap = top2_gap_of_plain_step(model, model.target.chat_tokens(messages), ref, diverge)
+    assert gap < TIE_TOLERANCE, (diverge, gap)
+
+
+def test_models_lists_the_loaded_pair(server):
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == ["test-pair"] and models.data[0].owned_by == "localspec"
+    with urllib.request.urlopen(server.base + "/health", timeout=10) as r:
+        assert json.loads(r.read())["status"] == "ok"
+
+
+def test_chat_equals_the_library_call_and_reports_statistics(server, real_model):
+    messages = messages_for(0)
+    real_model.reset_cache()
+    direct = real_model.chat(messages, max_tokens=48)
+    real_model.reset_cache()
+    r = server.client().chat.completions.create(model="anything", messages=messages, max_tokens=48, temperature=0)
+    assert r.model == "test-pair" and r.object == "chat.completion"
+    assert r.choices[0].message.role == "assistant"
+    assert_same_greedy(real_model, messages, direct.text, r.choices[0].message.content)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.completion_tokens == len(direct.tokens) and r.usage.prompt_tokens == direct.stats.prompt_tokens
+    timings = r.model_extra["timings"]
+    assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
+    assert timings["predicted_n"] == r.usage.completion_tokens + (r.choices[0].finish_reason == "stop") - 1
+    assert timings["predicted_per_second"] > 0 and timings["prompt_ms"] > 0
+    # the same conversation again: its prompt comes from the KV cache
+    again = server.client().chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0)
+    assert again.usage.prompt_tokens_details.cached_tokens >= again.usage.prompt_tokens - 1
+
+
+def test_streaming_chunks_as_the_sdk_reads_them(server, real_model):
+    messages = messages_for(1)
+    real_model.reset_cache()
+    whole = server.client().chat.completions.create(model="m", messages=messages, max_tokens=40)
+    real_model.reset_cache()
+    chunks = list(server.client().chat.completions.create(model="m", messages=messages, max_tokens=40, stream=True,
+                                                          stream_options={"include_usage": True}))
+    assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    usage_chunks = [c for c in chunks if c.usage is not None]
+    assert len(usage_chunks) == 1 and usage_chunks[0] is chunks[-1] and chunks[-1].choices == []
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert_same_greedy(real_model, messages, whole.choices[0].message.content, text)
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].model_extra["timings"]["draft_n"] >= 0
+    assert usage_chunks[0].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_completions_stream_and_not(server, real_model):
+    client = server.client()
+    prompt = "def fibonacci(n):\n"
+    real_model.reset_cache()  # both runs from a cold cache: the same kernels, the same logits
+    r = client.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0)
+    assert r.object == "text_completion" and r.choices[0].text
+    real_model.reset_cache()
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="m", prompt=prompt, max_tokens=24, temperature=0, stream=True) if c.choices)
+    assert streamed == r.choices[0].text
+    lp = client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0, logprobs=3).choices[0].logprobs
+    assert len(lp.tokens) == 4 and all(len(t) == 3 for t in lp.top_logprobs)
+
+
+def test_logprobs_are_the_targets_own(server, real_model):
+    messages = [{"role": "user", "content": "Say hello."}]
+    r = server.client().chat.completions.create(model="m", messages=messages, max_tokens=6, logprobs=True, top_logprobs=5)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for entry in content:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 5
+        assert entry.top_logprobs[0].logprob >= entry.logprob - 1e-6  # greedy picks the best
+    assert "".join(e.token for e in content) == r.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as err:
+        server.client().chat.completions.create(model="m", messages=messages, logprobs=True, top_logprobs=21)
+    assert err.value.body["param"] == "top_logprobs"
+
+
+def test_prediction_drafts_the_edit_and_keeps_the_greedy_text(server, real_model):
+    prompt = edit_prompts(1)[0]
+    task = humaneval_tasks(1)[0]
+    original = task["prompt"] + task["canonical_solution"]
+    messages = [{"role": "user", "content": prompt.text}]
+    client = server.client()
+    plain = client.chat.completions.create(model="m", messages=messages, max_tokens=96,
+                                           extra_body={"speculative": {"strategy": "none"}})
+    predicted = client.chat.completions.create(model="m", messages=messages, max_tokens=96,
+                                               prediction={"type": "content", "content": original})
+    details = predicted.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens > 0
+    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens <= predicted.model_extra["timings"]["draft_n"]
+    assert_same_greedy(real_model, messages, plain.choices[0].message.content, predicted.choices[0].message.content)
+    parts = client.chat.completions.create(model="m", messages=messages, max_tokens=16,
+                                           prediction={"type": "content", "content": [{"type": "text", "text": original}]})
+    assert parts.usage.completion_tokens_details.accepted_prediction_tokens > 0
+
+
+def test_four_clients_at_once_each_get_their_own_answer(server, real_model):
+    prompts = [messages_for(i) for i in range(4)]
+    sequential = [server.client().chat.completions.create(model="m", messages=m, max_tokens=24).choices[0].message.content
+                  for m in prompts]
+    answers = [None] * 4
+
+    def ask(i):
+        answers[i] = server.client().chat.completions.create(model="m", messages=prompts[i],
+                                                             max_tokens=24).choices[0].message.content
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    server.wait_idle()
+    for m, seq, par in zip(prompts, sequential, answers):
+        assert par is not None
+        assert_same_greedy(real_model, m, seq, par)
+
+
+def test_dropped_streams_cancel_and_leak_nothing(server, real_model):
+    messages = [{"role": "user", "content": "Count from 1 to 500, one number per line."}]
+    client = server.client()
+    server.wait_idle()
+    threads_before = threading.active_count()
+    for _ in range(50):
+        with client.chat.completions.create(model="m", messages=messages, max_tokens=400, stream=True) as stream:
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    break  # the client leaves mid-answer
+        started = time.perf_counter()
+        server.wait_idle(timeout_s=10)
+        assert time.perf_counter() - started < 5
+        assert server.worker.last_result.finish_reason == "cancelled"
+        assert server.worker.last_result.stats.generated_tokens < 60
+    assert threading.active_count() <= threads_before + 1  # uvicorn may keep one helper thread
+    assert server.worker.waiting == 0
+    assert len(real_model.target.cache_tokens) < real_model.target.n_ctx // 2
+    # and the model still answers as before
+    a = client.chat.completions.create(model="m", messages=messages_for(0), max_tokens=16).choices[0].message.content
+    b = client.chat.completions.create(model="m", messages=messages_for(0), max_tokens=16).choices[0].message.content
+    assert_same_greedy(real_model, messages_for(0), a, b)
+
+
+def test_a_queued_request_whose_client_left_never_starts(server):
+    client = server.client(timeout=1.0)
+    long = [{"role": "user", "content": "Write a long essay about rivers."}]
+    holder = threading.Thread(target=lambda: server.client().chat.completions.create(
+        model="m", messages=long, max_tokens=120))
+    skipped = server.worker.skipped
+    holder.start()
+    while not server.worker.busy:
+        time.sleep(0.01)
+    with pytest.raises(openai.APITimeoutError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "never"}], max_tokens=5)
+    holder.join(300)
+    server.wait_idle()
+    assert server.worker.skipped == skipped + 1
+    assert server.worker.last_result.stats.generated_tokens > 5  # the essay, not "never"
+
+
+class Raw:
+    def __init__(self, status_code, headers, body):
+        self.status_code, self.headers, self._body = status_code, headers, body
+
+    def json(self):
+        return json.loads(self._body)
+
+
+def raw(server, body: bytes | str, key=KEY, path="/v1/chat/completions") -> Raw:
+    data = body.encode() if isinstance(body, str) else body
+    request = urllib.request.Request(server.base + path, data=data, method="POST",
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return Raw(r.status, r.headers, r.read())
+    except urllib.error.HTTPError as err:
+        return Raw(err.code, err.headers, err.read())
+
+
+def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_model):
+    client = server.client()
+    ok = [{"role": "user", "content": "Hi"}]
+    r = raw(server, b"{not json")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    assert r.headers["x-should-retry"] == "false"
+    cases = [
+        (dict(messages=ok, temperature="hot"), "temperature"),
+        (dict(messages=ok, n=2), "n"),
+        (dict(messages=ok, max_tokens=-5), "max_tokens"),
+        (dict(messages=[{"role": "wizard", "content": "Hi"}]), "messages.0.role"),
+        (dict(messages="Hi"), "messages"),
+        (dict(messages=ok, stop=["a", "b", "c", "d", "e"]), "stop"),
+        (dict(messages=ok, prediction={"type": "content", "content": "x"}, n=3), "n"),
+        (dict(messages=ok, tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+    ]
+    for kwargs, param in cases:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="m", **kwargs)
+        assert err.value.status_code == 400 and err.value.body["param"] == param, (kwargs, err.value.body)
+    too_long = [{"role": "user", "content": "word " * (real_model.target.n_ctx + 100)}]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="m", messages=too_long)
+    assert err.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(openai.AuthenticationError) as err:
+        server.client(key="wrong").chat.completions.create(model="m", messages=ok)
+    assert err.value.body["code"] == "invalid_api_key"
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * (9 << 20)}])
+    assert err.value.status_code == 413
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="m", input="hi")
+    r = raw(server, json.dumps({"messages": ok}), key="")
+    assert r.status_code == 401 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+    after = client.chat.completions.create(model="m", messages=ok, max_tokens=4)
+    assert after.choices[0].message.content
+
+
+def test_a_full_queue_answers_503_with_retry_after(target_gguf):
+    with SpeculativeModel(target_gguf, None, n_ctx=2048) as model:
+        running = RunningServer(model, queue_size=1)
+        try:
+            gate = threading.Event()
+            loop = asyncio.new_event_loop()
+
+            class Held:
+                result = None
+
+                def __iter__(self):
+                    gate.wait(30)
+                    return iter(())
+
+            running.worker.submit(Job(lambda m: Held(), loop))  # holds the model thread
+            while not running.worker.busy:
+                time.sleep(0.01)
+            running.worker.submit(Job(lambda m: Held(), loop))  # fills the one waiting slot
+            with pytest.raises(openai.InternalServerError) as err:
+                running.client(key="anything").chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4)
+            assert err.value.status_code == 503 and err.value.response.headers["retry-after"] == "1"
+            gate.set()
+            running.wait_idle()
+            ok = running.client(key="anything").chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4)
+            assert ok.usage.completion_tokens >= 1
+        finally:
+            running.stop()
+            loop.close()
