@@ -109,6 +109,8 @@ class MainWindow(QMainWindow):
         self._update_buttons()
         if store_problem:
             self.show_error(store_problem)
+        else:
+            self._warn_about_the_build()
         if autoload:
             target, draft = self.picker.current_target(), self.picker.current_draft()
             if target is not None and target.downloaded and (draft is None or draft.downloaded):
@@ -248,6 +250,12 @@ class MainWindow(QMainWindow):
         self.banner.setText(message)
         self.banner.setVisible(True)
         self.banner_close.setVisible(True)
+
+    def _warn_about_the_build(self) -> None:
+        """The doctor's one-line warning when this machine's GPU goes unused (once per process)."""
+        from localspec.doctor import warn_gpu_once
+
+        warn_gpu_once(lambda line: self.show_error(line.removeprefix("localspec: ")))
 
     def hide_error(self) -> None:
         self.banner.setVisible(False)

@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 
 from .catalog import PairEntry, load_catalog
 from .compat import check_compatibility
-from .drafters import DraftModelDrafter, PredictionDrafter, PromptLookupDrafter
+from .drafters import DraftModelDrafter, PredictionDrafter, PromptLookupDrafter, SuffixDrafter
 from .engine import Engine, EngineConfig
 from .errors import EngineError, IncompatibleDraftError, InvalidOptionError
 from .gguf_info import check_gguf_file
@@ -69,7 +69,8 @@ class SpeculativeModel:
     given.  ``draft_max="auto"`` lets :class:`~localspec.policy.AdaptivePolicy` pick
     each round's drafter and length, learning costs across calls.
     ``load_progress(role, fraction)`` reports loading: role "target" then "draft",
-    fraction 0.0 to 1.0 of that model's weights read.
+    fraction 0.0 to 1.0 of that model's weights read.  ``suffix_store_tokens``: how many
+    tokens of earlier outputs the suffix drafter keeps (oldest dropped first).
 
     Raises ModelFileError (missing, non-GGUF or truncated file), IncompatibleDraftError
     (the reasons are in ``.reasons``), UnsupportedModelError (a recurrent target).
@@ -79,6 +80,7 @@ class SpeculativeModel:
                  n_ctx: int = 4096, n_gpu_layers: int = -1, n_gpu_layers_draft: int = -1,
                  n_threads: int | None = None, draft_max: int | str = "auto", draft_min: int = 0,
                  p_min: float = 0.75, strategy: str = "auto", verbose: bool = False,
+                 suffix_store_tokens: int = 100_000,
                  load_progress: Callable[[str, float], None] | None = None):
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= (1 << 20):
             raise InvalidOptionError(f"n_ctx must be an integer from 16 to {1 << 20} tokens, got {n_ctx!r}")
@@ -109,6 +111,7 @@ class SpeculativeModel:
                 raise
             self.drafter = DraftModelDrafter(engine, self.target.n_vocab, self.target.is_eog)
         self.lookup = PromptLookupDrafter()
+        self.suffix = SuffixDrafter(store_tokens=suffix_store_tokens)
         self.prediction = PredictionDrafter()
         self._adaptive: dict[tuple, AdaptivePolicy] = {}
         self._verify_costs: dict = {}  # measured costs, shared by the adaptive policies
@@ -123,7 +126,7 @@ class SpeculativeModel:
     def drafters(self) -> list:
         """Every drafter this model can use: the draft model (if loaded), prompt lookup,
         and the caller's prediction (which drafts only in calls given a ``prediction``)."""
-        return [d for d in (self.drafter, self.lookup, self.prediction) if d is not None]
+        return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction) if d is not None]
 
     def _policy(self, dp: DraftParams, greedy: bool, predicted: bool):
         if dp.strategy == "draft-model" and self.drafter is None:
@@ -132,14 +135,15 @@ class SpeculativeModel:
             raise InvalidOptionError("strategy 'prediction' needs a prediction (the expected output text)")
         if dp.strategy == "none" or dp.draft_max == 0:
             return FixedPolicy(None, 0)
-        every = ([self.prediction] if predicted else []) + [d for d in (self.drafter, self.lookup) if d is not None]
-        chosen = {"draft-model": [self.drafter], "prompt-lookup": [self.lookup],
+        every = ([self.prediction] if predicted else []) + [d for d in (self.drafter, self.suffix, self.lookup)
+                                                            if d is not None]
+        chosen = {"draft-model": [self.drafter], "prompt-lookup": [self.lookup], "suffix": [self.suffix],
                   "prediction": [self.prediction]}.get(dp.strategy, every)
         if not dp.adaptive:
             return FixedPolicy(chosen[0], dp.draft_max)
         key = (dp.strategy, greedy, predicted)
         if key not in self._adaptive:
-            caps = {id(self.lookup): 16, id(self.prediction): 16}
+            caps = {id(self.lookup): 16, id(self.suffix): 16, id(self.prediction): 16}
             if self.drafter is not None:
                 caps[id(self.drafter)] = 8
             policy = AdaptivePolicy(chosen, max_k=caps, verify_costs=self._verify_costs,

@@ -14,6 +14,7 @@ import numpy as np
 
 from .engine import Engine
 from .sampling import SamplingParams, processed_probs, sample, top_probability
+from .suffix_index import SuffixIndex
 
 
 @dataclass
@@ -22,22 +23,44 @@ class Draft:
 
     ``probs`` is float64 ``(k, n_vocab_target)``, row i the distribution d_i was sampled
     from, or ``None`` when the drafter has no distribution (greedy, or prompt lookup):
-    verification then treats each token as drawn from a one-hot q.
+    verification then treats each token as drawn from a one-hot q.  ``confidence`` is
+    the drafter's own estimate, per token, that d_i is accepted given d_1..d_{i-1} were
+    (the draft model's q(d_i), a suffix count ratio, a prediction's match record), or
+    None when it has none; the adaptive policy calibrates it against what the target
+    accepts.
     """
 
     tokens: list[int]
     probs: np.ndarray | None = None
+    confidence: list[float] | None = None
 
     @classmethod
     def empty(cls) -> "Draft":
         return cls(tokens=[])
 
+    def truncated(self, k: int) -> "Draft":
+        """The first ``k`` tokens (with their rows and confidences)."""
+        if k >= len(self.tokens):
+            return self
+        return Draft(self.tokens[:k], None if self.probs is None else self.probs[:k],
+                     None if self.confidence is None else self.confidence[:k])
+
 
 class Drafter(Protocol):
-    name: str  # "draft-model", "prompt-lookup"
+    name: str  # "draft-model", "prompt-lookup", "suffix", "prediction"
     decode_s: float  # seconds spent in the drafter's own model since it was created
     catch_up_s: float  # part of decode_s spent catching up on tokens it had not seen
     prior_acceptance: float  # a first guess of its per-token acceptance
+    free: bool  # proposing costs next to nothing (no model): the policy may ask every round
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """A generation starts from ``prompt`` (token ids)."""
+
+    def end(self, context: Sequence[int], n_prompt: int) -> None:
+        """The generation finished: ``context`` is its prompt (``n_prompt`` tokens) and output."""
+
+    def lag(self, n_context: int) -> int:
+        """Context tokens it must still read before it can draft (a draft model's catch-up)."""
 
     def propose(self, context: Sequence[int], max_tokens: int, params: SamplingParams,
                 p_min: float, rng: np.random.Generator) -> Draft:
@@ -61,6 +84,7 @@ class DraftModelDrafter:
 
     name = "draft-model"
     prior_acceptance = 0.7
+    free = False
 
     def __init__(self, engine: Engine, n_vocab_target: int, is_eog):
         self.engine = engine
@@ -80,9 +104,11 @@ class DraftModelDrafter:
             return Draft.empty()
         tokens: list[int] = []
         rows: list[np.ndarray] = []
+        confidence: list[float] = []
         while True:
             if params.greedy:
-                if p_min > 0.0 and top_probability(logits) < p_min:
+                top = top_probability(logits)
+                if top < p_min:
                     break
                 token = int(np.argmax(logits))
             else:
@@ -91,13 +117,24 @@ class DraftModelDrafter:
                     break
                 token = sample(q, rng)
                 rows.append(q)
+                top = float(q[token])
             tokens.append(token)
+            confidence.append(top)
             if len(tokens) >= max_tokens or self.is_eog(token):
                 break
             logits = self._fit(self.engine.decode([token], [0])[0])
         if params.greedy or not tokens:
-            return Draft(tokens=tokens)
-        return Draft(tokens=tokens, probs=np.stack(rows))
+            return Draft(tokens=tokens, confidence=confidence)
+        return Draft(tokens=tokens, probs=np.stack(rows), confidence=confidence)
+
+    def lag(self, n_context: int) -> int:
+        return max(0, n_context - len(self.engine.cache_tokens))
+
+    def begin(self, prompt) -> None:
+        pass
+
+    def end(self, context, n_prompt) -> None:
+        pass
 
     def _catch_up(self, context: Sequence[int]) -> np.ndarray | None:
         """Decode what the cache lacks; the logits after the last token, or None when a
@@ -150,6 +187,7 @@ class PromptLookupDrafter:
     catch_up_s = 0.0
     prior_acceptance = 0.3
     prior_cost_s = 1e-4  # a numpy search, per drafted token
+    free = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
         if not 1 <= min_ngram <= max_ngram:
@@ -170,6 +208,15 @@ class PromptLookupDrafter:
 
     def feedback(self, context, n_drafted, n_accepted) -> None:
         pass
+
+    def begin(self, prompt) -> None:
+        pass
+
+    def end(self, context, n_prompt) -> None:
+        pass
+
+    def lag(self, n_context: int) -> int:
+        return 0
 
     def close(self) -> None:
         pass
@@ -203,6 +250,8 @@ class PredictionDrafter:
     catch_up_s = 0.0
     prior_acceptance = 0.8
     prior_cost_s = 2e-5
+    free = True
+    RESYNC_WINDOW = 8  # prediction tokens after the last match searched with a one-token key
 
     def __init__(self, max_ngram: int = 8, min_ngram: int = 2):
         self.max_ngram = max_ngram
@@ -215,6 +264,7 @@ class PredictionDrafter:
         self.pos: int | None = 0  # index of the prediction token expected next
         self.seen = n_prompt  # context length that ``pos`` accounts for
         self.last_pos = 0
+        self.run = 0  # output tokens in a row that followed the prediction
 
     @property
     def active(self) -> bool:
@@ -228,7 +278,10 @@ class PredictionDrafter:
             self.pos = self._realign(np.asarray(context[self.n_prompt:], dtype=np.int64))
         if self.pos is None or self.pos >= self.tokens.size:
             return Draft.empty()
-        return Draft(tokens=[int(t) for t in self.tokens[self.pos: self.pos + max_tokens]])
+        tokens = [int(t) for t in self.tokens[self.pos: self.pos + max_tokens]]
+        # Laplace's rule on the run of matches so far: long runs predict more of them.
+        confidence = [(self.run + i + 1) / (self.run + i + 2) for i in range(len(tokens))]
+        return Draft(tokens=tokens, confidence=confidence)
 
     def _follow(self, context: Sequence[int]) -> None:
         """Advance ``pos`` over the tokens emitted since the last call."""
@@ -236,8 +289,10 @@ class PredictionDrafter:
             if self.pos is not None and self.pos < self.tokens.size and self.tokens[self.pos] == token:
                 self.pos += 1
                 self.last_pos = self.pos
+                self.run += 1
             else:
                 self.pos = None
+                self.run = 0
         self.seen = len(context)
 
     def _realign(self, output: np.ndarray) -> int | None:
@@ -248,10 +303,91 @@ class PredictionDrafter:
                 after = hits[hits + n >= self.last_pos]
                 start = int(after[0] if after.size else hits[0])
                 return start + n
+        # One token is too weak a key anywhere, but right after where the output left
+        # the prediction (an edit replaced a few tokens) it is usually the way back.
+        if output.size:
+            near = self.tokens[self.last_pos: self.last_pos + self.RESYNC_WINDOW]
+            hits = np.flatnonzero(near == output[-1])
+            if hits.size:
+                return self.last_pos + int(hits[0]) + 1
         return None
 
     def feedback(self, context, n_drafted, n_accepted) -> None:
         pass
+
+    def begin(self, prompt) -> None:
+        pass
+
+    def end(self, context, n_prompt) -> None:
+        pass
+
+    def lag(self, n_context: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class SuffixDrafter:
+    """Drafts the most frequent continuation of the longest match of the context's end,
+    in this request's prompt and output and in earlier outputs of the same loaded model
+    (SuffixDecoding, Oliaro et al. 2024, arXiv:2411.04975; see :mod:`localspec.suffix_index`).
+
+    Two indexes: the request's (its prompt, then each accepted token; kept for the next
+    request when that one continues the same conversation) and the store of earlier
+    outputs (``store_tokens`` tokens at most, oldest evicted first).  Of the two
+    candidate drafts, the one with more expected accepted tokens wins.  Confidence per
+    token = count(child) / count(parent); drafting stops below ``min_estimate``.
+    """
+
+    name = "suffix"
+    decode_s = 0.0
+    catch_up_s = 0.0
+    prior_acceptance = 0.5
+    prior_cost_s = 3e-5
+    free = True
+
+    def __init__(self, store_tokens: int = 100_000, min_estimate: float = 0.1):
+        self.store = SuffixIndex(max_tokens=store_tokens)
+        self.min_estimate = min_estimate
+        self.request = SuffixIndex()
+        self._indexed: list[int] = []  # what the request index holds, in order
+
+    def begin(self, prompt) -> None:
+        prompt = list(prompt)
+        n = len(self._indexed)
+        if n > len(prompt) or prompt[:n] != self._indexed:  # not a continuation: a new text
+            self.request = SuffixIndex()
+            self._indexed = []
+        self._sync(prompt)
+
+    def _sync(self, context) -> None:
+        new = context[len(self._indexed):]
+        if new:
+            self.request.append(new)
+            self._indexed.extend(int(t) for t in new)
+
+    def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
+        if max_tokens <= 0:
+            return Draft.empty()
+        self._sync(context)
+        here = self.request.lookup(context, max_tokens, self.min_estimate)
+        before = self.store.lookup(context, max_tokens, self.min_estimate)
+        best = here if here.expected_accepted >= before.expected_accepted else before
+        return Draft(tokens=best.tokens, confidence=best.estimates) if best.tokens else Draft.empty()
+
+    def feedback(self, context, n_drafted, n_accepted) -> None:
+        pass
+
+    def end(self, context, n_prompt) -> None:
+        self._sync(context)
+        output = list(context[n_prompt:])
+        if output:
+            self.store.append(output)
+            self.store.end_sequence()
+
+    def lag(self, n_context: int) -> int:
+        return 0
 
     def close(self) -> None:
         pass

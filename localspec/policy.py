@@ -16,6 +16,20 @@ E(0) / C(0) = 1 / c_verify(1).  A drafter left unused for ``probe_every`` rounds
 tried once with a short draft, so a change in the text (prose to code, a quoted
 passage) is noticed, unless it could not beat plain decoding even with every draft
 token accepted (a draft model too slow for this machine is then never run).
+
+Drafters that cost next to nothing (``free``: suffix, prediction, prompt lookup) are
+asked every round, and their actual drafts are judged by their own per-token
+confidence c_i, calibrated against what the target accepted at that confidence
+(:class:`Calibration`): with a_i = calibrated(c_i),
+
+    E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i
+
+and the length kept is the k maximising E(k) / C(k): each token is drafted while the
+chance that it and all before it are accepted still pays for its share of the verify
+cost on this machine (the stopping rule of SpecDec++, Huang et al. 2024,
+arXiv:2405.19715, with measured instead of assumed costs).  A draft model's own draft
+is cut the same way once its q values are known.  Starting a draft model that has not
+read the context costs its prefill: that lag is charged, spread over the tokens left.
 """
 
 from __future__ import annotations
@@ -66,8 +80,38 @@ class _DrafterModel:
         self.trials = _DECAY * self.trials + n_accepted + (1 if n_accepted < n_drafted else 0)
 
 
+class Calibration:
+    """What a drafter's confidence is worth: the observed acceptance of draft tokens by
+    confidence bin (10 bins over [0, 1]), as decayed counts.  The prior for a bin is its
+    own centre, worth two observations, so an uncalibrated drafter is taken at its word."""
+
+    BINS = 10
+    DECAY = 0.98
+
+    def __init__(self):
+        self.accepted = [2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)]
+        self.reached = [2.0] * self.BINS
+
+    def _bin(self, confidence: float) -> int:
+        return min(self.BINS - 1, max(0, int(confidence * self.BINS)))
+
+    def __call__(self, confidence: float) -> float:
+        b = self._bin(confidence)
+        return self.accepted[b] / self.reached[b]
+
+    def observe(self, confidence: Sequence[float], n_accepted: int) -> None:
+        """Tokens 1..n_accepted were accepted; token n_accepted + 1 (if drafted) was not;
+        the ones after it were never judged."""
+        for i, c in enumerate(confidence[: n_accepted + 1]):
+            b = self._bin(c)
+            self.accepted[b] = self.DECAY * self.accepted[b] + (1.0 if i < n_accepted else 0.0)
+            self.reached[b] = self.DECAY * self.reached[b] + 1.0
+
+
 class FixedPolicy:
     """One drafter, ``draft_max`` tokens every round (clamped by the loop)."""
+
+    free_drafters: tuple = ()
 
     def __init__(self, drafter: Drafter | None, draft_max: int):
         self.drafter = drafter
@@ -76,11 +120,17 @@ class FixedPolicy:
     def new_generation(self) -> None:
         pass
 
-    def plan(self, k_cap: int) -> tuple[Drafter | None, int]:
+    def cap(self, drafter) -> int:
+        return self.draft_max
+
+    def plan(self, k_cap: int, proposals: dict | None = None, n_context: int = 0) -> tuple[Drafter | None, int]:
         k = min(self.draft_max, k_cap)
         return (self.drafter, k) if self.drafter is not None and k > 0 else (None, 0)
 
-    def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch) -> None:
+    def length(self, drafter, draft, k: int) -> int:
+        return k
+
+    def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None) -> None:
         pass
 
 
@@ -102,7 +152,9 @@ class AdaptivePolicy:
     probe_k: int = 2
     verify_costs: dict = field(default_factory=dict)  # batch size -> _Average of seconds
     draft_costs: dict = field(default_factory=dict)  # id(drafter) -> _Average of seconds per token
+    prefill_costs: dict = field(default_factory=dict)  # id(drafter) -> seconds per prompt token read
     _models: dict = field(default_factory=dict)  # id(drafter) -> _DrafterModel
+    _calibrations: dict = field(default_factory=dict)  # id(drafter) -> Calibration
     _step_s: float = 0.03  # prior for c_verify(1) until measured
 
     def __post_init__(self) -> None:
@@ -110,6 +162,15 @@ class AdaptivePolicy:
             alpha = getattr(d, "prior_acceptance", 0.5)
             self.draft_costs.setdefault(id(d), _Average(getattr(d, "prior_cost_s", 0.5 * self._step_s)))
             self._models[id(d)] = _DrafterModel(successes=2.0 * alpha, trials=2.0)
+            self._calibrations[id(d)] = Calibration()
+
+    @property
+    def free_drafters(self) -> list:
+        """Drafters cheap enough to ask every round; :meth:`plan` judges their drafts."""
+        return [d for d in self.drafters if getattr(d, "free", False)]
+
+    def cap(self, drafter) -> int:
+        return self.max_k.get(id(drafter), 8)
 
     @property
     def calibrated(self) -> bool:
@@ -153,13 +214,17 @@ class AdaptivePolicy:
             target.trim(n)
         for key, engine in draft_engines.items():
             m = len(engine.cache_tokens)
-            if m + 1 > engine.n_ctx:
+            if m + 17 > engine.n_ctx:
                 continue
             for _ in range(2):
                 before = engine.decode_s
                 engine.decode([token], [0])
                 engine.trim(m)
             self.draft_costs[key] = _Average(engine.decode_s - before, weight=1.0)
+            before = engine.decode_s
+            engine.decode([token] * 17, [16])
+            engine.trim(m)
+            self.prefill_costs[key] = (engine.decode_s - before) / 17
 
     def could_win(self, drafter) -> bool:
         """Whether ``drafter`` beats plain decoding at some length even if every draft
@@ -170,16 +235,23 @@ class AdaptivePolicy:
         return any((k + 1) / (k * cost + self.verify_cost(k + 1)) > plain
                    for k in range(1, limit + 1))
 
-    def plan(self, k_cap: int) -> tuple[Drafter | None, int]:
-        """(drafter, k) for the next round, k <= ``k_cap`` tokens; (None, 0) = plain."""
+    def plan(self, k_cap: int, proposals: dict | None = None, n_context: int = 0) -> tuple[Drafter | None, int]:
+        """(drafter, k) for the next round, k <= ``k_cap`` tokens; (None, 0) = plain.
+
+        ``proposals`` maps id(drafter) -> :class:`~localspec.drafters.Draft` already made
+        by the free drafters; those are judged by their calibrated confidences (k is then
+        a length of that draft), the others by their acceptance estimate.
+        ``n_context``: tokens in the context, for a draft model's catch-up cost."""
+        proposals = proposals or {}
         best, best_rate = (None, 0), 1.0 / self.verify_cost(1)
         for d in self.drafters:
-            alpha, cost = self._models[id(d)].alpha, self.draft_costs[id(d)].value
-            limit = min(k_cap, self.max_k.get(id(d), 8))
-            for k in range(1, limit + 1):
-                rate = expected_tokens(alpha, k) / (k * cost + self.verify_cost(k + 1))
-                if rate > best_rate:
-                    best, best_rate = (d, k), rate
+            limit = min(k_cap, self.cap(d))
+            if id(d) in proposals:
+                k, rate = self._best_length(d, proposals[id(d)], limit, self.draft_costs[id(d)].value)
+            else:
+                k, rate = self._best_blind(d, limit, n_context, k_cap)
+            if k and rate > best_rate:
+                best, best_rate = (d, k), rate
         for d in self.drafters:
             model = self._models[id(d)]
             if d is best[0]:
@@ -187,15 +259,60 @@ class AdaptivePolicy:
                 continue
             model.idle_rounds += 1
             if model.idle_rounds >= self.probe_every and k_cap >= 1 and self.could_win(d):
-                model.idle_rounds = 0
-                return d, min(self.probe_k, k_cap)
+                offered = len(proposals[id(d)].tokens) if id(d) in proposals else k_cap
+                if offered:
+                    model.idle_rounds = 0
+                    return d, min(self.probe_k, k_cap, offered)
         return best
 
+    def _accept_chances(self, d, draft, k: int) -> list[float]:
+        if draft.confidence:
+            calibrate = self._calibrations[id(d)]
+            return [calibrate(c) for c in draft.confidence[:k]]
+        return [self._models[id(d)].alpha] * min(k, len(draft.tokens))
+
+    def _best_length(self, d, draft, limit: int, cost_per_token: float) -> tuple[int, float]:
+        """The length of ``draft`` (at most ``limit``) with the most expected tokens per
+        second, and that rate; (0, 0.0) for an empty draft."""
+        best_k, best_rate = 0, 0.0
+        expected, run = 1.0, 1.0
+        for k, a in enumerate(self._accept_chances(d, draft, limit), start=1):
+            run *= a
+            expected += run
+            rate = expected / (k * cost_per_token + self.verify_cost(k + 1))
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k, best_rate
+
+    def _best_blind(self, d, limit: int, n_context: int, k_cap: int) -> tuple[int, float]:
+        """Length and rate for a drafter not yet asked, from its acceptance estimate; a
+        draft model's catch-up (its prefill of the context) is charged over the tokens left."""
+        alpha, cost = self._models[id(d)].alpha, self.draft_costs[id(d)].value
+        lag_s = d.lag(n_context) * self.prefill_costs.get(id(d), 0.2 * cost) if hasattr(d, "lag") else 0.0
+        best_k, best_rate = 0, 0.0
+        for k in range(1, limit + 1):
+            expected = expected_tokens(alpha, k)
+            rate = expected / (k * cost + self.verify_cost(k + 1) + lag_s * expected / max(k_cap, 1))
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k, best_rate
+
+    def length(self, drafter, draft, k: int) -> int:
+        """How much of a draft just made by a non-free drafter to verify, now that its
+        confidences are known (its drafting cost is spent): 0 when none of it pays."""
+        if not draft.tokens:
+            return 0
+        kept, rate = self._best_length(drafter, draft, min(k, len(draft.tokens)), 0.0)
+        return kept if rate > 1.0 / self.verify_cost(1) else 0
+
     def observe(self, drafter, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float,
-                batch: int) -> None:
+                batch: int, confidence: Sequence[float] | None = None) -> None:
         """Learn from a finished round: ``draft_s`` seconds spent drafting (catch-up
-        excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens."""
+        excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens,
+        ``confidence`` the verified draft's per-token confidences (if it had them)."""
         self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
             self.draft_costs[id(drafter)].add(draft_s / n_drafted)
+            if confidence:
+                self._calibrations[id(drafter)].observe(confidence[:n_drafted], n_accepted)

@@ -9,6 +9,24 @@ from .errors import InvalidOptionError
 GRACE_S = 5  # Ctrl-C: the running answer gets this long to finish before it is cancelled
 
 
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, cancelling the running answer as soon as Ctrl-C arrives, so
+        the stream ends cleanly (after its current round) instead of at the grace timeout."""
+
+        def __init__(self, config, on_exit):
+            super().__init__(config)
+            self.on_exit = on_exit
+
+        def handle_exit(self, sig, frame) -> None:
+            self.on_exit()
+            super().handle_exit(sig, frame)
+
+    return Server
+
+
 def _check(args) -> None:
     if not 1 <= args.port <= 65535:
         raise InvalidOptionError(f"--port must be from 1 to 65535, got {args.port}")
@@ -41,6 +59,7 @@ def serve(args, load, defaults: dict) -> int:
     from .server import ServerConfig, create_app
 
     _check(args)
+    _Server = _server_class()
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"localspec: warning: serving on {args.host}: other machines can reach this server"
               + ("" if args.api_key else "; set --api-key so only your clients can use it"), file=sys.stderr)
@@ -54,9 +73,11 @@ def serve(args, load, defaults: dict) -> int:
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}"
         print(f"localspec: serving {name} on {base}/v1 (Ctrl-C stops)\n{examples(base, name, args.api_key)}",
               file=sys.stderr, flush=True)
-        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                               timeout_graceful_shutdown=GRACE_S, lifespan="on"))
+        server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                                        timeout_graceful_shutdown=GRACE_S, lifespan="on"),
+                         on_exit=app.state.localspec.worker.cancel_all)
         server.run()
+        print("localspec: server stopped", file=sys.stderr)
         if not server.started:
             raise InvalidOptionError(f"could not listen on {args.host}:{args.port} (in use, or not allowed)")
     return 0

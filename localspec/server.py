@@ -93,6 +93,17 @@ def _from_validation(exc: ValidationError) -> APIError:
 # --- requests ----------------------------------------------------------------------------------
 
 
+def _refused(*fields: str, why: str):
+    """A field validator that refuses any set (truthy) value of ``fields``."""
+
+    def check(cls, value):
+        if value:
+            raise ValueError(why)
+        return value
+
+    return field_validator(*fields)(check)
+
+
 class _TextPart(BaseModel):
     type: Literal["text"]
     text: str
@@ -169,12 +180,8 @@ class _Common(BaseModel):
             raise ValueError("only n = 1 is supported")
         return v
 
-    @field_validator("presence_penalty", "frequency_penalty")
-    @classmethod
-    def _no_penalties(cls, v):
-        if v != 0:
-            raise ValueError("penalties are not supported (they would change the target's distribution)")
-        return v
+    _no_penalties = _refused("presence_penalty", "frequency_penalty",
+                             why="penalties are not supported (they would change the target's distribution)")
 
 
 class ChatRequest(_Common):
@@ -185,12 +192,7 @@ class ChatRequest(_Common):
     prediction: Prediction | None = None
     tools: list | None = None
 
-    @field_validator("tools")
-    @classmethod
-    def _no_tools(cls, v):
-        if v:
-            raise ValueError("tools are not supported by this server")
-        return v
+    _no_tools = _refused("tools", why="tools are not supported by this server")
 
 
 class CompletionRequest(_Common):
@@ -206,19 +208,8 @@ class CompletionRequest(_Common):
             raise ValueError("exactly one prompt is supported")
         return v
 
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, v):
-        if v:
-            raise ValueError("echo is not supported")
-        return v
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, v):
-        if v:
-            raise ValueError("suffix (insertion) is not supported")
-        return v
+    _no_echo = _refused("echo", why="echo is not supported")
+    _no_suffix = _refused("suffix", why="suffix (insertion) is not supported")
 
 
 # --- the model thread ---------------------------------------------------------------------------
@@ -288,6 +279,14 @@ class ModelWorker:
         future: Future = Future()
         self._jobs.put(_Call(fn, future))
         return future
+
+    def cancel_all(self) -> None:
+        """Cancel the running job (it ends after its current round) and every waiting one."""
+        for job in list(self._jobs.queue):
+            if isinstance(job, Job):
+                job.cancel()
+        if self._current is not None:
+            self._current.cancel()
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Cancel the running job, drop the waiting ones, and stop the thread."""

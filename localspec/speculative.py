@@ -27,7 +27,7 @@ from .sampling import SamplingParams, accept_greedy, accept_sampled, processed_p
 from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 
 
-STRATEGIES = ("auto", "draft-model", "prompt-lookup", "prediction", "none")
+STRATEGIES = ("auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none")
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,8 @@ class DraftParams:
     each round's drafter and length (0 included) from costs measured on this machine.
     draft_min: a shorter draft is dropped (the round runs plain).  p_min: the draft model
     stops once its top probability falls below it.  strategy: "auto" (every available
-    drafter), "draft-model", "prompt-lookup", "prediction" (the caller's predicted output
-    only) or "none".  Names and meaning as llama.cpp's
+    drafter), "draft-model", "prompt-lookup", "suffix", "prediction" (the caller's
+    predicted output only) or "none".  Names and meaning as llama.cpp's
     ``--draft-max``, ``--draft-min``, ``--draft-p-min``.  Raises InvalidOptionError when
     out of range."""
 
@@ -153,6 +153,8 @@ class Generation:
     def _run(self) -> Iterator[TokenEvent]:
         params, target = self.params, self.target
         self.policy.new_generation()
+        for d in self.drafters:
+            d.begin(self.prompt_tokens)
         seeds = np.random.SeedSequence(params.seed).spawn(2)
         rng, draft_rng = np.random.default_rng(seeds[0]), np.random.default_rng(seeds[1])
         stats = GenerationStats(prompt_tokens=len(self.prompt_tokens))
@@ -201,7 +203,7 @@ class Generation:
             n_accepted, emitted = self._verify(context[-1], draft, rng)
             target.trim(len(context) + n_accepted)
             self.policy.observe(drafter, len(draft.tokens), n_accepted, draft_cost_s,
-                                target.decode_s - verify_before, len(draft.tokens) + 1)
+                                target.decode_s - verify_before, len(draft.tokens) + 1, draft.confidence)
             stats.record_round(len(draft.tokens), n_accepted, drafter.name if draft.tokens else "plain")
             kept = context + draft.tokens[:n_accepted]
             for d in self.drafters:
@@ -209,6 +211,7 @@ class Generation:
 
         for d in self.drafters:
             d.feedback(context, 0, 0)
+            d.end(context, len(self.prompt_tokens))
         stats.draft_s = sum(d.decode_s for d in self.drafters) - draft_start
         stats.verify_s = target.decode_s - verify_start
         stats.total_s = time.perf_counter() - self._started_at
@@ -220,16 +223,30 @@ class Generation:
         )
 
     def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator):
-        """Ask the policy for (drafter, k) and draft.  Returns (drafter, draft, cost in
-        seconds of drafting, catching up on skipped tokens excluded)."""
-        dp = self.params.draft
-        drafter, k = self.policy.plan(k_cap)
+        """Ask the free drafters for drafts, the policy for (drafter, k), then draft if
+        that drafter was not asked yet.  Returns (drafter, draft, cost in seconds of
+        drafting, catching up on skipped tokens excluded)."""
+        dp, sp = self.params.draft, self.params.sampling
+        proposals, costs = {}, {}
+        for d in self.policy.free_drafters:
+            cap = min(k_cap, self.policy.cap(d))
+            if cap > 0:
+                start = time.perf_counter()
+                proposals[id(d)] = d.propose(context, cap, sp, dp.p_min, draft_rng)
+                costs[id(d)] = time.perf_counter() - start
+        drafter, k = self.policy.plan(k_cap, proposals, len(context))
         if drafter is None or k < max(1, dp.draft_min):
             return None, Draft.empty(), 0.0
-        start, lag = time.perf_counter(), drafter.catch_up_s
-        draft = drafter.propose(context, k, self.params.sampling, dp.p_min, draft_rng)
-        cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
-        if len(draft.tokens) < dp.draft_min:
+        draft = proposals.get(id(drafter))
+        if draft is not None:
+            cost_s = costs[id(drafter)]
+        else:
+            start, lag = time.perf_counter(), drafter.catch_up_s
+            draft = drafter.propose(context, k, sp, dp.p_min, draft_rng)
+            cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
+            k = self.policy.length(drafter, draft, k)
+        draft = draft.truncated(k)
+        if len(draft.tokens) < max(1, dp.draft_min):
             return drafter, Draft.empty(), cost_s
         return drafter, draft, cost_s
 

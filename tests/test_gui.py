@@ -381,3 +381,17 @@ def test_damaged_rows_and_settings_fall_back_instead_of_failing(tmp_path):
     assert (loaded.seed, loaded.draft_min, loaded.max_tokens, loaded.draft_max, loaded.n_ctx, loaded.temperature) == \
         (defaults.seed, defaults.draft_min, defaults.max_tokens, defaults.draft_max, defaults.n_ctx, defaults.temperature)
     assert loaded.top_p == 0.5
+
+
+def test_a_gpu_the_build_cannot_use_is_named_in_the_window(qtbot, tmp_path, monkeypatch):
+    from localspec import backend, doctor, machine
+
+    gpu = machine.GpuHardware("NVIDIA", "NVRM version: test", "CUDA", "-DGGML_CUDA=on")
+    monkeypatch.setattr(machine, "gpu_hardware", lambda: gpu)
+    monkeypatch.setattr(backend, "supports_gpu_offload", lambda: False)
+    monkeypatch.setattr(doctor, "_warned", False)
+    win = MainWindow(store=ConversationStore(tmp_path / "chats.sqlite3"), autoload=False)
+    qtbot.addWidget(win)
+    assert win.banner.isVisibleTo(win) and "NVIDIA GPU found" in win.banner.text()
+    assert 'CMAKE_ARGS="-DGGML_CUDA=on"' in win.banner.text()
+    win.close()

@@ -65,7 +65,8 @@ def test_kv_cache_after_every_round_equals_fresh_prefill(target_gguf, other_gguf
     ref.close()
 
 
-@pytest.mark.parametrize("strategy, draft_max", [("draft-model", 3), ("prompt-lookup", 3), ("auto", "auto")])
+@pytest.mark.parametrize("strategy, draft_max", [("draft-model", 3), ("prompt-lookup", 3), ("suffix", 3),
+                                                 ("auto", "auto")])
 def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strategy, draft_max):
     """Two-sample chi-square test on the 2nd and 3rd generated tokens (the ones that go
     through a speculative round), speculative vs plain sampling, fixed seeds, for every
@@ -85,6 +86,9 @@ def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strat
     with SpeculativeModel(target_gguf, other_gguf, n_ctx=1024, p_min=0.0, draft_max=draft_max,
                           strategy=strategy) as spec:
         spec.lookup.min_ngram = 1  # every single token repeats in this prompt: always a match
+        if strategy == "suffix":  # earlier answers in the store: the suffix drafter's material
+            for seed in range(10_000, 10_300):
+                spec.generate(prompt, seed=seed, strategy="none", **opts)
         spec_tokens = collect(spec)
         drafted = sum(spec.generate(prompt, seed=s, **opts).stats.drafted_tokens for s in range(20))
         assert drafted > 0
@@ -137,7 +141,7 @@ def test_cancel_ends_within_one_round(target_gguf):
     assert all(e.round <= first.round + 1 for e in rest)
 
 
-@pytest.mark.parametrize("strategy, draft_max", [("prompt-lookup", 5), ("auto", "auto")])
+@pytest.mark.parametrize("strategy, draft_max", [("prompt-lookup", 5), ("suffix", 5), ("auto", "auto")])
 def test_greedy_output_is_the_targets_with_every_drafter(target_gguf, other_gguf, strategy, draft_max):
     prompt = PROMPT + " hello world the code hello world"
     with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as plain:

@@ -1,0 +1,149 @@
+"""The suffix index and drafter, confidence calibration, and the policy's per-draft lengths."""
+
+import pytest
+
+from localspec.drafters import Draft, SuffixDrafter
+from localspec.policy import AdaptivePolicy, Calibration
+from localspec.sampling import SamplingParams
+from localspec.suffix_index import KEYS, SuffixIndex
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def test_lookup_takes_the_longest_match_and_the_most_frequent_continuation():
+    ix = SuffixIndex()
+    for seq in ([1, 2, 3, 4, 5, 6, 7, 8], [9, 2, 3, 4, 5, 6, 0], [7, 3, 4, 5, 6, 7, 9]):
+        ix.append(seq)
+        ix.end_sequence()
+    d = ix.lookup([11, 12, 2, 3], 10)
+    assert d.match_length == 2 and d.tokens == [4, 5, 6, 7, 8] and d.estimates == [1.0, 1.0, 1.0, 0.5, 1.0]
+    d = ix.lookup([3, 4, 5, 6], 10)  # three occurrences of the 4-gram: 7, 0, 7
+    assert d.match_length == 4 and d.tokens[0] == 7 and d.estimates[0] == pytest.approx(2 / 3)
+    assert d.expected_accepted == pytest.approx(sum(
+        __import__("math").prod(d.estimates[: i + 1]) for i in range(len(d.estimates))))
+    assert ix.lookup([40, 41], 5).tokens == []
+    low = ix.lookup([3, 4, 5, 6], 10, min_estimate=0.7)
+    assert low.tokens == []  # 2/3 < 0.7: nothing worth drafting
+
+
+def test_the_open_sequence_is_searched_but_its_own_end_is_not_a_continuation():
+    ix = SuffixIndex()
+    ix.append([5, 6, 7, 5, 6])
+    assert ix.lookup([5, 6, 7, 5, 6], 4).tokens == [7, 5, 6]  # stops where the context ends
+    ix.append([7])
+    assert ix.lookup([5, 6, 7, 5, 6, 7], 4).tokens == [5, 6, 7]
+
+
+def test_store_is_bounded_first_in_first_out_and_forgets_evicted_text():
+    ix = SuffixIndex(max_tokens=12)
+    for i in range(5):
+        ix.append(list(range(100 * i, 100 * i + 6)))
+        ix.end_sequence()
+    assert len(ix) == 12
+    assert ix.lookup([400, 401], 3).tokens == [402, 403, 404]
+    assert ix.lookup([300, 301], 3).tokens == [302, 303, 304]
+    assert ix.lookup([0, 1], 3).tokens == []  # evicted
+    entries = sum(len(positions) for table in ix._tables.values() for positions in table.values())
+    assert entries == 2 * sum(max(0, 6 - k + 1) for k in KEYS)  # nothing of the evicted text is left
+
+
+def test_suffix_drafter_remembers_earlier_answers_across_requests():
+    d = SuffixDrafter(store_tokens=1000)
+    prompt = [1, 2, 3]
+    answer = [10, 11, 12, 13, 14, 15, 16, 17]
+    d.begin(prompt)
+    d.end(prompt + answer, len(prompt))
+    d.begin([4, 5, 6])  # another conversation: the request index starts afresh
+    draft = d.propose([4, 5, 6, 10, 11], 5, GREEDY, 0.0, None)
+    assert draft.tokens == [12, 13, 14, 15, 16] and draft.confidence == [1.0] * 5
+    d.end([4, 5, 6, 10, 11, 12], 3)
+    assert len(d.store) == len(answer) + 3
+
+
+def test_a_continued_conversation_keeps_its_request_index():
+    d = SuffixDrafter()
+    d.begin([1, 2, 3, 4])
+    d.end([1, 2, 3, 4, 20, 21, 22], 4)
+    index = d.request
+    d.begin([1, 2, 3, 4, 20, 21, 22, 30])  # turn 2 extends turn 1
+    assert d.request is index
+    d.begin([9, 9])
+    assert d.request is not index
+
+
+def test_calibration_learns_what_a_confidence_is_worth():
+    cal = Calibration()
+    assert cal(0.95) == pytest.approx(0.95)
+    for _ in range(200):
+        cal.observe([0.95, 0.95, 0.95], 1)  # claims 95 %, one in two accepted at the 2nd token
+    assert cal(0.95) == pytest.approx(0.5, abs=0.05)
+    assert cal(0.15) == pytest.approx(0.15)  # other bins keep their prior
+
+
+class Free:
+    name, prior_acceptance, free, prior_cost_s = "suffix", 0.5, True, 3e-5
+
+
+class Model:
+    name, prior_acceptance, free = "draft-model", 0.7, False
+
+    def __init__(self, lag=0):
+        self._lag = lag
+
+    def lag(self, n_context):
+        return self._lag
+
+
+def policy_for(drafters, verify):
+    policy = AdaptivePolicy(drafters, max_k={id(d): 16 for d in drafters}, probe_every=10_000)
+    for b in range(1, 18):
+        for _ in range(3):
+            policy.observe(None, 0, 0, 0.0, verify(b), b)
+    return policy
+
+
+def flat(b):  # memory-bound: 17 tokens cost 1.5 steps
+    return 0.030 * (1 + 0.03 * (b - 1))
+
+
+def steep(b):  # compute-bound: a batch costs its length
+    return 0.030 * b
+
+
+def test_a_confident_free_draft_is_kept_long_where_verifying_is_cheap():
+    d = Free()
+    policy = policy_for([d], flat)
+    sure = Draft(list(range(16)), confidence=[0.99] * 16)
+    assert policy.plan(16, {id(d): sure}) == (d, 16)
+    assert policy.plan(5, {id(d): sure}) == (d, 5)  # the loop's cap wins
+    unsure = Draft(list(range(16)), confidence=[0.99, 0.99, 0.05] + [0.99] * 13)
+    drafter, k = policy.plan(16, {id(d): unsure})
+    assert drafter is d and k == 2  # stops before the token that will probably fail
+
+
+def test_where_verifying_costs_its_length_only_near_certain_drafts_pay():
+    d = Free()
+    policy = policy_for([d], steep)
+    assert policy.plan(16, {id(d): Draft(list(range(8)), confidence=[0.6] * 8)}) == (None, 0)
+    assert policy.plan(16, {id(d): Draft([], confidence=[])}) == (None, 0)
+
+
+def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
+    cheap = lambda b: 0.030 * (1 + 0.02 * (b - 1))  # noqa: E731
+    fresh, lagging = Model(lag=0), Model(lag=3000)
+    for m in (fresh, lagging):
+        policy = policy_for([m], cheap)
+        policy.draft_costs[id(m)].value = 0.003
+        policy.prefill_costs[id(m)] = 0.002
+        policy._models[id(m)].successes, policy._models[id(m)].trials = 8.0, 10.0
+        chosen = policy.plan(12, {}, n_context=3100)
+        assert (chosen[0] is m) == (m is fresh), chosen  # 3000 tokens of prefill do not pay for 12
+
+
+def test_a_draft_models_own_draft_is_cut_at_its_first_doubtful_token():
+    m = Model()
+    policy = policy_for([m], flat)
+    draft = Draft([1, 2, 3, 4, 5, 6], confidence=[0.99, 0.98, 0.97, 0.02, 0.99, 0.99])
+    assert policy.length(m, draft, 6) == 3
+    assert policy.length(m, Draft([1], confidence=[0.01]), 1) == 1  # nearly free to check here
+    assert policy_for([m], steep).length(m, Draft([1], confidence=[0.01]), 1) == 0  # not where it costs a step
