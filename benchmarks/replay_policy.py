@@ -1,0 +1,111 @@
+"""The adaptive policy replayed offline on recorded greedy traces, under several machines' costs.
+
+    .venv/bin/python benchmarks/replay_policy.py record   # ~10 min on 2 cores: answers + every drafter's view
+    .venv/bin/python benchmarks/replay_policy.py          # replay (seconds): policy vs best fixed in hindsight
+
+``record`` runs the default pair greedily (plain decoding, 128 new tokens) on: first
+turns (HumanEval, MT-Bench), MT-Bench second turns (after the model's own first answer),
+three-turn HumanEval revisions, and edits of HumanEval solutions (with the original
+code as a prediction), in that order, so the suffix store holds the earlier answers as it
+would in one session.  It writes benchmarks/results/traces.json with this machine's
+measured costs (the policy's calibration) as the profile "this-machine".
+
+The replay prints, per profile and workload, the adaptive policy's decode speed-up (total
+plain time over total time of the workload's answers), the best fixed (drafter, k) in
+hindsight for that workload, the ratio of the two, and the profile's copy ceiling.
+Results: benchmarks/results/replay.{json,md}.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from localspec import replay
+from localspec.api import SpeculativeModel, resolve_pair
+from localspec.doctor import machine_line, machine_record
+from localspec.workloads import (code_prompts, edit_prompts, humaneval_tasks, mtbench_prompts, mtbench_second_turns,
+                                 revision_conversations)
+
+RESULTS = Path(__file__).parent / "results"
+N_TOKENS = 128
+
+
+def greedy_answer(model, messages):
+    model.reset_cache()
+    r = model.chat(messages, max_tokens=N_TOKENS, strategy="none")
+    return r
+
+
+def record_all() -> None:
+    pair = resolve_pair()
+    traces = []
+    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
+        def one(messages, workload, name, prediction=None):
+            r = greedy_answer(model, messages)
+            prompt = model.target.chat_tokens(messages)
+            answer = list(r.tokens) + ([] if r.finish_reason != "stop" else [])
+            pred = model.target.tokenize(prediction, add_special=False) if prediction else None
+            traces.append(replay.record(model, prompt, answer, workload, name, pred))
+            print(f"{workload} {name}: {len(answer)} tokens", flush=True)
+            return r.text
+
+        for p in code_prompts(2) + mtbench_prompts(1)[:4]:
+            one([{"role": "user", "content": p.text}], "first-turn", p.name)
+        for conv in mtbench_second_turns(1)[:6] + revision_conversations(3):
+            messages = []
+            for i, turn in enumerate(conv.turns):
+                messages.append({"role": "user", "content": turn})
+                workload = conv.workload if i >= conv.measured else "first-turn"
+                text = one(list(messages), workload, f"{conv.name} turn {i + 1}")
+                messages.append({"role": "assistant", "content": text})
+        for p, task in zip(edit_prompts(4), humaneval_tasks(4)):
+            one([{"role": "user", "content": p.text}], "edit", p.name)
+            one([{"role": "user", "content": p.text}], "edit+prediction", p.name, task["prompt"] + task["canonical_solution"])
+        policy = model._policy(model.default_draft, greedy=True, predicted=False)
+        here = replay.Profile(
+            "this-machine", {b: policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
+            policy.draft_costs[id(model.drafter)].value, policy.prefill_costs.get(id(model.drafter), 0.0),
+            f"measured by the policy's calibration on {machine_line(machine_record())}")
+    replay.save(traces, RESULTS / "traces.json", {"machine": machine_record(), "profile": vars(here)})
+
+
+def replay_all() -> None:
+    traces, extra = replay.load(RESULTS / "traces.json")
+    profiles = dict(replay.PROFILES)
+    profiles["this-machine"] = replay.Profile(**extra["profile"])
+    workloads = sorted({t.workload for t in traces})
+    rows = []
+    for pname, profile in profiles.items():
+        ceiling, _ = profile.ceiling()
+        for w in workloads:
+            ts = [t for t in traces if t.workload == w]
+            runs = [replay.replay(t, profile) for t in ts]
+            speedup = sum(r["plain_s"] for r in runs) / sum(r["time_s"] for r in runs)
+            fixed = replay.best_fixed(ts, profile)
+            rounds = {}
+            for r in runs:
+                for k, v in r["rounds"].items():
+                    rounds[k] = rounds.get(k, 0) + v
+            rows.append({"profile": pname, "workload": w, "answers": len(ts), "adaptive": speedup,
+                         "best_fixed": f"{fixed[0]} k={fixed[1]}" if fixed[1] else "plain", "best_fixed_speedup": fixed[2],
+                         "adaptive_over_best": speedup / fixed[2], "ceiling": ceiling,
+                         "share_of_ceiling": (speedup - 1) / (ceiling - 1) if ceiling > 1 else None, "rounds": rounds})
+    lines = [f"Traces recorded on {machine_line(extra['machine'])}.", "",
+             "| profile | workload | answers | adaptive | best fixed in hindsight | adaptive / best | ceiling | share of ceiling |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['profile']} | {r['workload']} | {r['answers']} | ×{r['adaptive']:.2f} | {r['best_fixed']} "
+                     f"×{r['best_fixed_speedup']:.2f} | {r['adaptive_over_best']:.2f} | ×{r['ceiling']:.2f} | "
+                     f"{100 * r['share_of_ceiling']:.0f} % |")
+    lines += ["", "Profiles:"] + [f"- {n}: {p.source}" for n, p in profiles.items()]
+    text = "\n".join(lines)
+    print(text)
+    (RESULTS / "replay.md").write_text(text + "\n")
+    (RESULTS / "replay.json").write_text(json.dumps({"rows": rows, "profiles": {n: vars(p) for n, p in profiles.items()}},
+                                                    indent=1) + "\n")
+    worst = min(r["adaptive_over_best"] for r in rows)
+    print(f"\nworst adaptive / best fixed: {worst:.3f}")
+
+
+if __name__ == "__main__":
+    record_all() if sys.argv[1:] == ["record"] else replay_all()
