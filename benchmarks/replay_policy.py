@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/replay_policy.py record   # ~10 min on 2 cores: answers + every drafter's view
     .venv/bin/python benchmarks/replay_policy.py          # replay (seconds): policy vs best fixed in hindsight
 
-``record`` runs the default pair greedily (plain decoding, 128 new tokens) on: first
+``record`` (traces saved as they come) runs the default pair greedily (plain decoding, 128 new tokens) on: first
 turns (HumanEval, MT-Bench), MT-Bench second turns (after the model's own first answer),
 three-turn HumanEval revisions, and edits of HumanEval solutions (with the original
 code as a prediction), in that order, so the suffix store holds the earlier answers as it
@@ -40,33 +40,35 @@ def record_all() -> None:
     pair = resolve_pair()
     traces = []
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
+        policy = model._policy(model.default_draft, greedy=True, predicted=False)
+        here = replay.Profile(
+            "this-machine", {b: policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
+            policy.draft_costs[id(model.drafter)].value, policy.prefill_costs.get(id(model.drafter), 0.0),
+            f"measured by the policy's calibration on {machine_line(machine_record())}")
+        extra = {"machine": machine_record(), "profile": vars(here)}
+
         def one(messages, workload, name, prediction=None):
             r = greedy_answer(model, messages)
             prompt = model.target.chat_tokens(messages)
             answer = list(r.tokens) + ([] if r.finish_reason != "stop" else [])
             pred = model.target.tokenize(prediction, add_special=False) if prediction else None
             traces.append(replay.record(model, prompt, answer, workload, name, pred))
+            replay.save(traces, RESULTS / "traces.json", extra)  # as it goes: a stopped run keeps what it has
             print(f"{workload} {name}: {len(answer)} tokens", flush=True)
             return r.text
 
-        for p in code_prompts(2) + mtbench_prompts(1)[:4]:
+        for p in code_prompts(2) + mtbench_prompts(1)[:2]:
             one([{"role": "user", "content": p.text}], "first-turn", p.name)
-        for conv in mtbench_second_turns(1)[:6] + revision_conversations(3):
+        for conv in mtbench_second_turns(1)[:4] + revision_conversations(2):
             messages = []
             for i, turn in enumerate(conv.turns):
                 messages.append({"role": "user", "content": turn})
                 workload = conv.workload if i >= conv.measured else "first-turn"
                 text = one(list(messages), workload, f"{conv.name} turn {i + 1}")
                 messages.append({"role": "assistant", "content": text})
-        for p, task in zip(edit_prompts(4), humaneval_tasks(4)):
+        for p, task in zip(edit_prompts(3), humaneval_tasks(3)):
             one([{"role": "user", "content": p.text}], "edit", p.name)
             one([{"role": "user", "content": p.text}], "edit+prediction", p.name, task["prompt"] + task["canonical_solution"])
-        policy = model._policy(model.default_draft, greedy=True, predicted=False)
-        here = replay.Profile(
-            "this-machine", {b: policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
-            policy.draft_costs[id(model.drafter)].value, policy.prefill_costs.get(id(model.drafter), 0.0),
-            f"measured by the policy's calibration on {machine_line(machine_record())}")
-    replay.save(traces, RESULTS / "traces.json", {"machine": machine_record(), "profile": vars(here)})
 
 
 def replay_all() -> None:

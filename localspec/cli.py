@@ -269,11 +269,20 @@ def _messages(args, text: str) -> list[dict]:
     return messages + [{"role": "user", "content": text}]
 
 
+PREDICTION_MAX_BYTES = 4 * 1024 * 1024  # far beyond any context; bounds a mistaken /dev/zero
+
+
 def _prediction(path: str | None) -> dict:
     if path is None:
         return {}
+    if not os.path.isfile(path):
+        raise InvalidOptionError(f"the prediction file {path} is not a regular file")
     try:
-        return {"prediction": open(path, encoding="utf-8").read()}
+        with open(path, "rb") as f:
+            data = f.read(PREDICTION_MAX_BYTES + 1)
+        if len(data) > PREDICTION_MAX_BYTES:
+            raise InvalidOptionError(f"the prediction file {path} is larger than {PREDICTION_MAX_BYTES} bytes")
+        return {"prediction": data.decode("utf-8")}
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidOptionError(f"cannot read the prediction file {path}: {getattr(exc, 'strerror', None) or exc}") from None
 

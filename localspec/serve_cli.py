@@ -6,7 +6,6 @@ import sys
 
 from .errors import InvalidOptionError
 
-GRACE_S = 5  # Ctrl-C: the running answer gets this long to finish before it is cancelled
 
 
 def _server_class():
@@ -39,16 +38,33 @@ def _check(args) -> None:
 
 
 def examples(base: str, model_name: str, api_key: str | None) -> str:
-    """The curl and openai examples printed at start (and shown in the README)."""
-    key = api_key and "$LOCALSPEC_API_KEY" or "none"
+    """The curl and openai examples printed at start (and shown in the README).  With a
+    key, both read it from $LOCALSPEC_API_KEY (so it is not printed)."""
+    curl_key = "$LOCALSPEC_API_KEY" if api_key else "none"
+    py_key = "os.environ['LOCALSPEC_API_KEY']" if api_key else "'none'"
+    note = "  (export LOCALSPEC_API_KEY=<your key> first)\n" if api_key else ""
     return (
+        f"{note}"
         f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
-        f"-H 'Authorization: Bearer {key}' \\\n"
+        f"-H \"Authorization: Bearer {curl_key}\" \\\n"
         f"       -d '{{\"model\": \"{model_name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'\n"
-        f"  python -c \"from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key='{key}'); "
+        f"  python -c \"import os; from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key={py_key}); "
         f"print(c.chat.completions.create(model='{model_name}', "
         f"messages=[{{'role': 'user', 'content': 'Hello'}}]).choices[0].message.content)\""
     )
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port that is taken before spending a minute loading models."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise InvalidOptionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def serve(args, load, defaults: dict) -> int:
@@ -59,6 +75,7 @@ def serve(args, load, defaults: dict) -> int:
     from .server import ServerConfig, create_app
 
     _check(args)
+    _check_port_free(args.host, args.port)
     _Server = _server_class()
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"localspec: warning: serving on {args.host}: other machines can reach this server"
@@ -73,11 +90,15 @@ def serve(args, load, defaults: dict) -> int:
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}"
         print(f"localspec: serving {name} on {base}/v1 (Ctrl-C stops)\n{examples(base, name, args.api_key)}",
               file=sys.stderr, flush=True)
+        # No grace timeout: Ctrl-C cancels the running answer, which then ends within one
+        # round (or one prompt batch) and its stream closes cleanly; the models are freed
+        # only after the model thread has stopped.
         server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                        timeout_graceful_shutdown=GRACE_S, lifespan="on"),
+                                        timeout_graceful_shutdown=None, lifespan="on"),
                          on_exit=app.state.localspec.worker.cancel_all)
-        server.run()
+        try:
+            server.run()
+        except SystemExit:  # uvicorn exits by itself when it cannot bind
+            raise InvalidOptionError(f"could not listen on {args.host}:{args.port} (in use, or not allowed)") from None
         print("localspec: server stopped", file=sys.stderr)
-        if not server.started:
-            raise InvalidOptionError(f"could not listen on {args.host}:{args.port} (in use, or not allowed)")
     return 0

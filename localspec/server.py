@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import re
 import logging
 import queue
 import threading
@@ -38,12 +39,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -54,6 +55,7 @@ log = logging.getLogger("localspec.server")
 
 DEFAULT_QUEUE = 16
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+BODY_TIMEOUT_S = 60.0  # a body announced but never sent does not hold a connection forever
 _POLL_S = 0.1  # how often a waiting handler checks that its client is still there
 
 
@@ -77,15 +79,28 @@ class APIError(Exception):
         return JSONResponse(body, status_code=self.status, headers=headers)
 
 
-def _from_localspec(exc: LocalspecError) -> APIError:
+def _from_localspec(exc: LocalspecError, prompt_param: str = "messages") -> APIError:
     if isinstance(exc, ContextOverflowError):
-        return APIError(400, str(exc), param="messages", code="context_length_exceeded")
-    return APIError(400, str(exc))
+        return APIError(400, str(exc), param=prompt_param, code="context_length_exceeded")
+    return APIError(400, str(exc), code="invalid_value")
+
+
+_TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+def _field_path(loc: tuple) -> str | None:
+    """A pydantic error location as the request's own field path ("messages.0.role"),
+    without the names of the union members tried ("str", "list[_TextPart]", ...)."""
+    parts = [str(p) for p in loc if isinstance(p, int) or (re.fullmatch(r"[a-z_][a-z0-9_]*", str(p))
+                                                           and str(p) not in _TYPE_NAMES)]
+    return ".".join(parts) or None
 
 
 def _from_validation(exc: ValidationError) -> APIError:
     first = exc.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
+    if first["type"] in ("json_invalid", "json_type"):
+        return APIError(400, "We could not parse the JSON body of your request.", code="invalid_json")
+    param = _field_path(first["loc"])
     message = first["msg"] if param is None else f"{param}: {first['msg']}"
     return APIError(400, f"Invalid request: {message}", param=param, code="invalid_value")
 
@@ -104,13 +119,17 @@ def _refused(*fields: str, why: str):
     return field_validator(*fields)(check)
 
 
+_STRICT = ConfigDict(strict=True)
+
+
 class _TextPart(BaseModel):
+    model_config = _STRICT
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant"]
     content: Union[str, list[_TextPart], None] = None
 
@@ -121,6 +140,7 @@ class ChatMessage(BaseModel):
 
 
 class Prediction(BaseModel):
+    model_config = _STRICT
     type: Literal["content"]
     content: Union[str, list[_TextPart]]
 
@@ -129,17 +149,18 @@ class Prediction(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = _STRICT
     include_usage: bool = False
 
 
 class SpeculativeOptions(BaseModel):
     """llama.cpp's server names: n_max = draft_max, n_min = draft_min, p_min; plus strategy."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     n_max: Union[int, Literal["auto"], None] = None
     n_min: int | None = Field(None, ge=0)
     p_min: float | None = Field(None, ge=0.0, le=1.0)
-    strategy: Literal["auto", "draft-model", "prompt-lookup", "prediction", "none"] | None = None
+    strategy: Literal["auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none"] | None = None
 
     @field_validator("n_max")
     @classmethod
@@ -148,40 +169,60 @@ class SpeculativeOptions(BaseModel):
             raise ValueError("must be 'auto' or an integer >= 0")
         return v
 
+    @model_validator(mode="after")
+    def _min_below_max(self):
+        if isinstance(self.n_max, int) and self.n_min is not None and self.n_min > self.n_max:
+            raise ValueError(f"n_min ({self.n_min}) must not exceed n_max ({self.n_max})")
+        return self
+
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # clients send fields we have no use for (user, metadata, ...)
+    # Unknown fields are ignored (clients send user, metadata, store, ...); types are strict
+    # ("0.5" is not a number, true is not 1), as OpenAI's API has them.
+    model_config = ConfigDict(extra="ignore", strict=True)
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-1)
     stop: Union[str, list[str], None] = None
-    n: int = 1
-    stream: bool = False
+    n: int | None = 1
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     speculative: SpeculativeOptions | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    presence_penalty: float | None = 0.0
+    frequency_penalty: float | None = 0.0
+    logit_bias: dict | None = None
+    response_format: dict | None = None
 
     @field_validator("stop")
     @classmethod
     def _at_most_four(cls, v):
-        if isinstance(v, list) and len(v) > 4:
+        stops = [v] if isinstance(v, str) else v or []
+        if len(stops) > 4:
             raise ValueError("at most 4 stop sequences")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty")
         return v
 
     @field_validator("n")
     @classmethod
     def _one_choice(cls, v):
-        if v != 1:
+        if v not in (None, 1):
             raise ValueError("only n = 1 is supported")
         return v
 
-    _no_penalties = _refused("presence_penalty", "frequency_penalty",
-                             why="penalties are not supported (they would change the target's distribution)")
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, v):
+        if v and v.get("type") not in (None, "text"):
+            raise ValueError("only response_format {\"type\": \"text\"} is supported (no JSON mode or schemas)")
+        return v
+
+    _no_penalties = _refused("presence_penalty", "frequency_penalty", "logit_bias",
+                             why="penalties and logit_bias are not supported (they would change the target's distribution)")
 
 
 class ChatRequest(_Common):
@@ -196,7 +237,7 @@ class ChatRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: Union[str, list[str]]
+    prompt: Union[str, list[str]] = Field(min_length=1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     suffix: str | None = None
@@ -280,6 +321,16 @@ class ModelWorker:
         self._jobs.put(_Call(fn, future))
         return future
 
+    def withdraw(self, job: Job) -> None:
+        """Take a job whose client left out of the queue at once (its place is free)."""
+        with self._jobs.mutex:
+            try:
+                self._jobs.queue.remove(job)
+            except ValueError:
+                return  # running or done already
+            self._jobs.not_full.notify()
+        self.skipped += 1
+
     def cancel_all(self) -> None:
         """Cancel the running job (it ends after its current round) and every waiting one."""
         for job in list(self._jobs.queue):
@@ -288,8 +339,10 @@ class ModelWorker:
         if self._current is not None:
             self._current.cancel()
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Cancel the running job, drop the waiting ones, and stop the thread."""
+    def close(self) -> None:
+        """Cancel the running job, drop the waiting ones, and stop the thread; returns once
+        the model is no longer in use (a running job stops within one round, or one
+        prompt batch), so the caller may free it."""
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -301,7 +354,7 @@ class ModelWorker:
         if self._current is not None:
             self._current.cancel()
         self._jobs.put(None)
-        self._thread.join(timeout_s)
+        self._thread.join()
 
     def _run(self) -> None:
         while True:
@@ -407,6 +460,7 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error, Exception: _internal_error})
+    app.router.redirect_slashes = False  # "/v1/chat/completions/" is a 404, not a redirect around the key check
     app.state.localspec = state
     return app
 
@@ -444,22 +498,29 @@ class _State:
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > limit:
             raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+        try:
+            body = await asyncio.wait_for(self._read(request, limit), BODY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s",
+                           code="request_timeout") from None
+        except ClientDisconnect:
+            raise APIError(400, "the client disconnected while sending the request", code="client_disconnected") from None
+        if not body.lstrip().startswith(b"{"):
+            raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
+        try:
+            return model_type.model_validate_json(body)
+        except ValidationError as exc:
+            raise _from_validation(exc) from None
+
+    @staticmethod
+    async def _read(request: Request, limit: int) -> bytes:
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
                 raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
             chunks.append(chunk)
-        try:
-            data = json.loads(b"".join(chunks))
-        except (ValueError, UnicodeDecodeError):
-            raise APIError(400, "We could not parse the JSON body of your request.", code="invalid_json") from None
-        if not isinstance(data, dict):
-            raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
-        try:
-            return model_type.model_validate(data)
-        except ValidationError as exc:
-            raise _from_validation(exc) from None
+        return b"".join(chunks)
 
     def _options(self, body: _Common, max_tokens: int | None) -> dict:
         options = dict(self.config.defaults)
@@ -514,6 +575,9 @@ class _State:
             options["logprobs"] = body.top_logprobs or 0
         if body.prediction is not None:
             options["prediction"] = body.prediction.text()
+        elif options.get("strategy") == "prediction":
+            raise APIError(400, "speculative.strategy 'prediction' needs a prediction", param="speculative.strategy",
+                           code="invalid_value")
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
         job = Job(lambda model: model.chat(messages, stream=True, **options), asyncio.get_running_loop(),
                   logprobs=options.get("logprobs"))
@@ -533,10 +597,12 @@ class _State:
         self.worker.submit(job)
         first = await _next(job, request)
         if first is None:  # the client left while the request waited
+            self.worker.withdraw(job)
             return Response(status_code=499)
         kind, value = first
         if kind == "error":
-            raise _from_localspec(value) if isinstance(value, LocalspecError) else APIError(
+            prompt_param = "prompt" if isinstance(body, CompletionRequest) else "messages"
+            raise _from_localspec(value, prompt_param) if isinstance(value, LocalspecError) else APIError(
                 500, "internal server error", type="server_error", retry=True)
         if kind == "skipped":
             raise APIError(503, "the server is shutting down", type="server_error", retry=True)

@@ -166,8 +166,12 @@ class Generation:
         target.trim(reused)
         stats.prompt_cached_tokens = reused
         t0 = target.decode_s
-        logits = target.decode(context[reused:], [len(context) - reused - 1])
+        logits = self._prefill(context[reused:])
         stats.prompt_eval_s = target.decode_s - t0
+        if logits is None:  # cancelled while reading the prompt
+            stats.total_s = time.perf_counter() - self._started_at
+            self.result = GenerationResult(text="", tokens=[], sources=[], finish_reason="cancelled", stats=stats)
+            return
         token, p_token = self._choose(logits[0], rng)
         stats.ttft_s = time.perf_counter() - self._started_at
         verify_start = target.decode_s
@@ -221,6 +225,17 @@ class Generation:
         self.result = GenerationResult(
             text=out.text, tokens=out.tokens, sources=out.sources, finish_reason=finish, stats=stats
         )
+
+    def _prefill(self, pending: list[int]) -> np.ndarray | None:
+        """Decode the prompt batch by batch, so ``cancel()`` takes effect within one batch
+        (``n_batch`` tokens); the logits after the last token, or None when cancelled."""
+        step = self.target.n_batch
+        while len(pending) > step:
+            self.target.decode(pending[:step])
+            pending = pending[step:]
+            if self._cancelled:
+                return None
+        return self.target.decode(pending, [len(pending) - 1])
 
     def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator):
         """Ask the free drafters for drafts, the policy for (drafter, k), then draft if

@@ -147,3 +147,36 @@ def test_a_draft_models_own_draft_is_cut_at_its_first_doubtful_token():
     assert policy.length(m, draft, 6) == 3
     assert policy.length(m, Draft([1], confidence=[0.01]), 1) == 1  # nearly free to check here
     assert policy_for([m], steep).length(m, Draft([1], confidence=[0.01]), 1) == 0  # not where it costs a step
+
+
+def perfect_trace(n=9):
+    from localspec.replay import Trace
+
+    answer = list(range(100, 100 + n))
+    free = {"suffix": [([], [])] + [(answer[j:j + 16], [1.0] * len(answer[j:j + 16])) for j in range(1, n)],
+            "prompt-lookup": [([], [])] * n}
+    return Trace("w", "t", 10, answer, free, draft_next=[0] * n, draft_conf=[0.5] * n)
+
+
+def test_replay_of_a_fixed_drafter_adds_up_exactly():
+    from localspec.replay import PROFILES, replay_fixed
+
+    profile = PROFILES["machine-B"]
+    trace = perfect_trace()
+    # rounds at j=1 (4 drafted, all kept, +1) and j=6 (3 left: all kept): c(5) + c(4)
+    expected = 8 * profile.verify(1) / (profile.verify(5) + profile.verify(4))
+    assert replay_fixed(trace, profile, "suffix", 4) == pytest.approx(expected)
+    assert replay_fixed(trace, profile, "prompt-lookup", 4) == pytest.approx(1.0)  # never proposes
+
+
+def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model():
+    from localspec.replay import PROFILES, best_fixed, replay
+
+    trace = perfect_trace(40)
+    for name in ("machine-A", "machine-B", "gpu-like"):
+        profile = PROFILES[name]
+        result = replay(trace, profile)
+        fixed = best_fixed([trace], profile)
+        assert fixed[0] == "suffix" and result["speedup"] >= 0.9 * fixed[2], (name, result, fixed)
+        assert "draft-model" not in result["rounds"]
+    assert PROFILES["machine-B"].ceiling()[0] == pytest.approx(17 * 0.102 / 0.372)
