@@ -10,6 +10,8 @@ code as a prediction), in that order, so the suffix store holds the earlier answ
 would in one session.  It writes benchmarks/results/traces.json with this machine's
 measured costs (the policy's calibration) as the profile "this-machine".
 
+First turns whose question was already answered earlier in the run (the conversations
+start with questions the first-turn set asked) are reported as "first-turn-again".
 The replay prints, per profile and workload, the adaptive policy's decode speed-up (total
 plain time over total time of the workload's answers), the best fixed (drafter, k) in
 hindsight for that workload, the ratio of the two, and the profile's copy ceiling.
@@ -73,6 +75,12 @@ def record_all() -> None:
 
 def replay_all() -> None:
     traces, extra = replay.load(RESULTS / "traces.json")
+    seen = set()
+    for t in traces:  # a question asked again (its answer is already in the suffix store) is its own workload
+        key = (t.n_prompt, tuple(t.answer))
+        if t.workload == "first-turn" and key in seen:
+            t.workload = "first-turn-again"
+        seen.add(key)
     profiles = dict(replay.PROFILES)
     profiles["this-machine"] = replay.Profile(**extra["profile"])
     workloads = sorted({t.workload for t in traces})

@@ -2,7 +2,8 @@
 
 After SuffixDecoding (Oliaro et al. 2024, arXiv:2411.04975): find where the end of the
 current text occurred before, and propose the most frequent continuation, with a
-per-token estimate count(child) / count(parent).  Instead of a suffix tree, the index
+per-token estimate count(child) / (count(parent) + 1) (the paper's ratio, smoothed so a
+continuation seen once is not taken for certain: 1/2, 3 of 3 give 3/4, 10 of 10 give 10/11).  Instead of a suffix tree, the index
 keeps, for a few key lengths k (``KEYS``), a hash table from each k-gram to the
 positions that followed it.  A lookup takes the longest key that matched, then walks
 forward through those same occurrences token by token: at each step the most frequent
@@ -147,7 +148,7 @@ class SuffixIndex:
             if not counts:
                 break
             best = max(counts, key=counts.get)
-            estimate = counts[best] / len(live)
+            estimate = counts[best] / (len(live) + 1)  # one unseen alternative: one sighting is no certainty
             if estimate < min_estimate:
                 break
             tokens.append(best)

@@ -16,14 +16,15 @@ def test_lookup_takes_the_longest_match_and_the_most_frequent_continuation():
         ix.append(seq)
         ix.end_sequence()
     d = ix.lookup([11, 12, 2, 3], 10)
-    assert d.match_length == 2 and d.tokens == [4, 5, 6, 7, 8] and d.estimates == [1.0, 1.0, 1.0, 0.5, 1.0]
+    assert d.match_length == 2 and d.tokens == [4, 5, 6, 7, 8]
+    assert d.estimates == pytest.approx([2 / 3, 2 / 3, 2 / 3, 1 / 3, 1 / 2])  # count / (parent + 1)
     d = ix.lookup([3, 4, 5, 6], 10)  # three occurrences of the 4-gram: 7, 0, 7
-    assert d.match_length == 4 and d.tokens[0] == 7 and d.estimates[0] == pytest.approx(2 / 3)
+    assert d.match_length == 4 and d.tokens[0] == 7 and d.estimates[0] == pytest.approx(2 / 4)
     assert d.expected_accepted == pytest.approx(sum(
         __import__("math").prod(d.estimates[: i + 1]) for i in range(len(d.estimates))))
     assert ix.lookup([40, 41], 5).tokens == []
-    low = ix.lookup([3, 4, 5, 6], 10, min_estimate=0.7)
-    assert low.tokens == []  # 2/3 < 0.7: nothing worth drafting
+    low = ix.lookup([3, 4, 5, 6], 10, min_estimate=0.6)
+    assert low.tokens == []  # 2/4 < 0.6: nothing worth drafting
 
 
 def test_the_open_sequence_is_searched_but_its_own_end_is_not_a_continuation():
@@ -55,7 +56,7 @@ def test_suffix_drafter_remembers_earlier_answers_across_requests():
     d.end(prompt + answer, len(prompt))
     d.begin([4, 5, 6])  # another conversation: the request index starts afresh
     draft = d.propose([4, 5, 6, 10, 11], 5, GREEDY, 0.0, None)
-    assert draft.tokens == [12, 13, 14, 15, 16] and draft.confidence == [1.0] * 5
+    assert draft.tokens == [12, 13, 14, 15, 16] and draft.confidence == [0.5] * 5  # seen once
     d.end([4, 5, 6, 10, 11, 12], 3)
     assert len(d.store) == len(answer) + 3
 
