@@ -73,6 +73,30 @@ class Drafter(Protocol):
     def close(self) -> None: ...
 
 
+class _ModelFreeDrafter:
+    """Defaults for drafters without a model of their own: free to ask, nothing to read
+    or trim, nothing to free."""
+
+    decode_s = 0.0
+    catch_up_s = 0.0
+    free = True
+
+    def feedback(self, context, n_drafted, n_accepted) -> None:
+        pass
+
+    def begin(self, prompt) -> None:
+        pass
+
+    def end(self, context, n_prompt) -> None:
+        pass
+
+    def lag(self, n_context: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
 class DraftModelDrafter:
     """Drafts autoregressively with a small model of the same family.
 
@@ -172,7 +196,7 @@ class DraftModelDrafter:
         self.engine.close()
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(_ModelFreeDrafter):
     """Drafts by copying: finds the latest earlier occurrence of the context's last
     n tokens (n from ``max_ngram`` down to ``min_ngram``) and proposes what followed it.
 
@@ -183,11 +207,8 @@ class PromptLookupDrafter:
     """
 
     name = "prompt-lookup"
-    decode_s = 0.0
-    catch_up_s = 0.0
     prior_acceptance = 0.3
     prior_cost_s = 1e-4  # a numpy search, per drafted token
-    free = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
         if not 1 <= min_ngram <= max_ngram:
@@ -206,21 +227,6 @@ class PromptLookupDrafter:
                 return Draft(tokens=[int(t) for t in follow])
         return Draft.empty()
 
-    def feedback(self, context, n_drafted, n_accepted) -> None:
-        pass
-
-    def begin(self, prompt) -> None:
-        pass
-
-    def end(self, context, n_prompt) -> None:
-        pass
-
-    def lag(self, n_context: int) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
 
 def _latest_match(tokens: np.ndarray, n: int) -> int | None:
     """Start of the latest earlier occurrence of the last ``n`` tokens, or None."""
@@ -230,7 +236,7 @@ def _latest_match(tokens: np.ndarray, n: int) -> int | None:
     return int(hits[-1]) if hits.size else None
 
 
-class PredictionDrafter:
+class PredictionDrafter(_ModelFreeDrafter):
     """Drafts from the text the caller expects the answer to be (OpenAI's Predicted
     Outputs, ``prediction={"type": "content", "content": ...}``).
 
@@ -246,11 +252,8 @@ class PredictionDrafter:
     """
 
     name = "prediction"
-    decode_s = 0.0
-    catch_up_s = 0.0
     prior_acceptance = 0.8
     prior_cost_s = 2e-5
-    free = True
     RESYNC_WINDOW = 8  # prediction tokens after the last match searched with a one-token key
 
     def __init__(self, max_ngram: int = 8, min_ngram: int = 2):
@@ -312,23 +315,8 @@ class PredictionDrafter:
                 return self.last_pos + int(hits[0]) + 1
         return None
 
-    def feedback(self, context, n_drafted, n_accepted) -> None:
-        pass
 
-    def begin(self, prompt) -> None:
-        pass
-
-    def end(self, context, n_prompt) -> None:
-        pass
-
-    def lag(self, n_context: int) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
-
-
-class SuffixDrafter:
+class SuffixDrafter(_ModelFreeDrafter):
     """Drafts the most frequent continuation of the longest match of the context's end,
     in this request's prompt and output and in earlier outputs of the same loaded model
     (SuffixDecoding, Oliaro et al. 2024, arXiv:2411.04975; see :mod:`localspec.suffix_index`).
@@ -341,11 +329,8 @@ class SuffixDrafter:
     """
 
     name = "suffix"
-    decode_s = 0.0
-    catch_up_s = 0.0
     prior_acceptance = 0.5
     prior_cost_s = 3e-5
-    free = True
 
     def __init__(self, store_tokens: int = 100_000, min_estimate: float = 0.1):
         self.store_tokens = store_tokens
@@ -381,18 +366,9 @@ class SuffixDrafter:
         best = here if here.expected_accepted >= before.expected_accepted else before
         return Draft(tokens=best.tokens, confidence=best.estimates) if best.tokens else Draft.empty()
 
-    def feedback(self, context, n_drafted, n_accepted) -> None:
-        pass
-
     def end(self, context, n_prompt) -> None:
         self._sync(context)
         output = list(context[n_prompt:])
         if output:
             self.store.append(output)
             self.store.end_sequence()
-
-    def lag(self, n_context: int) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
