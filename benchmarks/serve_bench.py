@@ -31,6 +31,7 @@ import openai
 import uvicorn
 
 from localspec.api import SpeculativeModel, resolve_pair
+from localspec.bench import copy_ceiling
 from localspec.doctor import machine_line, machine_record
 from localspec.server import ServerConfig, create_app
 from localspec.workloads import code_prompts, edit_prompts, humaneval_tasks
@@ -62,13 +63,6 @@ def through_client(client, messages, extra, max_tokens=N_TOKENS):
             "draft_n_accepted": timings.get("draft_n_accepted"),
             "accepted_prediction_tokens": getattr(details, "accepted_prediction_tokens", None) if details else None,
             "text": r.choices[0].message.content}
-
-
-def copy_ceiling(model) -> tuple[float, int]:
-    policy = model._policy(model.default_draft, greedy=True, predicted=False)
-    c1 = policy.verify_cost(1)
-    best = max(range(1, 18), key=lambda b: b * c1 / policy.verify_cost(b))
-    return best * c1 / policy.verify_cost(best), best
 
 
 def main():
@@ -106,7 +100,8 @@ def main():
             "median_ratio_plain": statistics.median(r["ratio"] for r in overhead if r["strategy"] == "none"),
         }
 
-        ceiling, best_b = copy_ceiling(model)
+        ceiling_info = copy_ceiling(model)
+        ceiling, best_b = ceiling_info["speedup"], ceiling_info["batch"]
         edits = []
         tasks = humaneval_tasks(args.edits)
         for rep in range(args.reps):

@@ -312,15 +312,6 @@ class ModelWorker:
             raise APIError(503, f"the server is busy: {self.queue_size} requests are already waiting",
                            type="server_error", code="queue_full", retry=True, headers={"Retry-After": "1"}) from None
 
-    def run_in_thread(self, fn):
-        """Run ``fn(model)`` in the model thread, queued like a request; returns a
-        ``concurrent.futures.Future`` (for front ends sharing the model, such as the GUI)."""
-        from concurrent.futures import Future
-
-        future: Future = Future()
-        self._jobs.put(_Call(fn, future))
-        return future
-
     def withdraw(self, job: Job) -> None:
         """Take a job whose client left out of the queue at once (its place is free)."""
         with self._jobs.mutex:
@@ -361,9 +352,6 @@ class ModelWorker:
             job = self._jobs.get()
             if job is None:
                 return
-            if isinstance(job, _Call):
-                job.run(self.model)
-                continue
             if job.cancelled.is_set():
                 self.skipped += 1
                 job.post("skipped")
@@ -402,20 +390,6 @@ class ModelWorker:
         }
 
 
-@dataclass
-class _Call:
-    fn: Any
-    future: Any
-
-    def run(self, model) -> None:
-        if not self.future.set_running_or_notify_cancel():
-            return
-        try:
-            self.future.set_result(self.fn(model))
-        except BaseException as exc:
-            self.future.set_exception(exc)
-
-
 # --- the app ------------------------------------------------------------------------------------
 
 
@@ -437,8 +411,8 @@ class ServerConfig:
 
 def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -> Starlette:
     """The ASGI app serving ``model`` (a :class:`~localspec.api.SpeculativeModel`).  A
-    ``worker`` may be shared with another front end; otherwise one is started, and it is
-    closed when the app shuts down."""
+    ``worker`` may be passed in; otherwise one is started, and it is closed when the app
+    shuts down."""
     own_worker = worker is None
     state = _State(model, config, worker or ModelWorker(model, config.queue_size))
 
