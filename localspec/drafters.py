@@ -13,7 +13,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .engine import Engine
-from .sampling import SamplingParams, processed_probs, sample, top_probability
+from .sampling import Candidates, SamplingParams, row_candidates, top_probability
 from .suffix_index import SuffixIndex
 
 
@@ -21,8 +21,8 @@ from .suffix_index import SuffixIndex
 class Draft:
     """Proposed tokens d_1..d_k.
 
-    ``probs`` is float64 ``(k, n_vocab_target)``, row i the distribution d_i was sampled
-    from, or ``None`` when the drafter has no distribution (greedy, or prompt lookup):
+    ``probs`` is k :class:`~localspec.sampling.Candidates`, the i-th the distribution d_i
+    was sampled from (ids in the target's vocabulary), or ``None`` when the drafter has no distribution (greedy, or prompt lookup):
     verification then treats each token as drawn from a one-hot q.  ``confidence`` is
     the drafter's own estimate, per token, that d_i is accepted given d_1..d_{i-1} were
     (the draft model's q(d_i), a suffix count ratio, a prediction's match record), or
@@ -31,7 +31,7 @@ class Draft:
     """
 
     tokens: list[int]
-    probs: np.ndarray | None = None
+    probs: list[Candidates] | None = None
     confidence: list[float] | None = None
 
     @classmethod
@@ -127,7 +127,7 @@ class DraftModelDrafter:
         if logits is None:
             return Draft.empty()
         tokens: list[int] = []
-        rows: list[np.ndarray] = []
+        rows: list[Candidates] = []
         confidence: list[float] = []
         while True:
             if params.greedy:
@@ -136,20 +136,20 @@ class DraftModelDrafter:
                     break
                 token = int(np.argmax(logits))
             else:
-                q = processed_probs(logits, params)
-                if q.max() < p_min:
+                q = row_candidates(logits, params)
+                if q.top < p_min:
                     break
-                token = sample(q, rng)
+                token = q.sample(rng)
                 rows.append(q)
-                top = float(q[token])
+                top = q.prob(token)
             tokens.append(token)
             confidence.append(top)
             if len(tokens) >= max_tokens or self.is_eog(token):
                 break
-            logits = self._fit(self.engine.decode([token], [0])[0])
+            logits = self._fit(self.engine.decode([token], [0], copy=False)[0])
         if params.greedy or not tokens:
             return Draft(tokens=tokens, confidence=confidence)
-        return Draft(tokens=tokens, probs=np.stack(rows), confidence=confidence)
+        return Draft(tokens=tokens, probs=rows, confidence=confidence)
 
     def lag(self, n_context: int) -> int:
         return max(0, n_context - len(self.engine.cache_tokens))

@@ -8,22 +8,29 @@ Sources:
 - Chen et al. (2023), "Accelerating Large Language Model Decoding with Speculative
   Sampling", arXiv:2302.01318, Algorithm 2 (modified rejection sampling).
 
-Shapes: a *logits* row is ``(n_vocab,)`` float32 as read from llama.cpp; a *probs* row
-is ``(n_vocab,)`` float64, non-negative, summing to 1.  Verify batches are ``(k + 1, n_vocab)``.
+Shapes: a *logits* row is ``(n_vocab,)`` float32 as read from llama.cpp; verify batches
+are ``(k + 1, n_vocab)``.  A distribution is kept sparse, as :class:`Candidates` (the
+few ids that top-k / top-p / min-p keep, as llama.cpp's ``llama_token_data_array``),
+and a verify batch's rows are processed only as far as the acceptance rule reads them:
+a sampled round then costs a fraction of a millisecond on a 152k vocabulary instead of
+several for float64 arrays over the whole vocabulary (``benchmarks/loop_cost.py``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from .errors import InvalidOptionError
 
 # top-p only needs the head of the distribution; sorting this many candidates first
-# avoids a full sort of a 152k vocabulary in the common case.
+# avoids a full sort when top-k is off.
 _TOP_P_HEAD = 1024
+# top-k views the vocabulary as this many strided slices (see _top_k_ids).
+_GROUPS = 32
 
 
 @dataclass(frozen=True)
@@ -63,91 +70,184 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """A distribution over a few token ids; every other id has probability exactly 0.
+
+    ``ids``: int64 ``(m,)``, ascending, unique.  ``probs``: float64 ``(m,)``, positive,
+    summing to 1.  Ascending ids make :meth:`sample` draw the same token as an inverse
+    CDF over the dense vector would for the same uniform number.
+    """
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    @classmethod
+    def one_hot(cls, token: int) -> "Candidates":
+        return cls(np.array([token], dtype=np.int64), np.ones(1))
+
+    @classmethod
+    def from_dense(cls, probs: np.ndarray) -> "Candidates":
+        """From a dense ``(n_vocab,)`` vector of probabilities summing to 1."""
+        ids = np.flatnonzero(probs > 0)
+        return cls(ids.astype(np.int64), np.asarray(probs, dtype=np.float64)[ids])
+
+    def prob(self, token: int) -> float:
+        j = int(np.searchsorted(self.ids, token))
+        return float(self.probs[j]) if j < self.ids.size and self.ids[j] == token else 0.0
+
+    @property
+    def top(self) -> float:
+        """The largest probability."""
+        return float(self.probs.max())
+
+    def sample(self, rng: np.random.Generator) -> int:
+        """Draw one id (inverse CDF; one ``rng.random()``)."""
+        cumulative = np.cumsum(self.probs)
+        u = rng.random() * cumulative[-1]
+        return int(self.ids[min(int(np.searchsorted(cumulative, u, side="right")), self.ids.size - 1)])
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        """The float64 ``(n_vocab,)`` vector."""
+        out = np.zeros(n_vocab, dtype=np.float64)
+        out[self.ids] = self.probs
+        return out
+
+
 def top_probability(logits: np.ndarray) -> float:
     """Probability of the most likely token under softmax(logits); used for ``p_min``."""
     z = logits.astype(np.float64) - float(logits.max())
     return 1.0 / float(np.exp(z).sum())
 
 
-def processed_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """The distribution a sampler draws from: float64 ``(n_vocab,)`` summing to 1.
+def candidates(logits: np.ndarray, params: SamplingParams) -> list[Candidates]:
+    """The distribution a sampler draws from, for each row of ``logits``.
 
-    Greedy params give the one-hot vector of the argmax.  Tokens removed by top-k,
-    top-p or min-p get probability exactly 0.
+    Args:
+        logits: float32 ``(n_rows, n_vocab)`` (or one ``(n_vocab,)`` row).
+        params: temperature and filters; greedy params give the argmax, one-hot.
+
+    Returns:
+        one :class:`Candidates` per row.  With top-k on (the default) or with min-p
+        alone, only the tokens the filters can keep are ever put through the softmax;
+        with top-k off and top-p on, the whole vocabulary is (slower, same result).
     """
-    n_vocab = logits.shape[-1]
-    out = np.zeros(n_vocab, dtype=np.float64)
+    return [row_candidates(row, params) for row in np.atleast_2d(logits)]
+
+
+class CandidateRows(Sequence):
+    """:func:`candidates` of a verify batch, each row computed when first read.
+
+    Verification reads rows only up to the first rejection, so rows past it cost nothing.
+    ``logits``: float32 ``(k + 1, n_vocab)``, which must not change while this is used.
+    """
+
+    def __init__(self, logits: np.ndarray, params: SamplingParams):
+        self.logits, self.params = logits, params
+        self._rows: dict[int, Candidates] = {}
+
+    def __len__(self) -> int:
+        return len(self.logits)
+
+    def __getitem__(self, i: int) -> Candidates:
+        if i not in self._rows:
+            self._rows[i] = row_candidates(self.logits[i], self.params)
+        return self._rows[i]
+
+
+def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
+    """:func:`candidates` of one float32 ``(n_vocab,)`` logits row."""
     if params.greedy:
-        out[int(np.argmax(logits))] = 1.0
-        return out
-
-    if params.top_k and params.top_k < n_vocab:
-        ids = np.argpartition(logits, n_vocab - params.top_k)[n_vocab - params.top_k:]
+        return Candidates.one_hot(int(np.argmax(row)))
+    if params.top_k and params.top_k < row.size:
+        ids = _top_k_ids(row, params.top_k)
+    elif params.top_p == 1.0 and params.min_p > 0.0:  # min-p alone: its cut needs no normaliser
+        ids = np.flatnonzero(row >= row.max() + params.temperature * math.log(params.min_p))
     else:
-        ids = np.arange(n_vocab)
-    z = logits[ids].astype(np.float64)
-    z -= z.max()  # before dividing: a tiny temperature then gives 0 and -inf, not inf - inf
-    with np.errstate(over="ignore"):
-        z /= params.temperature
-    p = np.exp(z)
+        ids = np.arange(row.size)
+    z = row[ids].astype(np.float64)
+    with np.errstate(over="ignore"):  # a tiny temperature: 0 and -inf, never inf - inf
+        p = np.exp((z - z.max()) / params.temperature)
     p /= p.sum()
-
-    if params.top_p < 1.0:
-        ids, p = _top_p(ids, p, params.top_p)
-    if params.min_p > 0.0:
-        keep = p >= params.min_p * p.max()
-        ids, p = ids[keep], p[keep]
-    out[ids] = p / p.sum()
-    return out
-
-
-def _top_p(ids: np.ndarray, p: np.ndarray, top_p: float) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the smallest set of most likely tokens whose mass reaches ``top_p``."""
-    if p.size > _TOP_P_HEAD:
+    if params.top_p < 1.0 and p.size > _TOP_P_HEAD:  # the head holds the nucleus, mostly
         head = np.argpartition(p, p.size - _TOP_P_HEAD)[p.size - _TOP_P_HEAD:]
-        if p[head].sum() >= top_p:
+        if p[head].sum() >= params.top_p:
             ids, p = ids[head], p[head]
-    order = np.argsort(p)[::-1]
-    cumulative = np.cumsum(p[order])
-    n_keep = int(np.searchsorted(cumulative, top_p)) + 1
-    order = order[:n_keep]
-    return ids[order], p[order]
+    order = np.argsort(p)[::-1]  # most likely first: top-p and min-p both keep a prefix
+    ids, p = ids[order], p[order]
+    n = p.size
+    if params.top_p < 1.0:
+        n = min(n, int(np.searchsorted(np.cumsum(p), params.top_p)) + 1)
+    if params.min_p > 0.0:
+        n = min(n, int(np.count_nonzero(p >= params.min_p * p[0])))
+    order = np.argsort(ids[:n])
+    return Candidates(ids[:n][order].astype(np.int64), p[:n][order] / p[:n].sum())
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id from a probs row (inverse CDF on the cumulative sum)."""
-    cumulative = np.cumsum(probs)
-    u = rng.random() * cumulative[-1]
-    return int(min(np.searchsorted(cumulative, u, side="right"), probs.size - 1))
+def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the ``k`` largest values of ``row`` (ties broken arbitrarily), exactly.
+
+    Viewed as ``(_GROUPS, width)``, the row has ``width`` column maxima; the k-th largest
+    of them, f, is a lower bound of the k-th largest value (k columns each hold a value
+    >= f), so the top k lie among the values >= f, all in the columns whose maximum is
+    >= f.  One pass of vectorised maxima plus a partition of a few thousand values,
+    about a fifth of the cost of partitioning a 152k vocabulary.
+    """
+    n = row.size
+    width = n // _GROUPS
+    if k >= width:
+        return np.argpartition(row, n - k)[n - k:]
+    main = width * _GROUPS
+    maxima = row[:main].reshape(_GROUPS, width).max(axis=0)
+    floor = np.partition(maxima, width - k)[width - k]
+    columns = np.flatnonzero(maxima >= floor)
+    ids = (columns[None, :] + width * np.arange(_GROUPS)[:, None]).ravel()
+    if main < n:
+        ids = np.concatenate([ids, np.arange(main, n)])
+    ids = ids[row[ids] >= floor]
+    if ids.size > k:
+        ids = ids[np.argpartition(row[ids], ids.size - k)[ids.size - k:]]
+    return ids
 
 
-def residual_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def processed_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """Dense view of :func:`candidates` for one ``(n_vocab,)`` row: float64 ``(n_vocab,)``
+    summing to 1, exactly 0 where a filter removed the token (for tests and inspection;
+    the loop itself stays sparse)."""
+    return candidates(logits, params)[0].dense(logits.shape[-1])
+
+
+def residual(p: Candidates, q: Candidates) -> Candidates:
     """``norm(max(0, p - q))``: where to sample after a rejected draft token.
 
     If p equals q everywhere (the residual is all zeros, which a rejection cannot
     produce in exact arithmetic) the target's own ``p`` is returned.
     """
-    r = np.maximum(p - q, 0.0)
-    total = r.sum()
+    ids = np.union1d(p.ids, q.ids)
+    diff = np.zeros(ids.size)
+    diff[np.searchsorted(ids, p.ids)] = p.probs
+    diff[np.searchsorted(ids, q.ids)] -= q.probs
+    keep = diff > 0
+    total = diff[keep].sum()
     if total <= 0.0:
         return p
-    return r / total
+    return Candidates(ids[keep], diff[keep] / total)
 
 
 def accept_sampled(
     draft_tokens: Sequence[int],
-    p: np.ndarray,
-    q: np.ndarray | None,
+    p: Sequence[Candidates],
+    q: Sequence[Candidates] | None,
     rng: np.random.Generator,
 ) -> tuple[int, int]:
     """Speculative sampling: how many draft tokens to keep, and the token that follows.
 
     Args:
         draft_tokens: the k drafted ids d_1..d_k.
-        p: target probs, ``(k + 1, n_vocab)``; row i is the distribution of position i
-            (row k gives the bonus token when every draft token is accepted).
-        q: draft probs, ``(k, n_vocab)``, or ``None`` for a drafter without probabilities
-            (prompt lookup), which is treated as one-hot on each drafted token.
+        p: the target's k + 1 distributions; p[i] is that of position i (p[k] gives the
+            bonus token when every draft token is accepted).
+        q: the draft's k distributions, or ``None`` for a drafter without probabilities
+            (prompt lookup, suffix, a prediction), treated as one-hot on each drafted token.
         rng: the random source for the acceptance tests and the final sample.
 
     Returns:
@@ -159,18 +259,11 @@ def accept_sampled(
     p = 0 always rejects).  The emitted sequence is distributed exactly as the target's.
     """
     for i, token in enumerate(draft_tokens):
-        p_i = p[i]
-        q_i_token = 1.0 if q is None else float(q[i, token])
-        if rng.random() * q_i_token < p_i[token]:
+        q_i = Candidates.one_hot(token) if q is None else q[i]
+        if rng.random() * q_i.prob(token) < p[i].prob(token):
             continue
-        if q is None:
-            q_i = np.zeros_like(p_i)
-            q_i[token] = 1.0
-        else:
-            q_i = q[i]
-        return i, sample(residual_distribution(p_i, q_i), rng)
-    k = len(draft_tokens)
-    return k, sample(p[k], rng)
+        return i, residual(p[i], q_i).sample(rng)
+    return len(draft_tokens), p[len(draft_tokens)].sample(rng)
 
 
 def accept_greedy(draft_tokens: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:

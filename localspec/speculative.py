@@ -23,7 +23,7 @@ import numpy as np
 from .drafters import Draft, Drafter
 from .engine import Engine
 from .errors import ContextOverflowError, EngineError, InvalidOptionError
-from .sampling import SamplingParams, accept_greedy, accept_sampled, processed_probs, sample, token_logprobs
+from .sampling import CandidateRows, Candidates, SamplingParams, accept_greedy, accept_sampled, row_candidates, token_logprobs
 from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 
 
@@ -269,13 +269,13 @@ class Generation:
         """One target decode of [last, d_1..d_k]; returns (n_accepted, emitted tokens)
         with each emitted token as (id, source, p_target, p_draft)."""
         k = len(draft.tokens)
-        logits = self.target.decode([last] + draft.tokens, range(k + 1))
+        logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
         sp = self.params.sampling
         if sp.greedy:
             n, nxt = accept_greedy(draft.tokens, np.argmax(logits, axis=1))
             p = q = None
         else:
-            p = np.stack([processed_probs(row, sp) for row in logits])
+            p = CandidateRows(logits, sp)
             q = draft.probs
             n, nxt = accept_sampled(draft.tokens, p, q, rng)
         emitted = [(d, TokenSource.ACCEPTED, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
@@ -296,13 +296,13 @@ class Generation:
         sp = self.params.sampling
         if sp.greedy:
             return int(np.argmax(logits)), None
-        probs = processed_probs(logits, sp)
-        token = sample(probs, rng)
-        return token, float(probs[token])
+        probs = row_candidates(logits, sp)
+        token = probs.sample(rng)
+        return token, probs.prob(token)
 
 
-def _prob(probs: np.ndarray | None, row: int, token: int) -> float | None:
-    return None if probs is None else float(probs[row, token])
+def _prob(probs: Sequence[Candidates] | None, row: int, token: int) -> float | None:
+    return None if probs is None else probs[row].prob(token)
 
 
 class _TextAssembler:

@@ -7,16 +7,30 @@ from scipy import stats
 
 from localspec.errors import InvalidOptionError
 from localspec.sampling import (
+    Candidates,
     SamplingParams,
     accept_greedy,
     accept_sampled,
+    candidates,
     processed_probs,
-    residual_distribution,
-    sample,
+    residual,
 )
 
 P = np.array([0.05, 0.40, 0.30, 0.00, 0.25])
 Q = np.array([0.30, 0.10, 0.30, 0.20, 0.10])
+
+
+def sparse(*dense):
+    """Dense probability vectors as the Candidates the loop works on."""
+    return [Candidates.from_dense(np.asarray(x, dtype=float)) for x in dense]
+
+
+def sample(p, rng):
+    return Candidates.from_dense(p).sample(rng)
+
+
+def residual_distribution(p, q):
+    return residual(*sparse(p, q)).dense(p.size)
 
 
 def emitted_distribution(p, q):
@@ -47,7 +61,7 @@ def test_monte_carlo_first_token_matches_target():
     counts = np.zeros(P.size)
     for _ in range(n):
         d = sample(Q, rng)
-        n_acc, nxt = accept_sampled([d], p, Q[None, :], rng)
+        n_acc, nxt = accept_sampled([d], sparse(*p), sparse(Q), rng)
         counts[d if n_acc == 1 else nxt] += 1
     keep = P > 0
     assert counts[~keep].sum() == 0  # p = 0 is never emitted
@@ -65,7 +79,7 @@ def test_monte_carlo_two_positions_joint_distribution():
     counts = np.zeros((3, 3))
     for _ in range(n):
         d = [sample(q1, rng), sample(q2, rng)]
-        n_acc, nxt = accept_sampled(d, np.stack([p1, p2, p2]), np.stack([q1, q2]), rng)
+        n_acc, nxt = accept_sampled(d, sparse(p1, p2, p2), sparse(q1, q2), rng)
         first = d[0] if n_acc >= 1 else nxt
         if n_acc >= 1:
             second = d[1] if n_acc == 2 else nxt
@@ -78,16 +92,16 @@ def test_monte_carlo_two_positions_joint_distribution():
 
 
 def test_zero_draft_probability_is_accepted_without_division():
-    p = np.stack([np.array([0.5, 0.5]), np.array([1.0, 0.0])])
-    q = np.array([[1.0, 0.0]])
+    p = sparse([0.5, 0.5], [1.0, 0.0])
+    q = sparse([1.0, 0.0])
     rng = np.random.default_rng(0)
     with np.errstate(all="raise"):
         assert accept_sampled([1], p, q, rng) == (1, 0)
 
 
 def test_zero_target_probability_is_always_rejected():
-    p = np.stack([np.array([0.0, 1.0]), np.array([0.5, 0.5])])
-    q = np.array([[1.0, 0.0]])
+    p = sparse([0.0, 1.0], [0.5, 0.5])
+    q = sparse([1.0, 0.0])
     rng = np.random.default_rng(0)
     for _ in range(100):
         assert accept_sampled([0], p, q, rng) == (0, 1)
@@ -95,7 +109,7 @@ def test_zero_target_probability_is_always_rejected():
 
 def test_one_hot_draft_accepts_with_target_probability():
     rng = np.random.default_rng(7)
-    p = np.stack([np.array([0.25, 0.75]), np.array([1.0, 0.0])])
+    p = sparse([0.25, 0.75], [1.0, 0.0])
     n = 20_000
     accepted = sum(accept_sampled([0], p, None, rng)[0] for _ in range(n))
     assert stats.binomtest(accepted, n, 0.25).pvalue > 1e-3
@@ -149,3 +163,63 @@ def test_top_p_on_a_large_vocabulary_uses_the_head_correctly():
 def test_bad_sampling_params_are_rejected(kwargs):
     with pytest.raises(InvalidOptionError):
         SamplingParams(**kwargs)
+
+
+def dense_reference(row, params):
+    """The filters over the whole vocabulary in float64, in llama.cpp's order."""
+    z = row.astype(np.float64) / params.temperature
+    p = np.exp(z - z.max()); p /= p.sum()
+    keep = np.zeros(row.size, dtype=bool)
+    order = np.argsort(-row, kind="stable")[: params.top_k or row.size]
+    head = p[order] / p[order].sum()
+    n_keep = int(np.searchsorted(np.cumsum(head), params.top_p)) + 1 if params.top_p < 1 else head.size
+    order, head = order[:n_keep], head[:n_keep]
+    order = order[head >= params.min_p * head.max()]
+    keep[order] = True
+    out = np.where(keep, p, 0.0)
+    return out / out.sum()
+
+
+@pytest.mark.parametrize("params", [SamplingParams(0.7), SamplingParams(1.0, 0, 1.0, 0.0), SamplingParams(1.5, 100, 0.9, 0.0),
+                                    SamplingParams(0.3, 0, 0.95, 0.05), SamplingParams(2.0, 40, 1.0, 0.1)])
+def test_sparse_candidates_equal_the_dense_filters_on_a_real_vocabulary(params):
+    """Recorded verify rows of the default pair (152k vocabulary): the candidate sets equal
+    the dense computation's support and the probabilities agree to rounding."""
+    from pathlib import Path
+
+    rows = np.load(Path(__file__).parents[1] / "benchmarks" / "data" / "logits.npz")["logits"].astype(np.float32)
+    got = candidates(rows, params)
+    for row, c in zip(rows, got):
+        ref = dense_reference(row, params)
+        assert np.all(np.diff(c.ids) > 0)
+        np.testing.assert_array_equal(c.ids, np.flatnonzero(ref))
+        np.testing.assert_allclose(c.probs, ref[c.ids], rtol=1e-12)
+        assert abs(c.probs.sum() - 1) < 1e-12
+
+
+def test_sampling_from_candidates_equals_the_dense_inverse_cdf():
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(50) * 0.3)
+    p[rng.choice(50, 20, replace=False)] = 0
+    p /= p.sum()
+    c = Candidates.from_dense(p)
+    cumulative = np.cumsum(p)
+    for seed in range(200):
+        u = np.random.default_rng(seed).random() * cumulative[-1]
+        assert c.sample(np.random.default_rng(seed)) == int(np.searchsorted(cumulative, u, side="right"))
+
+
+@pytest.mark.parametrize("n_vocab, k", [(151_936, 40), (1_007, 5), (49_152, 200), (64, 40), (100_003, 1)])
+def test_top_k_by_column_maxima_is_exact(n_vocab, k):
+    """The strided column-maxima search finds exactly the k largest logits, on vocabularies
+    that the slices do and do not divide, with a tail, and with heavy ties below the cut."""
+    from localspec.sampling import _top_k_ids
+
+    rng = np.random.default_rng(n_vocab)
+    for trial in range(20):
+        row = (rng.standard_normal(n_vocab) * (1 + trial)).astype(np.float32)
+        if trial % 3 == 0:
+            row = np.round(row)  # ties
+        got = np.sort(row[_top_k_ids(row, k)])
+        np.testing.assert_array_equal(got, np.sort(row)[-k:])
+        assert np.unique(_top_k_ids(row, k)).size == k

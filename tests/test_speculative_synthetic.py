@@ -150,3 +150,19 @@ def test_greedy_output_is_the_targets_with_every_drafter(target_gguf, other_gguf
                           strategy=strategy) as m:
         r = m.generate(prompt, max_tokens=80)
     assert r.tokens == reference.tokens
+
+
+def test_a_verify_view_of_the_logits_equals_the_copy(target_gguf):
+    """decode(copy=False) reads llama.cpp's output buffer in batch order: the same rows as
+    the copy, read-only."""
+    e = Engine(target_gguf, EngineConfig(n_ctx=256))
+    try:
+        e.decode([1, 5, 9, 11])
+        copied = e.decode([20, 21, 22, 23], [0, 2, 3])
+        e.trim(4)
+        view = e.decode([20, 21, 22, 23], [0, 2, 3], copy=False)
+        assert view.shape == copied.shape and not view.flags.writeable
+        np.testing.assert_array_equal(view, copied)
+        assert e.cache_tokens == [1, 5, 9, 11, 20, 21, 22, 23]
+    finally:
+        e.close()
