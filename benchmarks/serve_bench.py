@@ -12,9 +12,22 @@
    ``prediction``; decode speed-up over plain decoding of the same request (llama.cpp
    ``timings``: predicted_n / predicted_ms), and as a share of this machine's copy
    ceiling max_b b*c(1)/c(b) from the target's calibrated verify costs c(b).
-3. With ``--endpoint``: the same edit requests (without prediction, which llama-server
-   does not take) against that server, decode t/s as its own ``timings`` report it, or
-   client-side when it sends none.
+3. With ``--endpoint``: edit and first-turn requests (without prediction, which
+   llama-server does not take) through that server and ours, interleaved: at equal
+   settings (the draft model, n_max 4, n_min 0, p_min 0.75, sent as llama.cpp's per-request
+   ``speculative`` fields to both) and with each server's default; decode t/s as each
+   server's own ``timings`` report it (client-side when it sends none).  ``--peer-only``
+   runs just this part.  llama-server 0c1e570 ignores per-request speculative settings,
+   so it runs twice: with the equal settings (``--endpoint``) and with its defaults
+   (``--endpoint-default``, draft-simple n_max 3, p_min 0).  Built from the llama.cpp
+   that llama-cpp-python vendors::
+
+       pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 && tar xzf llama_cpp_python-0.3.36.tar.gz
+       cd llama_cpp_python-0.3.36/vendor/llama.cpp && cmake -B build -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release
+       cmake --build build --target llama-server -j
+       S="build/bin/llama-server -m TARGET.gguf -md DRAFT.gguf --spec-type draft-simple -c 4096 -np 1 --jinja"
+       $S --port 8081 --spec-draft-n-max 4 --spec-draft-n-min 0 --spec-draft-p-min 0.75 &
+       $S --port 8082 &
 
 Written to benchmarks/results/serve.json with the machine record.
 """
@@ -65,93 +78,148 @@ def through_client(client, messages, extra, max_tokens=N_TOKENS):
             "text": r.choices[0].message.content}
 
 
+def measure_overhead_and_edits(model, client, result, args):
+    overhead = []
+    for i, prompt in enumerate(code_prompts(5)):
+        messages = [{"role": "user", "content": prompt.text}]
+        for strategy in ("none", "auto"):
+            tps = {}
+            # alternate who goes first: the adaptive policy keeps learning from call to call
+            for side in (("library", "server") if i % 2 == 0 else ("server", "library")):
+                model.reset_cache()
+                if side == "library":
+                    start = time.perf_counter()
+                    lib = model.chat(messages, max_tokens=N_TOKENS, strategy=strategy)
+                    tps[side] = len(lib.tokens) / (time.perf_counter() - start)
+                else:
+                    tps[side] = through_client(client, messages, {"speculative": {"strategy": strategy}})["e2e_tps"]
+            overhead.append({"prompt": prompt.name, "strategy": strategy, "library_tps": tps["library"],
+                             "server_tps": tps["server"], "ratio": tps["server"] / tps["library"]})
+            print(overhead[-1], flush=True)
+    result["overhead"] = {
+        "rows": overhead,
+        "median_ratio_server_over_library": statistics.median(r["ratio"] for r in overhead),
+        "median_ratio_plain": statistics.median(r["ratio"] for r in overhead if r["strategy"] == "none"),
+    }
+
+    ceiling_info = copy_ceiling(model)
+    ceiling, best_b = ceiling_info["speedup"], ceiling_info["batch"]
+    edits = []
+    tasks = humaneval_tasks(args.edits)
+    for rep in range(args.reps):
+        for prompt, task in zip(edit_prompts(args.edits), tasks):
+            messages = [{"role": "user", "content": prompt.text}]
+            original = task["prompt"] + task["canonical_solution"]
+            model.reset_cache()
+            plain = through_client(client, messages, {"speculative": {"strategy": "none"}})
+            model.reset_cache()
+            adaptive = through_client(client, messages, None)
+            model.reset_cache()
+            predicted = through_client(client, messages, {"prediction": {"type": "content", "content": original}})
+            row = {"prompt": prompt.name, "rep": rep, "plain_decode_tps": plain["decode_tps"],
+                   "adaptive_speedup": adaptive["decode_tps"] / plain["decode_tps"],
+                   "prediction_speedup": predicted["decode_tps"] / plain["decode_tps"],
+                   "accepted_prediction_tokens": predicted["accepted_prediction_tokens"],
+                   "prediction_same_text": predicted["text"] == plain["text"]}
+            edits.append(row)
+            print(row, flush=True)
+    median = statistics.median(r["prediction_speedup"] for r in edits)
+    result["edit"] = {"rows": edits, "copy_ceiling": ceiling, "ceiling_batch": best_b,
+                      "median_prediction_speedup": median,
+                      "median_adaptive_speedup": statistics.median(r["adaptive_speedup"] for r in edits),
+                      "share_of_ceiling": (median - 1) / (ceiling - 1) if ceiling > 1 else None}
+
+
+
+# The equal-settings comparison: llama.cpp's draft-simple with these values (llama-server
+# 0c1e570 takes them only on its command line: --spec-draft-n-max 4 --spec-draft-n-min 0
+# --spec-draft-p-min 0.75), and ours the same per request: the draft model, fixed k, the
+# same confidence cut.  Then each server's own default.
+EQUAL = {"speculative.n_max": 4, "speculative.n_min": 0, "speculative.p_min": 0.75,
+         "speculative.strategy": "draft-model"}
+
+
+def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_first):
+    """Edit and first-turn prompts through both servers, interleaved, decode t/s from each
+    server's own ``timings``: at equal settings and with each server's default
+    (``peer_default``: the peer started with its defaults; None = that column is skipped)."""
+    rows = []
+    prompts = edit_prompts(n_edits) + code_prompts(n_first)
+    for i, prompt in enumerate(prompts):
+        messages = [{"role": "user", "content": prompt.text}]
+        runs = {"peer_equal": lambda: through_client(peer, messages, None),
+                "localspec_equal": lambda: through_client(client, messages, EQUAL),
+                "localspec_default": lambda: through_client(client, messages, None)}
+        if peer_default is not None:
+            runs["peer_default"] = lambda: through_client(peer_default, messages, None)
+        order = list(runs) if i % 2 == 0 else list(reversed(runs))
+        row = {"prompt": prompt.name}
+        for name in order:
+            model.reset_cache()
+            r = runs[name]()
+            row[name + "_decode_tps"] = r["decode_tps"] or r["e2e_tps"]
+            row[name + "_acceptance"] = (r["draft_n_accepted"] / r["draft_n"]) if r["draft_n"] else None
+            row[name + "_text"] = r["text"]
+        row["same_text_equal"] = row["peer_equal_text"] == row["localspec_equal_text"]
+        rows.append(row)
+        print({k: v for k, v in row.items() if not k.endswith("_text")}, flush=True)
+    def ratio(a, b, subset):
+        if not all(b + "_decode_tps" in r for r in subset):
+            return None
+        return statistics.median(r[a + "_decode_tps"] / r[b + "_decode_tps"] for r in subset)
+
+    def ratios(subset):
+        return {"localspec_over_peer_equal_settings": ratio("localspec_equal", "peer_equal", subset),
+                "localspec_over_peer_each_default": ratio("localspec_default", "peer_default", subset),
+                "localspec_default_over_peer_equal_settings": ratio("localspec_default", "peer_equal", subset)}
+
+    return {"endpoint": endpoint, "equal_settings": EQUAL, "rows": rows, "all": ratios(rows),
+            "edits": ratios(rows[:n_edits]), "first_turns": ratios(rows[n_edits:])}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--endpoint", help="base URL of another OpenAI-compatible server, e.g. http://127.0.0.1:8081/v1")
+    ap.add_argument("--endpoint", help="base URL of another OpenAI-compatible server, e.g. http://127.0.0.1:8081/v1, "
+                                       "started with the equal settings (see the module docstring)")
+    ap.add_argument("--endpoint-default", help="the same server started with its own default settings")
     ap.add_argument("--edits", type=int, default=6)
+    ap.add_argument("--first-turns", type=int, default=4, help="first-turn prompts in the --endpoint comparison")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--peer-only", action="store_true",
+                    help="only the --endpoint comparison; the other figures in serve.json are kept")
     args = ap.parse_args()
+    if args.peer_only and not args.endpoint:
+        ap.error("--peer-only needs --endpoint")
     pair = resolve_pair()
+    out = Path(__file__).parent / "results" / "serve.json"
     result = {"machine": machine_record(), "n_tokens": N_TOKENS}
+    if args.peer_only:
+        result = {**json.loads(out.read_text()), "peer_machine": result["machine"]}
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
         server, base = start_server(model)
         client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=600)
-
-        overhead = []
-        for i, prompt in enumerate(code_prompts(5)):
-            messages = [{"role": "user", "content": prompt.text}]
-            for strategy in ("none", "auto"):
-                tps = {}
-                # alternate who goes first: the adaptive policy keeps learning from call to call
-                for side in (("library", "server") if i % 2 == 0 else ("server", "library")):
-                    model.reset_cache()
-                    if side == "library":
-                        start = time.perf_counter()
-                        lib = model.chat(messages, max_tokens=N_TOKENS, strategy=strategy)
-                        tps[side] = len(lib.tokens) / (time.perf_counter() - start)
-                    else:
-                        tps[side] = through_client(client, messages, {"speculative": {"strategy": strategy}})["e2e_tps"]
-                overhead.append({"prompt": prompt.name, "strategy": strategy, "library_tps": tps["library"],
-                                 "server_tps": tps["server"], "ratio": tps["server"] / tps["library"]})
-                print(overhead[-1], flush=True)
-        result["overhead"] = {
-            "rows": overhead,
-            "median_ratio_server_over_library": statistics.median(r["ratio"] for r in overhead),
-            "median_ratio_plain": statistics.median(r["ratio"] for r in overhead if r["strategy"] == "none"),
-        }
-
-        ceiling_info = copy_ceiling(model)
-        ceiling, best_b = ceiling_info["speedup"], ceiling_info["batch"]
-        edits = []
-        tasks = humaneval_tasks(args.edits)
-        for rep in range(args.reps):
-            for prompt, task in zip(edit_prompts(args.edits), tasks):
-                messages = [{"role": "user", "content": prompt.text}]
-                original = task["prompt"] + task["canonical_solution"]
-                model.reset_cache()
-                plain = through_client(client, messages, {"speculative": {"strategy": "none"}})
-                model.reset_cache()
-                adaptive = through_client(client, messages, None)
-                model.reset_cache()
-                predicted = through_client(client, messages, {"prediction": {"type": "content", "content": original}})
-                row = {"prompt": prompt.name, "rep": rep, "plain_decode_tps": plain["decode_tps"],
-                       "adaptive_speedup": adaptive["decode_tps"] / plain["decode_tps"],
-                       "prediction_speedup": predicted["decode_tps"] / plain["decode_tps"],
-                       "accepted_prediction_tokens": predicted["accepted_prediction_tokens"],
-                       "prediction_same_text": predicted["text"] == plain["text"]}
-                edits.append(row)
-                print(row, flush=True)
-        median = statistics.median(r["prediction_speedup"] for r in edits)
-        result["edit"] = {"rows": edits, "copy_ceiling": ceiling, "ceiling_batch": best_b,
-                          "median_prediction_speedup": median,
-                          "median_adaptive_speedup": statistics.median(r["adaptive_speedup"] for r in edits),
-                          "share_of_ceiling": (median - 1) / (ceiling - 1) if ceiling > 1 else None}
+        if not args.peer_only:
+            measure_overhead_and_edits(model, client, result, args)
 
         if args.endpoint:
             peer = openai.OpenAI(base_url=args.endpoint, api_key="none", max_retries=0, timeout=600)
-            rows = []
-            for prompt in edit_prompts(args.edits):
-                messages = [{"role": "user", "content": prompt.text}]
-                theirs = through_client(peer, messages, None)
-                model.reset_cache()
-                ours = through_client(client, messages, None)
-                rows.append({"prompt": prompt.name, "peer_decode_tps": theirs["decode_tps"] or theirs["e2e_tps"],
-                             "localspec_decode_tps": ours["decode_tps"]})
-                print(rows[-1], flush=True)
-            result["peer"] = {"endpoint": args.endpoint, "rows": rows, "median_ratio_localspec_over_peer": statistics.median(
-                r["localspec_decode_tps"] / r["peer_decode_tps"] for r in rows)}
+            peer_default = (openai.OpenAI(base_url=args.endpoint_default, api_key="none", max_retries=0, timeout=600)
+                            if args.endpoint_default else None)
+            result["peer"] = compare_with_peer(peer, peer_default, client, model, args.endpoint, args.edits,
+                                               args.first_turns)
         server.should_exit = True
 
     print(f"machine: {machine_line(result['machine'])}")
+    if "peer" in result:
+        for part in ("all", "edits", "first_turns"):
+            print(f"localspec / peer decode t/s, medians, {part}: "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in result["peer"][part].items() if v is not None))
     print(f"server / library t/s (median): {result['overhead']['median_ratio_server_over_library']:.3f}, "
           f"plain decoding only {result['overhead']['median_ratio_plain']:.3f}")
     e = result["edit"]
     print(f"edits with prediction: x{e['median_prediction_speedup']:.2f} decode (adaptive without it "
           f"x{e['median_adaptive_speedup']:.2f}); copy ceiling x{e['copy_ceiling']:.2f} at b={e['ceiling_batch']}; "
           f"{100 * (e['share_of_ceiling'] or 0):.0f} % of the way")
-    if "peer" in result:
-        print(f"localspec / peer decode t/s (median): {result['peer']['median_ratio_localspec_over_peer']:.3f}")
-    out = Path(__file__).parent / "results" / "serve.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 

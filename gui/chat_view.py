@@ -3,13 +3,17 @@ source (or rendered as Markdown), a hover tooltip per token, stats under each an
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent
-from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor, QTextFormat
+import re
+
+from PySide6.QtCore import QEvent, QUrl, Signal
+from PySide6.QtGui import QColor, QDesktopServices, QFont, QGuiApplication, QPalette, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QVBoxLayout, QWidget
 
 from .message import Message, Segment
 
-# Background colours, chosen for dark text on a light page (WCAG contrast > 10:1).
+# Background colours for highlighted tokens, always with DARK_TEXT on them (WCAG contrast
+# > 10:1), so they read the same in a light and a dark palette; other text takes the palette's.
+DARK_TEXT = "#111827"
 SOURCE_COLOURS = {
     "accepted": QColor("#b9ebc3"),  # green: a draft token the target kept
     "correction": QColor("#ffc8a0"),  # orange: the target replaced a rejected draft token
@@ -57,13 +61,30 @@ def tooltip_for(segment: Segment) -> str:
     return tip + (" — " + ", ".join(probs) if probs else "")
 
 
+# Links the view puts under messages: "localspec:ACTION:MESSAGE_ID[:ARG]".
+ACTIONS = ("previous", "next", "regenerate", "edit", "copy")
+_CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.S)
+
+
+def code_blocks(text: str) -> list[str]:
+    """The contents of the fenced (```) code blocks of a Markdown text, in order."""
+    return [m.group(1) for m in _CODE_BLOCK.finditer(text)]
+
+
 class ChatView(QWidget):
-    """Shows a list of :class:`Message`; the last answer may be streaming."""
+    """Shows a list of :class:`Message`; the last answer may be streaming.
+
+    Under each message: "◀ 2/3 ▶" when it has other versions, "Edit" (questions) or
+    "Regenerate" (answers), and "Copy code N" per code block of an answer; a click emits
+    :attr:`action` (action name, message id) or, for copy, puts the block on the clipboard."""
+
+    action = Signal(str, int)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.browser = QTextBrowser(self)
-        self.browser.setOpenExternalLinks(True)
+        self.browser.setOpenLinks(False)
+        self.browser.anchorClicked.connect(self._on_link)
         self.browser.viewport().installEventFilter(self)
         self.browser.viewport().setMouseTracking(True)
         self.browser.document().setDocumentMargin(12)
@@ -139,15 +160,17 @@ class ChatView(QWidget):
     def _render_message(self, cursor: QTextCursor, msg: Message) -> None:
         head = QTextCharFormat()
         head.setFontWeight(QFont.Bold)
-        head.setForeground(QColor("#1d4ed8") if msg.role == "user" else QColor("#374151"))
+        head.setForeground(self.palette().color(QPalette.Link if msg.role == "user" else QPalette.Text))
         title = {"user": "You"}.get(msg.role, "Plain decoding (no draft), same prompt"
                                     if msg.kind == "baseline" else "Assistant")
         cursor.insertText(title, head)
+        streaming = msg is self._streaming
+        if msg.id is not None and not streaming and msg.kind == "chat":
+            self._insert_links(cursor, msg)
         cursor.insertBlock()
         if msg.role == "user":
             cursor.insertText(msg.content, QTextCharFormat())
             return
-        streaming = msg is self._streaming
         if self.highlight or streaming:
             for seg in msg.segments or [Segment(msg.content, "target")]:
                 self._insert_segment(cursor, seg, coloured=self.highlight)
@@ -156,19 +179,79 @@ class ChatView(QWidget):
         if not streaming and msg.stats:
             cursor.insertBlock()
             small = QTextCharFormat()
-            small.setForeground(QColor("#4b5563"))
+            small.setForeground(self.palette().color(QPalette.PlaceholderText))
             small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.9))
             baseline = self.baseline_tps if msg.kind == "chat" else None
             cursor.insertText(format_stats(msg.stats, msg.finish_reason, baseline), small)
+
+    def _insert_links(self, cursor: QTextCursor, msg: Message) -> None:
+        """The version switcher and the actions, after the message's title."""
+        plain = QTextCharFormat()
+        plain.setForeground(self.palette().color(QPalette.PlaceholderText))
+        n, total = msg.versions
+        cursor.insertText("   ", plain)
+        if total > 1:
+            self._insert_link(cursor, "◀", f"previous:{msg.id}", "Previous version")
+            cursor.insertText(f" {n}/{total} ", plain)
+            self._insert_link(cursor, "▶", f"next:{msg.id}", "Next version")
+            cursor.insertText("   ", plain)
+        if msg.role == "user":
+            self._insert_link(cursor, "Edit", f"edit:{msg.id}", "Edit this message and send it as a new version")
+        else:
+            self._insert_link(cursor, "Regenerate", f"regenerate:{msg.id}",
+                              "Answer again, as a new version (Ctrl+R for the last answer)")
+            for i, _ in enumerate(code_blocks(msg.content)):
+                cursor.insertText("   ", plain)
+                self._insert_link(cursor, f"Copy code {i + 1}", f"copy:{msg.id}:{i}", "Copy this code block")
+
+    def _insert_link(self, cursor: QTextCursor, text: str, target: str, tip: str) -> None:
+        fmt = QTextCharFormat()
+        fmt.setAnchor(True)
+        fmt.setAnchorHref(f"localspec:{target}")
+        fmt.setForeground(self.palette().color(QPalette.Link))
+        fmt.setToolTip(tip)
+        cursor.insertText(text, fmt)
+
+    def _on_link(self, url: QUrl) -> None:
+        if url.scheme() != "localspec":
+            QDesktopServices.openUrl(url)
+            return
+        name, _, rest = url.path().partition(":")
+        mid, _, arg = rest.partition(":")
+        if name not in ACTIONS or not mid.isdigit():
+            return
+        if name == "copy":
+            msg = next((m for m in self.messages if m.id == int(mid)), None)
+            blocks = code_blocks(msg.content) if msg is not None else []
+            if arg.isdigit() and int(arg) < len(blocks):
+                QGuiApplication.clipboard().setText(blocks[int(arg)])
+            return
+        self.action.emit(name, int(mid))
+
+    def links(self) -> list[str]:
+        """Every link target shown (``localspec:...``), in order (for tests)."""
+        out = []
+        block = self.browser.document().begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                fmt = it.fragment().charFormat()
+                if fmt.isAnchor():
+                    out.append(fmt.anchorHref())
+                it += 1
+            block = block.next()
+        return out
 
     def _insert_segment(self, cursor: QTextCursor, seg: Segment, coloured: bool) -> None:
         if not seg.text:
             return
         fmt = QTextCharFormat()
         fmt.setFont(self._mono)
-        fmt.setForeground(QColor("#111827"))
-        if coloured and seg.source in SOURCE_COLOURS:
+        if coloured and seg.source in SOURCE_COLOURS:  # light backgrounds: dark text in either palette
             fmt.setBackground(SOURCE_COLOURS[seg.source])
+            fmt.setForeground(QColor(DARK_TEXT))
+        else:
+            fmt.setForeground(self.palette().color(QPalette.Text))
         fmt.setToolTip(tooltip_for(seg))
         fmt.setProperty(SOURCE_PROPERTY, seg.source)
         cursor.insertText(seg.text, fmt)
@@ -204,10 +287,20 @@ class ChatView(QWidget):
         return super().eventFilter(obj, event)
 
 
+def contrast_ratio(foreground: QColor, background: QColor) -> float:
+    """WCAG 2 contrast ratio of two colours (1 to 21)."""
+    def luminance(c: QColor) -> float:
+        channels = [x / 255 for x in (c.red(), c.green(), c.blue())]
+        lin = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    hi, lo = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
 def legend_html() -> str:
     """The legend's rich text: a coloured swatch per highlighted source."""
-    items = [f'<span style="background:{SOURCE_COLOURS["accepted"].name()}; color:#111827">&nbsp;accepted draft&nbsp;</span>',
-             f'<span style="background:{SOURCE_COLOURS["correction"].name()}; color:#111827">&nbsp;target correction&nbsp;</span>',
-             '<span style="color:#111827">&nbsp;plain: target only&nbsp;</span>']
+    items = [f'<span style="background:{SOURCE_COLOURS["accepted"].name()}; color:{DARK_TEXT}">&nbsp;accepted draft&nbsp;</span>',
+             f'<span style="background:{SOURCE_COLOURS["correction"].name()}; color:{DARK_TEXT}">&nbsp;target correction&nbsp;</span>',
+             '<span>&nbsp;plain: target only&nbsp;</span>']
     return "&nbsp;&nbsp;".join(items)
 

@@ -25,7 +25,9 @@ class Segment:
 class Message:
     """One chat message.  ``role``: "user" or "assistant".  ``kind``: "chat", or
     "baseline" for a plain-decoding rerun of the previous answer (never sent back to
-    the model).  ``stats`` is ``GenerationStats.to_dict()`` (times in seconds)."""
+    the model).  ``stats`` is ``GenerationStats.to_dict()`` (times in seconds).  A
+    regenerated answer or an edited question is a new version: a sibling under the
+    same ``parent_id`` (see :mod:`gui.store`)."""
 
     role: str
     content: str
@@ -34,6 +36,8 @@ class Message:
     finish_reason: str | None = None
     kind: str = "chat"
     id: int | None = None
+    parent_id: int | None = None  # the message this one follows in the conversation's tree
+    versions: tuple[int, int] = (1, 1)  # (this one's number, how many) among its siblings
 
     def segments_json(self) -> list[dict]:
         return [asdict(s) for s in self.segments]

@@ -1,7 +1,12 @@
 """Conversations in SQLite (stdlib ``sqlite3``) in the user data dir.
 
 Each answer keeps its token sources and stats, so a reopened answer is highlighted
-as it was when it streamed.
+as it was when it streamed.  Messages form a tree (``parent_id``): a regenerated answer
+is a sibling of the old one under the same question, an edited question a sibling of
+the old question; nothing is ever erased by either.  A conversation shows one path, from
+its root to ``current_leaf``.  Schema version 2 (``PRAGMA user_version``); a version-1
+file (a flat list of messages) is migrated in place on open, each message the child of
+the one before it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
     title TEXT NOT NULL,
     created_at REAL NOT NULL,   -- seconds since the epoch
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    current_leaf INTEGER        -- the last message of the path shown
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -31,9 +37,11 @@ CREATE TABLE IF NOT EXISTS messages (
     kind TEXT NOT NULL DEFAULT 'chat',
     segments TEXT,              -- JSON list of Segment fields
     stats TEXT,                 -- JSON GenerationStats.to_dict()
-    finish_reason TEXT
+    finish_reason TEXT,
+    parent_id INTEGER           -- the message this one follows; NULL for the first
 );
 """
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -60,12 +68,33 @@ class ConversationStore:
         try:
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.executescript(_SCHEMA)
-            self._db.execute("SELECT id, title, created_at, updated_at FROM conversations LIMIT 1")
-            self._db.execute("SELECT id, conversation_id, role, content, kind, segments, stats, finish_reason "
-                             "FROM messages LIMIT 1")
+            self._migrate()
+            self._db.execute("SELECT id, title, created_at, updated_at, current_leaf FROM conversations LIMIT 1")
+            self._db.execute("SELECT id, conversation_id, role, content, kind, segments, stats, finish_reason, "
+                             "parent_id FROM messages LIMIT 1")
         except sqlite3.Error:
             self._db.close()
             raise
+
+    def _migrate(self) -> None:
+        """Version 1 (no tree) to 2: each message the child of the one before it, the
+        last one the conversation's current leaf."""
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        if version >= SCHEMA_VERSION:
+            return
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(messages)")}
+        with self._db:
+            if "parent_id" not in columns:
+                self._db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
+            if "current_leaf" not in {row[1] for row in self._db.execute("PRAGMA table_info(conversations)")}:
+                self._db.execute("ALTER TABLE conversations ADD COLUMN current_leaf INTEGER")
+            self._db.execute(
+                "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p WHERE "
+                "p.conversation_id = messages.conversation_id AND p.id < messages.id) WHERE parent_id IS NULL")
+            self._db.execute(
+                "UPDATE conversations SET current_leaf = (SELECT MAX(m.id) FROM messages m WHERE "
+                "m.conversation_id = conversations.id) WHERE current_leaf IS NULL")
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @classmethod
     def open_or_recover(cls, path: Path | str | None = None) -> tuple["ConversationStore", str]:
@@ -96,9 +125,17 @@ class ConversationStore:
                                    (title, now, now))
         return cur.lastrowid
 
-    def list(self) -> list[ConversationInfo]:
-        """Newest first."""
-        rows = self._db.execute("SELECT id, title, updated_at FROM conversations ORDER BY updated_at DESC, id DESC")
+    def list(self, query: str = "") -> list[ConversationInfo]:
+        """Newest first; with ``query``, only those whose title or any message contains
+        it (case-insensitive for ASCII, as SQLite's LIKE)."""
+        if not query:
+            rows = self._db.execute("SELECT id, title, updated_at FROM conversations ORDER BY updated_at DESC, id DESC")
+        else:
+            like = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            rows = self._db.execute(
+                "SELECT id, title, updated_at FROM conversations c WHERE title LIKE ?1 ESCAPE '\\' OR EXISTS "
+                "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ?1 ESCAPE '\\') "
+                "ORDER BY updated_at DESC, id DESC", (like,))
         return [ConversationInfo(*row) for row in rows]
 
     def title(self, conversation_id: int) -> str | None:
@@ -113,31 +150,84 @@ class ConversationStore:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
-    def add_message(self, conversation_id: int, message: Message) -> int:
-        """Store a message; sets and returns ``message.id``."""
+    def add_message(self, conversation_id: int, message: Message, parent_id: int | None | str = "leaf") -> int:
+        """Store a message as the child of ``parent_id`` (default: the current leaf; None:
+        a first message) and make it the current leaf; sets and returns ``message.id``."""
+        if parent_id == "leaf":
+            parent_id = self.current_leaf(conversation_id)
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO messages (conversation_id, role, content, kind, segments, stats, finish_reason) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO messages (conversation_id, role, content, kind, segments, stats, finish_reason, parent_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, message.role, message.content, message.kind,
                  json.dumps(message.segments_json()) if message.segments else None,
-                 json.dumps(message.stats) if message.stats is not None else None, message.finish_reason))
-            self._db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (time.time(), conversation_id))
-        message.id = cur.lastrowid
+                 json.dumps(message.stats) if message.stats is not None else None, message.finish_reason,
+                 parent_id))
+            self._db.execute("UPDATE conversations SET updated_at = ?, current_leaf = ? WHERE id = ?",
+                             (time.time(), cur.lastrowid, conversation_id))
+        message.id, message.parent_id = cur.lastrowid, parent_id
         return message.id
 
     def delete_message(self, message_id: int) -> None:
+        """Remove a message that has no children; its parent becomes the current leaf
+        where it was the leaf."""
+        row = self._db.execute("SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if row is None:
+            return
         with self._db:
             self._db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+            self._db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ? AND current_leaf = ?",
+                             (row[1], row[0], message_id))
+
+    def current_leaf(self, conversation_id: int) -> int | None:
+        row = self._db.execute("SELECT current_leaf FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return row[0] if row else None
+
+    def set_leaf(self, conversation_id: int, message_id: int | None) -> None:
+        """Show the path ending at ``message_id`` (None: an empty path)."""
+        with self._db:
+            self._db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (message_id, conversation_id))
 
     def messages(self, conversation_id: int) -> list[Message]:
-        rows = self._db.execute(
-            "SELECT id, role, content, kind, segments, stats, finish_reason FROM messages "
-            "WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        """The path shown: root to current leaf, each message with ``versions`` set
+        (its place among its siblings of the same role, and their number)."""
+        rows = {r[0]: r for r in self._db.execute(
+            "SELECT id, role, content, kind, segments, stats, finish_reason, parent_id FROM messages "
+            "WHERE conversation_id = ?", (conversation_id,))}
+        path, mid = [], self.current_leaf(conversation_id)
+        while mid is not None and mid in rows and len(path) <= len(rows):
+            path.append(rows[mid])
+            mid = rows[mid][7]
         out = []
-        for mid, role, content, kind, segments, stats, finish in rows:
-            out.append(Message(role, content, _segments(segments), _stats(stats), finish, kind, mid))
+        for mid, role, content, kind, segments, stats, finish, parent in reversed(path):
+            siblings = self.siblings(mid)
+            out.append(Message(role, content, _segments(segments), _stats(stats), finish, kind, mid, parent,
+                               (siblings.index(mid) + 1, len(siblings))))
         return out
+
+    def siblings(self, message_id: int) -> list[int]:
+        """Ids of the versions of a message, oldest first: the messages of its role and
+        kind under the same parent (itself included)."""
+        row = self._db.execute("SELECT conversation_id, parent_id, role, kind FROM messages WHERE id = ?",
+                               (message_id,)).fetchone()
+        if row is None:
+            return []
+        cid, parent, role, kind = row
+        rows = self._db.execute("SELECT id FROM messages WHERE conversation_id = ? AND parent_id IS ? AND role = ? "
+                                "AND kind = ? ORDER BY id", (cid, parent, role, kind))
+        return [r[0] for r in rows]
+
+    def switch_to(self, conversation_id: int, message_id: int) -> None:
+        """Show ``message_id``'s version: the path through it, continued by the newest
+        child at every step below it."""
+        leaf = message_id
+        while True:
+            row = self._db.execute("SELECT MAX(id) FROM messages WHERE conversation_id = ? AND parent_id = ?",
+                                   (conversation_id, leaf)).fetchone()
+            if row[0] is None:
+                break
+            leaf = row[0]
+        self.set_leaf(conversation_id, leaf)
 
 
 def _segments(text: str | None) -> list[Segment]:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, Signal
-from PySide6.QtGui import QAction, QKeyEvent
-from PySide6.QtWidgets import (QCheckBox, QGroupBox, QHBoxLayout, QInputDialog, QLabel, QListWidget,
-                               QListWidgetItem, QMainWindow, QMenu, QPlainTextEdit, QProgressBar, QPushButton,
-                               QScrollArea, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
+from PySide6.QtWidgets import (QCheckBox, QFileDialog, QGroupBox, QHBoxLayout, QInputDialog, QLabel, QLineEdit,
+                               QListWidget, QListWidgetItem, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
+                               QProgressBar, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget)
 
+from . import export
 from .chat_view import ChatView, format_stats, legend_html
 from .message import Message, chat_history
 from .model_picker import PairPicker, spec_of
@@ -95,6 +96,7 @@ class MainWindow(QMainWindow):
         self.model_ready = False
         self.loading = False
         self.request: tuple[int, str, Message] | None = None  # id, kind, answer being written
+        self.editing: Message | None = None  # the question being edited into a new version
         self._sent_text = ""
         self._ready = False  # no settings saved while the widgets are being filled
         self._closed = False
@@ -125,11 +127,14 @@ class MainWindow(QMainWindow):
         self.conversations.setContextMenuPolicy(Qt.CustomContextMenu)
         self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.conversations.setTextElideMode(Qt.ElideRight)
-        self.conversations.setToolTip("Click to reopen; right-click to rename or delete")
+        self.conversations.setToolTip("Click to reopen; right-click to rename, export or delete")
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search conversations (Ctrl+F)")
+        self.search.setClearButtonEnabled(True)
         left = QWidget()
         lv = QVBoxLayout(left)
         lv.addWidget(self.new_button)
-        lv.addWidget(QLabel("Conversations"))
+        lv.addWidget(self.search)
         lv.addWidget(self.conversations)
 
         # Centre: banner, legend, chat, input.
@@ -214,10 +219,47 @@ class MainWindow(QMainWindow):
 
         rename = QAction("Rename…", self)
         delete = QAction("Delete", self)
+        to_md = QAction("Export as Markdown…", self)
+        to_json = QAction("Export as JSON…", self)
         rename.triggered.connect(self._rename_selected)
         delete.triggered.connect(self._delete_selected)
+        to_md.triggered.connect(lambda: self._export_selected("md"))
+        to_json.triggered.connect(lambda: self._export_selected("json"))
         self._conv_menu = QMenu(self)
-        self._conv_menu.addActions([rename, delete])
+        self._conv_menu.addActions([rename, to_md, to_json, delete])
+        self._build_menus()
+
+    # Keyboard shortcuts: (menu, label, key, slot name); listed in Help ▸ Shortcuts.
+    SHORTCUTS = (("Chat", "New chat", "Ctrl+N", "new_chat"),
+                 ("Chat", "Regenerate the last answer", "Ctrl+R", "regenerate"),
+                 ("Chat", "Stop the answer / cancel editing", "Esc", "stop_or_cancel"),
+                 ("Chat", "Focus the message box", "Ctrl+L", "focus_input"),
+                 ("Chat", "Search conversations", "Ctrl+F", "focus_search"))
+
+    def _build_menus(self) -> None:
+        menus = {}
+        self.shortcut_actions: dict[str, QAction] = {}
+        for menu, label, key, slot in self.SHORTCUTS:
+            if menu not in menus:
+                menus[menu] = self.menuBar().addMenu(f"&{menu}")
+            action = QAction(label, self)
+            action.setShortcut(QKeySequence(key))
+            action.setShortcutContext(Qt.WindowShortcut)
+            action.triggered.connect(getattr(self, slot))
+            menus[menu].addAction(action)
+            self.addAction(action)
+            self.shortcut_actions[slot] = action
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction("Shortcuts", self.show_shortcuts)
+        self.new_button.setToolTip("Start a new conversation (Ctrl+N)")
+        self.stop_button.setToolTip("End the answer after its current round (Esc)")
+        self.input.setToolTip("Enter sends, Shift+Enter starts a new line (Ctrl+L focuses)")
+
+    def shortcuts_text(self) -> str:
+        return "\n".join(f"{key:<8} {label}" for _, label, key, _ in self.SHORTCUTS)
+
+    def show_shortcuts(self) -> None:
+        QMessageBox.information(self, "Keyboard shortcuts", self.shortcuts_text())
 
     def _connect(self) -> None:
         w = self.host.worker
@@ -240,6 +282,8 @@ class MainWindow(QMainWindow):
         self.new_button.clicked.connect(self.new_chat)
         self.banner_close.clicked.connect(self.hide_error)
         self.conversations.itemClicked.connect(lambda item: self.open_conversation(item.data(Qt.UserRole)))
+        self.search.textChanged.connect(lambda _: self._reload_conversations())
+        self.view.action.connect(self._on_view_action)
         self.conversations.customContextMenuRequested.connect(
             lambda pos: self.conversations.itemAt(pos) and self._conv_menu.exec(self.conversations.mapToGlobal(pos)))
 
@@ -272,6 +316,7 @@ class MainWindow(QMainWindow):
         self.compare_button.setEnabled(self.model_ready and not generating and has_answer)
         self.new_button.setEnabled(not generating)
         self.conversations.setEnabled(not generating)
+        self.shortcut_actions["regenerate"].setEnabled(self.model_ready and not generating)
         self.picker.load_button.setEnabled(not generating and not self.loading and not self.picker.busy())
 
     # --- models --------------------------------------------------------------------------
@@ -334,12 +379,82 @@ class MainWindow(QMainWindow):
             self.conversation_id = self.store.create(_title(text))
             self._reload_conversations()
         user = Message("user", text)
-        self.store.add_message(self.conversation_id, user)
+        if self.editing is not None:  # a new version of that question, beside it
+            before = self.messages[: self.messages.index(self.editing)]
+            self.store.add_message(self.conversation_id, user, parent_id=self.editing.parent_id)
+            self.editing = None
+            self.messages = before
+        else:
+            self.store.add_message(self.conversation_id, user)
         history = chat_history(self.messages + [user], self.settings.system_prompt)
         self.messages.append(user)
         self._sent_text = text
         self.input.clear()
-        self._start(history, "chat", self.settings.generation_options())
+        self._start(history, "chat", self.settings.generation_options(), parent_id=user.id)
+
+    def regenerate(self, message_id: int | None = None) -> None:
+        """Answer the question of answer ``message_id`` (default: the last answer) again,
+        as a new version beside it; the old one stays, reachable with ◀ ▶."""
+        if self.request is not None or not self.model_ready:
+            return
+        answers = [m for m in self.messages if m.role == "assistant" and m.kind == "chat" and m.id is not None]
+        target = next((m for m in answers if m.id == message_id), None) if message_id else (answers[-1] if answers else None)
+        if target is None:
+            return
+        self.hide_error()
+        self.messages = self.messages[: self.messages.index(target)]
+        self._sent_text = ""
+        self._start(chat_history(self.messages, self.settings.system_prompt), "chat",
+                    self.settings.generation_options(), parent_id=target.parent_id)
+
+    def edit(self, message_id: int) -> None:
+        """Put question ``message_id`` in the input box; sending it makes a new version of
+        the question (and a new answer) beside the old ones.  Esc cancels."""
+        target = next((m for m in self.messages if m.id == message_id and m.role == "user"), None)
+        if target is None or self.request is not None:
+            return
+        self.editing = target
+        self.input.setPlainText(target.content)
+        self.input.setFocus()
+        self.status.setText("Editing a message: Enter sends it as a new version, Esc cancels")
+
+    def switch_version(self, message_id: int, step: int) -> None:
+        """Show the previous (``step`` -1) or next (+1) version of a message, and the
+        conversation as it went on from that version."""
+        if self.request is not None or self.conversation_id is None:
+            return
+        siblings = self.store.siblings(message_id)
+        if message_id not in siblings:
+            return
+        i = siblings.index(message_id) + step
+        if 0 <= i < len(siblings):
+            self.store.switch_to(self.conversation_id, siblings[i])
+            self.messages = self.store.messages(self.conversation_id)
+            self.view.set_messages(self.messages)
+            self._update_buttons()
+
+    def _on_view_action(self, name: str, message_id: int) -> None:
+        if name in ("previous", "next"):
+            self.switch_version(message_id, -1 if name == "previous" else 1)
+        elif name == "regenerate":
+            self.regenerate(message_id)
+        elif name == "edit":
+            self.edit(message_id)
+
+    def stop_or_cancel(self) -> None:
+        if self.request is not None:
+            self.stop()
+        elif self.editing is not None:
+            self.editing = None
+            self.input.clear()
+            self.status.setText("")
+
+    def focus_input(self) -> None:
+        self.input.setFocus()
+
+    def focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
 
     def compare_with_no_draft(self) -> None:
         """Rerun the prompt of the last answer with plain decoding (no draft, no lookup)."""
@@ -351,10 +466,11 @@ class MainWindow(QMainWindow):
             return
         history = chat_history(self.messages[:last], self.settings.system_prompt)
         self._sent_text = ""
-        self._start(history, "baseline", {**self.settings.generation_options(), "strategy": "none"})
+        self._start(history, "baseline", {**self.settings.generation_options(), "strategy": "none"},
+                    parent_id=self.messages[-1].id)
 
-    def _start(self, history: list[dict], kind: str, options: dict) -> None:
-        answer = Message("assistant", "", kind=kind)
+    def _start(self, history: list[dict], kind: str, options: dict, parent_id: int | None) -> None:
+        answer = Message("assistant", "", kind=kind, parent_id=parent_id)
         self.messages.append(answer)
         self.view.set_messages(self.messages)
         self.view.begin_answer(answer)
@@ -393,7 +509,8 @@ class MainWindow(QMainWindow):
         answer.stats = result["stats"]
         answer.finish_reason = result["finish_reason"]
         if self.conversation_id is not None:
-            self.store.add_message(self.conversation_id, answer)
+            self.store.add_message(self.conversation_id, answer, parent_id=answer.parent_id)
+            self.messages = self.store.messages(self.conversation_id)  # with the versions counted
             self._reload_conversations()
         if kind == "baseline":
             self.session.baseline_tps = answer.stats.get("tokens_per_s") or None
@@ -401,6 +518,7 @@ class MainWindow(QMainWindow):
         else:
             self.session.add(answer.stats)
         self.view.end_answer()
+        self.view.set_messages(self.messages)
         self.session_label.setText(self.session.text())
         line = format_stats(answer.stats, answer.finish_reason,
                             self.session.baseline_tps if kind == "chat" else None)
@@ -417,12 +535,15 @@ class MainWindow(QMainWindow):
             return
         kind, answer = taken
         self.messages.remove(answer)
-        if kind == "chat" and self.messages and self.messages[-1].role == "user":
+        if kind == "chat" and self._sent_text and self.messages and self.messages[-1].role == "user":
             user = self.messages.pop()
             if user.id is not None:
                 self.store.delete_message(user.id)
             current = self.input.toPlainText()
             self.input.setPlainText(self._sent_text + ("\n" + current if current.strip() else ""))
+        if self.conversation_id is not None:  # back to the path the store has
+            self.store.set_leaf(self.conversation_id, self.messages[-1].id if self.messages else None)
+            self.messages = self.store.messages(self.conversation_id)
         self.view.end_answer()
         self.view.set_messages(self.messages)
         self.status.setText("")
@@ -435,6 +556,7 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         if self.request is not None:
             return
+        self.editing = None
         self.conversation_id = None
         self.messages = []
         self.view.set_messages(self.messages)
@@ -445,6 +567,7 @@ class MainWindow(QMainWindow):
         """Show a stored conversation (answers keep their highlighting and stats)."""
         if self.request is not None:
             return
+        self.editing = None
         self.conversation_id = conversation_id
         self.messages = self.store.messages(conversation_id)
         self.view.set_messages(self.messages)
@@ -477,9 +600,33 @@ class MainWindow(QMainWindow):
         if cid is not None:
             self.delete_conversation(cid)
 
+    def export_conversation(self, conversation_id: int, path: Path, fmt: str) -> None:
+        """Write the conversation's shown path to ``path`` as ``fmt`` "md" or "json".
+        Raises OSError when the file cannot be written."""
+        title = self.store.title(conversation_id) or "Chat"
+        messages = self.store.messages(conversation_id)
+        text = export.to_markdown(title, messages) if fmt == "md" else export.to_json(title, messages)
+        Path(path).write_text(text, encoding="utf-8")
+
+    def _export_selected(self, fmt: str) -> None:
+        cid = self._selected_conversation()
+        if cid is None:
+            return
+        name = _title(self.store.title(cid) or "chat", 40).replace("/", "-").replace("…", "")
+        filters = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
+        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", f"{name}.{fmt}", filters)
+        if not path:
+            return
+        try:
+            self.export_conversation(cid, Path(path), fmt)
+            self.status.setText(f"Exported to {path}")
+        except OSError as exc:
+            self.show_error(f"Could not export: {exc}")
+
     def _reload_conversations(self) -> None:
         self.conversations.clear()
-        for info in self.store.list():
+        query = self.search.text().strip() if hasattr(self, "search") else ""
+        for info in self.store.list(query):
             item = QListWidgetItem(info.title)
             item.setData(Qt.UserRole, info.id)
             self.conversations.addItem(item)

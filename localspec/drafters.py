@@ -154,6 +154,11 @@ class DraftModelDrafter:
     def lag(self, n_context: int) -> int:
         return max(0, n_context - len(self.engine.cache_tokens))
 
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Read ``prompt`` now (during prompt eval), so the first draft does not pay for it."""
+        if prompt:
+            self._catch_up(prompt)
+
     def begin(self, prompt) -> None:
         pass
 

@@ -79,6 +79,14 @@ class _DrafterModel:
         self.successes = _DECAY * self.successes + n_accepted
         self.trials = _DECAY * self.trials + n_accepted + (1 if n_accepted < n_drafted else 0)
 
+    def observe_judged(self, n_judged: int, n_matched: int) -> None:
+        """A draft not verified, compared with the ``n_judged`` tokens the target emitted
+        instead: ``n_matched`` equal, then a mismatch unless all judged tokens matched."""
+        if n_judged == 0:
+            return
+        self.successes = _DECAY * self.successes + n_matched
+        self.trials = _DECAY * self.trials + n_matched + (1 if n_matched < n_judged else 0)
+
 
 class Calibration:
     """What a drafter's confidence is worth: the observed acceptance of draft tokens by
@@ -100,8 +108,8 @@ class Calibration:
         return self.accepted[b] / self.reached[b]
 
     def observe(self, confidence: Sequence[float], n_accepted: int) -> None:
-        """Tokens 1..n_accepted were accepted; token n_accepted + 1 (if drafted) was not;
-        the ones after it were never judged."""
+        """Tokens 1..n_accepted were accepted; token n_accepted + 1 (if in ``confidence``)
+        was not; the ones after it were never judged."""
         for i, c in enumerate(confidence[: n_accepted + 1]):
             b = self._bin(c)
             self.accepted[b] = self.DECAY * self.accepted[b] + (1.0 if i < n_accepted else 0.0)
@@ -109,13 +117,20 @@ class Calibration:
 
 
 class FixedPolicy:
-    """One drafter, ``draft_max`` tokens every round (clamped by the loop)."""
+    """One drafter, ``draft_max`` tokens every round (clamped by the loop).  A draft model
+    reads the prompt during prompt eval (:attr:`prefill_drafters`), as llama.cpp's server
+    does, since it drafts from the first round on."""
 
     free_drafters: tuple = ()
 
     def __init__(self, drafter: Drafter | None, draft_max: int):
         self.drafter = drafter
         self.draft_max = draft_max
+
+    @property
+    def prefill_drafters(self) -> list:
+        d = self.drafter
+        return [d] if d is not None and not getattr(d, "free", False) and self.draft_max > 0 else []
 
     def new_generation(self) -> None:
         pass
@@ -130,7 +145,8 @@ class FixedPolicy:
     def length(self, drafter, draft, k: int) -> int:
         return k
 
-    def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None) -> None:
+    def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None,
+                emitted=None) -> None:
         pass
 
 
@@ -156,6 +172,7 @@ class AdaptivePolicy:
     _models: dict = field(default_factory=dict)  # id(drafter) -> _DrafterModel
     _calibrations: dict = field(default_factory=dict)  # id(drafter) -> Calibration
     _step_s: float = 0.03  # prior for c_verify(1) until measured
+    _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
 
     def __post_init__(self) -> None:
         for d in self.drafters:
@@ -163,6 +180,10 @@ class AdaptivePolicy:
             self.draft_costs.setdefault(id(d), _Average(getattr(d, "prior_cost_s", 0.5 * self._step_s)))
             self._models[id(d)] = _DrafterModel(successes=2.0 * alpha, trials=2.0)
             self._calibrations[id(d)] = Calibration()
+
+    # The adaptive policy may never start the draft model on a text: its prefill is
+    # charged when it is first chosen (see _best_blind), not paid up front.
+    prefill_drafters: tuple = ()
 
     @property
     def free_drafters(self) -> list:
@@ -243,6 +264,7 @@ class AdaptivePolicy:
         a length of that draft), the others by their acceptance estimate.
         ``n_context``: tokens in the context, for a draft model's catch-up cost."""
         proposals = proposals or {}
+        self._proposals = proposals
         best, best_rate = (None, 0), 1.0 / self.verify_cost(1)
         for d in self.drafters:
             limit = min(k_cap, self.cap(d))
@@ -306,13 +328,33 @@ class AdaptivePolicy:
         return kept if rate > 1.0 / self.verify_cost(1) else 0
 
     def observe(self, drafter, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float,
-                batch: int, confidence: Sequence[float] | None = None) -> None:
+                batch: int, confidence: Sequence[float] | None = None,
+                emitted: Sequence[int] | None = None) -> None:
         """Learn from a finished round: ``draft_s`` seconds spent drafting (catch-up
         excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens,
-        ``confidence`` the verified draft's per-token confidences (if it had them)."""
+        ``confidence`` the verified draft's per-token confidences (if it had them),
+        ``emitted`` the tokens the round produced (accepted draft tokens, then the
+        target's own).  The free drafts not verified this round are judged against
+        ``emitted`` too, as far as it goes, so a drafter the policy does not pick keeps
+        learning what its confidence is worth (else one undervalued at the start would
+        never be picked to show otherwise)."""
         self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
             self.draft_costs[id(drafter)].add(draft_s / n_drafted)
             if confidence:
                 self._calibrations[id(drafter)].observe(confidence[:n_drafted], n_accepted)
+        if emitted:
+            self._judge_unverified(drafter if n_drafted > 0 else None, list(emitted))
+        self._proposals = {}
+
+    def _judge_unverified(self, verified, emitted: list[int]) -> None:
+        for d in self.free_drafters:
+            draft = self._proposals.get(id(d))
+            if d is verified or draft is None or not draft.tokens:
+                continue
+            judged = min(len(draft.tokens), len(emitted))
+            matched = next((i for i in range(judged) if draft.tokens[i] != emitted[i]), judged)
+            self._models[id(d)].observe_judged(judged, matched)
+            if draft.confidence:
+                self._calibrations[id(d)].observe(draft.confidence[:judged], matched)

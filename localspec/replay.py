@@ -204,7 +204,7 @@ def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float 
         verify_s = profile.verify(len(draft.tokens) + 1)
         time_s += draft_s + verify_s + overhead_s
         policy.observe(drafter if draft.tokens else None, len(draft.tokens), n, draft_s, verify_s,
-                       len(draft.tokens) + 1, draft.confidence)
+                       len(draft.tokens) + 1, draft.confidence, answer[j: j + n + 1])
         if drafter is not None and not drafter.free:
             drafter.seen = n_context + n
         name = drafter.name if draft.tokens else "plain"

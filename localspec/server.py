@@ -197,6 +197,21 @@ class _Common(BaseModel):
     logit_bias: dict | None = None
     response_format: dict | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_speculative_keys(cls, data):
+        """llama-server's own request keys (``"speculative.n_max": 4``, ...) are folded
+        into ``speculative``, so requests written for it work here unchanged."""
+        if not isinstance(data, dict):
+            return data
+        flat = {k: v for k, v in data.items() if isinstance(k, str) and k.startswith("speculative.")}
+        if not flat:
+            return data
+        nested = data.get("speculative")
+        rest = {k: v for k, v in data.items() if k not in flat}
+        return {**rest, "speculative": {**(nested if isinstance(nested, dict) else {}),
+                                        **{k.split(".", 1)[1]: v for k, v in flat.items()}}}
+
     @field_validator("stop")
     @classmethod
     def _at_most_four(cls, v):

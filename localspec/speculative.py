@@ -167,6 +167,11 @@ class Generation:
         stats.prompt_cached_tokens = reused
         t0 = target.decode_s
         logits = self._prefill(context[reused:])
+        if logits is not None and not self._cancelled:
+            for d in self.policy.prefill_drafters:
+                before = d.decode_s
+                d.prefill(context)
+                t0 -= d.decode_s - before
         stats.prompt_eval_s = target.decode_s - t0
         if logits is None:  # cancelled while reading the prompt
             stats.total_s = time.perf_counter() - self._started_at
@@ -207,7 +212,8 @@ class Generation:
             n_accepted, emitted = self._verify(context[-1], draft, rng)
             target.trim(len(context) + n_accepted)
             self.policy.observe(drafter, len(draft.tokens), n_accepted, draft_cost_s,
-                                target.decode_s - verify_before, len(draft.tokens) + 1, draft.confidence)
+                                target.decode_s - verify_before, len(draft.tokens) + 1, draft.confidence,
+                                [t for t, *_ in emitted])
             stats.record_round(len(draft.tokens), n_accepted, drafter.name if draft.tokens else "plain")
             kept = context + draft.tokens[:n_accepted]
             for d in self.drafters:

@@ -369,8 +369,9 @@ def test_an_unreadable_history_is_set_aside_and_the_window_starts(qtbot, tmp_pat
 def test_damaged_rows_and_settings_fall_back_instead_of_failing(tmp_path):
     store = ConversationStore(tmp_path / "c.sqlite3")
     cid = store.create("x")
-    store._db.execute("INSERT INTO messages (conversation_id, role, content, segments, stats) "
-                      "VALUES (?, 'assistant', 'hi', '{broken', '[1, 2]')", (cid,))
+    cur = store._db.execute("INSERT INTO messages (conversation_id, role, content, segments, stats) "
+                            "VALUES (?, 'assistant', 'hi', '{broken', '[1, 2]')", (cid,))
+    store.set_leaf(cid, cur.lastrowid)
     (message,) = store.messages(cid)
     assert message.content == "hi" and message.segments == [] and message.stats is None
     path = tmp_path / "gui.json"

@@ -326,3 +326,20 @@ def test_a_full_queue_answers_503_with_retry_after(target_gguf):
         finally:
             running.stop()
             loop.close()
+
+
+def test_llama_servers_flat_speculative_keys_are_understood(server):
+    """Requests written for llama-server ("speculative.n_max": ...) work unchanged: the same
+    settings as the nested form, and the same 400 on a bad value."""
+    client = server.client()
+    messages = messages_for(0)
+    off = client.chat.completions.create(model="m", messages=messages, max_tokens=12,
+                                         extra_body={"speculative.n_max": 0})
+    assert off.model_extra["timings"]["draft_n"] == 0
+    drafted = client.chat.completions.create(model="m", messages=messages, max_tokens=12,
+                                             extra_body={"speculative.n_max": 4, "speculative.p_min": 0.0,
+                                                         "speculative": {"strategy": "draft-model"}})
+    assert drafted.model_extra["timings"]["draft_n"] > 0
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="m", messages=messages, max_tokens=4, extra_body={"speculative.p_min": 2})
+    assert err.value.body["param"] == "speculative.p_min"

@@ -1,0 +1,202 @@
+"""Desktop chat, second pass: branches (regenerate / edit), export, search, shortcuts,
+palettes and the bare-system check; real engine on the synthetic pair, offscreen."""
+
+import sqlite3
+
+import pytest
+
+pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -e '.[test]')")
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtGui import QColor, QGuiApplication, QPalette  # noqa: E402
+
+from gui import export  # noqa: E402
+from gui.chat_view import DARK_TEXT, SOURCE_COLOURS, ChatView, code_blocks, contrast_ratio  # noqa: E402
+from gui.message import Message, Segment  # noqa: E402
+from gui.store import SCHEMA_VERSION, ConversationStore  # noqa: E402
+from test_gui import ANSWER_MS, ask, load, window  # noqa: E402,F401
+
+
+def regenerate(qtbot, win, message_id=None):
+    with qtbot.waitSignal(win.answerDone, timeout=ANSWER_MS) as done:
+        win.regenerate(message_id)
+    return done.args[0]
+
+
+def test_regenerate_and_edit_make_branches_that_survive_a_reopen(qtbot, window, target_gguf, other_gguf):
+    load(qtbot, window, target_gguf, other_gguf, max_tokens=24)
+    window.panel.temperature.setValue(0.9)  # sampling: a regenerated answer differs
+    first = ask(qtbot, window, "hello world")
+    cid = window.conversation_id
+    v1 = window.messages[-1]
+    v1_sources = window.view.sources_in_document()
+    v2 = regenerate(qtbot, window)
+    assert [m.role for m in window.messages] == ["user", "assistant"]  # beside, not after
+    assert window.messages[-1].versions == (2, 2) and window.messages[-1].parent_id == v1.parent_id
+    assert f"localspec:previous:{window.messages[-1].id}" in window.view.links()
+    assert "2/2" in window.view.browser.toPlainText()
+
+    window.switch_version(window.messages[-1].id, -1)  # back to version 1: its text and sources
+    assert window.messages[-1].content == first["text"] and window.messages[-1].versions == (1, 2)
+    assert window.view.sources_in_document() == v1_sources
+
+    question = window.messages[0]
+    window.edit(question.id)
+    assert window.input.toPlainText() == "hello world"
+    window.input.setPlainText("the code")
+    with qtbot.waitSignal(window.answerDone, timeout=ANSWER_MS):
+        window.send()
+    assert [m.content for m in window.messages][0] == "the code"
+    assert window.messages[0].versions == (2, 2) and window.messages[1].versions == (1, 1)
+
+    window.new_chat()
+    window.open_conversation(cid)  # reopened: the edited branch, and the old one one click away
+    assert window.messages[0].content == "the code" and window.messages[0].versions == (2, 2)
+    window.switch_version(window.messages[0].id, -1)
+    assert window.messages[0].content == "hello world"
+    assert [m.versions for m in window.messages] == [(1, 2), (2, 2)]  # the newest answer of that question
+    assert window.messages[1].content == v2.content
+    assert len(window.store.siblings(v1.id)) == 2  # nothing was erased
+
+
+def test_a_version_one_store_is_migrated_with_its_conversations(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created_at REAL NOT NULL,
+                                    updated_at REAL NOT NULL);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL REFERENCES conversations(id)
+            ON DELETE CASCADE, role TEXT NOT NULL, content TEXT NOT NULL, kind TEXT NOT NULL DEFAULT 'chat',
+            segments TEXT, stats TEXT, finish_reason TEXT);
+        INSERT INTO conversations VALUES (1, 'old chat', 1.0, 2.0), (2, 'other', 1.0, 3.0);
+        INSERT INTO messages (conversation_id, role, content) VALUES (1, 'user', 'q1'), (2, 'user', 'x'),
+            (1, 'assistant', 'a1'), (1, 'user', 'q2'), (1, 'assistant', 'a2');
+    """)
+    db.commit()
+    db.close()
+    store = ConversationStore(path)
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert [m.content for m in store.messages(1)] == ["q1", "a1", "q2", "a2"]
+    assert [m.content for m in store.messages(2)] == ["x"]
+    assert all(m.versions == (1, 1) for m in store.messages(1))
+    q2 = store.messages(1)[2]
+    store.add_message(1, Message("assistant", "a2 again"), parent_id=q2.id)
+    assert [m.content for m in store.messages(1)] == ["q1", "a1", "q2", "a2 again"]
+    store.close()
+    reopened = ConversationStore(path)  # opening again changes nothing
+    assert [m.versions for m in reopened.messages(1)][-1] == (2, 2)
+
+
+def test_export_round_trips_and_markdown_keeps_code_and_stats(qtbot, window, target_gguf, tmp_path):
+    messages = [Message("user", "write it"),
+                Message("assistant", "Here:\n```python\ndef f():\n    return 1\n```\n",
+                        [Segment("Here:\n", "target"), Segment("```python\ndef f():\n    return 1\n```\n", "accepted", 0.5, 0.4)],
+                        {"drafted_tokens": 4, "accepted_tokens": 3, "mean_accepted_length": 2.5, "generated_tokens": 9,
+                         "tokens_per_s": 12.5, "ttft_s": 0.3}, "stop")]
+    title, back = export.from_json(export.to_json("Chat é", messages))
+    assert title == "Chat é"
+    assert [(m.role, m.content, m.segments, m.stats, m.finish_reason, m.kind) for m in back] == \
+        [(m.role, m.content, m.segments, m.stats, m.finish_reason, m.kind) for m in messages]
+    md = export.to_markdown("Chat", messages)
+    assert "```python\ndef f():\n    return 1\n```" in md and "*Accepted 3/4 draft tokens (75 %)" in md
+    with pytest.raises(ValueError):
+        export.from_json('{"format": "something else"}')
+
+    cid = window.store.create("Exported")
+    for m in messages:
+        window.store.add_message(cid, m)
+    window.export_conversation(cid, tmp_path / "c.json", "json")
+    window.export_conversation(cid, tmp_path / "c.md", "md")
+    assert export.from_json((tmp_path / "c.json").read_text())[1][1].segments == messages[1].segments
+    assert (tmp_path / "c.md").read_text().startswith("# Exported")
+
+
+def test_copy_links_put_each_code_block_on_the_clipboard(qtbot):
+    view = ChatView()
+    qtbot.addWidget(view)
+    text = "a\n```\nfirst()\n```\nand\n```py\nsecond()\n```"
+    assert code_blocks(text) == ["first()\n", "second()\n"]
+    view.set_messages([Message("assistant", text, id=7)])
+    assert "localspec:copy:7:1" in view.links()
+    from PySide6.QtCore import QUrl
+
+    view._on_link(QUrl("localspec:copy:7:1"))
+    assert QGuiApplication.clipboard().text() == "second()\n"
+
+
+def test_search_finds_titles_and_message_text(window):
+    a, b = window.store.create("Prime numbers"), window.store.create("Sorting")
+    window.store.add_message(b, Message("user", "use 100% quicksort_fast"))
+    window.search.setText("prime")
+    assert [window.conversations.item(i).text() for i in range(window.conversations.count())] == ["Prime numbers"]
+    window.search.setText("quicksort_")
+    assert window.conversations.count() == 1 and window.conversations.item(0).text() == "Sorting"
+    window.search.setText("100%")
+    assert window.conversations.count() == 1
+    window.search.setText("_x%")  # LIKE wildcards are taken literally
+    assert window.conversations.count() == 0
+
+
+def test_shortcuts_fire_and_are_listed(qtbot, window, target_gguf):
+    from PySide6.QtTest import QTest
+
+    load(qtbot, window, target_gguf, target_gguf, max_tokens=12)
+    ask(qtbot, window, "hello")
+    with qtbot.waitSignal(window.answerDone, timeout=ANSWER_MS):
+        QTest.keyClick(window, Qt.Key_R, Qt.ControlModifier)
+    assert window.messages[-1].versions == (2, 2)
+    window.search.setFocus()
+    QTest.keyClick(window, Qt.Key_L, Qt.ControlModifier)
+    assert window.input.hasFocus()
+    QTest.keyClick(window, Qt.Key_F, Qt.ControlModifier)
+    assert window.search.hasFocus()
+    window.edit(window.messages[0].id)
+    QTest.keyClick(window, Qt.Key_Escape)
+    assert window.editing is None and window.input.toPlainText() == ""
+    QTest.keyClick(window, Qt.Key_N, Qt.ControlModifier)
+    assert window.conversation_id is None and window.messages == []
+    listed = window.shortcuts_text()
+    for key in ("Ctrl+N", "Ctrl+R", "Esc", "Ctrl+L", "Ctrl+F"):
+        assert key in listed
+    assert "Ctrl+N" in window.new_button.toolTip() and "Esc" in window.stop_button.toolTip()
+
+
+def test_token_colours_stay_readable_in_light_and_dark_palettes(qtbot):
+    for colour in SOURCE_COLOURS.values():
+        assert contrast_ratio(QColor(DARK_TEXT), colour) >= 7.0  # WCAG AAA
+    dark = QPalette()
+    dark.setColor(QPalette.Base, QColor("#1e1e1e"))
+    dark.setColor(QPalette.Text, QColor("#e5e5e5"))
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.setPalette(dark)
+    view.set_messages([Message("assistant", "ab", [Segment("a", "target"), Segment("b", "accepted")], id=1)])
+    doc = view.browser.document()
+    formats = {}
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            frag = it.fragment()
+            formats[frag.text()] = frag.charFormat()
+            it += 1
+        block = block.next()
+    plain, accepted = formats["a"], formats["b"]
+    assert contrast_ratio(plain.foreground().color(), dark.color(QPalette.Base)) >= 7.0
+    assert contrast_ratio(accepted.foreground().color(), accepted.background().color()) >= 7.0
+
+
+def test_a_bare_system_gets_one_line_and_exit_status_2(monkeypatch, capsys):
+    from gui import qt_check
+    from localspec.cli import main
+
+    assert "xvfb-run -a localspec gui" in qt_check.platform_problem({})
+    assert qt_check.platform_problem({"QT_QPA_PLATFORM": "offscreen"}) is None
+    monkeypatch.setattr(qt_check, "missing_libraries", lambda files: ["libxcb-cursor.so.0", "libxkbcommon-x11.so.0"])
+    line = qt_check.platform_problem({"DISPLAY": ":0"})
+    assert "apt-get install libxcb-cursor0 libxkbcommon-x11-0" in line and "Fedora" in line
+    monkeypatch.setattr(qt_check, "platform_problem", lambda environ=None: line)
+    assert main(["gui"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "libxcb-cursor0" in err and "Traceback" not in err
+    assert "libegl1" in qt_check.import_problem(ImportError("libEGL.so.1: cannot open shared object file"))
