@@ -106,6 +106,7 @@ class MainWindow(QMainWindow):
         self.highlight_box.setChecked(self.settings.highlight)
         self.view.set_highlight(self.settings.highlight)
         self.picker.refresh(self.settings.target, self.settings.draft if self.settings.target else None)
+        self.update_memory_estimate()
         self._reload_conversations()
         self._ready = True
         self._update_buttons()
@@ -196,7 +197,11 @@ class MainWindow(QMainWindow):
         self.picker = PairPicker()
         self.panel = SettingsPanel()
         pair_box = QGroupBox("Model pair")
-        QVBoxLayout(pair_box).addWidget(self.picker)
+        self.memory_badge = QLabel()
+        self.memory_badge.setWordWrap(True)
+        pair_layout = QVBoxLayout(pair_box)
+        pair_layout.addWidget(self.picker)
+        pair_layout.addWidget(self.memory_badge)
         settings_box = QGroupBox("Settings")
         QVBoxLayout(settings_box).addWidget(self.panel)
         side = QWidget()
@@ -274,6 +279,8 @@ class MainWindow(QMainWindow):
         self.picker.error.connect(self.show_error)
         self.picker.selectionChanged.connect(self._save_settings)
         self.panel.changed.connect(self._save_settings)
+        self.picker.selectionChanged.connect(self.update_memory_estimate)
+        self.panel.changed.connect(self.update_memory_estimate)
         self.highlight_box.toggled.connect(self._on_highlight)
         self.input.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
@@ -320,6 +327,32 @@ class MainWindow(QMainWindow):
         self.picker.load_button.setEnabled(not generating and not self.loading and not self.picker.busy())
 
     # --- models --------------------------------------------------------------------------
+
+    BADGE_COLOURS = {"fits": "#15803d", "tight": "#b45309", "won't fit": "#b91c1c", "unknown": "#6b7280"}
+
+    def update_memory_estimate(self) -> None:
+        """The pair's memory estimate at the chosen context: a coloured badge, the numbers
+        on hover (see :mod:`localspec.memory`)."""
+        from localspec.errors import LocalspecError
+        from localspec.memory import gib, pair_memory_of_refs
+
+        target = self.picker.current_target()
+        if target is None:
+            self.memory_badge.setText("")
+            return
+        n_ctx = self.panel.apply_to(Settings()).n_ctx
+        try:
+            est = pair_memory_of_refs(target, self.picker.current_draft(), n_ctx,
+                                      offload=self.panel.apply_to(Settings()).gpu_layers != 0)
+        except (LocalspecError, OSError, ValueError) as exc:
+            self.memory_badge.setText(f"Memory: cannot estimate ({exc})")
+            return
+        colour = self.BADGE_COLOURS[est.verdict]
+        least = "≥ " if est.partial else ""
+        self.memory_badge.setText(f'<span style="color:{colour}">●</span> Memory: {least}{gib(est.total)} '
+                                  f'of {gib(est.available)} {est.where}: <b>{est.verdict}</b>')
+        self.memory_badge.setToolTip(est.describe())
+        self.memory_estimate = est
 
     def load_pair(self, target: Path, draft: Path | None) -> None:
         """Load ``target`` (+ ``draft``) in the model thread with the current settings."""

@@ -200,3 +200,12 @@ def test_a_bare_system_gets_one_line_and_exit_status_2(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "libxcb-cursor0" in err and "Traceback" not in err
     assert "libegl1" in qt_check.import_problem(ImportError("libEGL.so.1: cannot open shared object file"))
+
+
+def test_the_memory_badge_estimates_the_chosen_pair(window, target_gguf):
+    assert window.picker.add_target_path(target_gguf)
+    window.update_memory_estimate()
+    assert "Memory:" in window.memory_badge.text() and "fits" in window.memory_badge.text()
+    tip = window.memory_badge.toolTip()
+    assert "KV cache" in tip and target_gguf.name in tip
+    assert window.memory_estimate.n_ctx == window.panel.apply_to(window.settings).n_ctx

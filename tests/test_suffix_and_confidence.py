@@ -3,7 +3,7 @@
 import pytest
 
 from localspec.drafters import Draft, SuffixDrafter
-from localspec.policy import AdaptivePolicy, Calibration
+from localspec.policy import _Average, AdaptivePolicy, Calibration
 from localspec.sampling import SamplingParams
 from localspec.suffix_index import KEYS, SuffixIndex
 
@@ -181,3 +181,30 @@ def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model(
         assert fixed[0] == "suffix" and result["speedup"] >= 0.9 * fixed[2], (name, result, fixed)
         assert "draft-model" not in result["rounds"]
     assert PROFILES["machine-B"].ceiling()[0] == pytest.approx(17 * 0.102 / 0.372)
+
+
+def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
+    """The draft model is picked while the suffix drafter's half-confident drafts are
+    right every time: judged against the emitted tokens, the suffix calibration learns it
+    and the policy switches to the suffix drafts, without ever having verified one."""
+    free, model = Free(), Model()
+    policy = policy_for([free, model], flat)
+    policy._models[id(model)].successes, policy._models[id(model)].trials = 9.0, 10.0  # the model looks good
+    policy.draft_costs[id(model)] = _Average(0.001, weight=1.0)  # and is cheap
+    answer = list(range(100, 200))
+    picks = []
+    for j in range(0, 60, 3):
+        suffix_draft = Draft(answer[j:j + 8], confidence=[0.3] * 8)
+        drafter, k = policy.plan(16, {id(free): suffix_draft}, 50 + j)
+        picks.append(drafter.name if drafter else "plain")
+        if drafter is model:  # it drafts 4, the target keeps 2 and corrects the 3rd
+            policy.observe(model, 4, 2, 0.004, flat(5), 5, None, answer[j:j + 3])
+        else:
+            policy.observe(free, k, k, 0.0, flat(k + 1), k + 1, [0.3] * k, answer[j:j + k + 1])
+    assert picks[0] == "draft-model" and picks[-1] == "suffix"
+    assert policy._calibrations[id(free)](0.3) > 0.8
+    wrong = Draft([1, 2, 3], confidence=[0.3] * 3)
+    before = policy._calibrations[id(free)](0.3)
+    policy.plan(16, {id(free): wrong}, 200)
+    policy.observe(model, 4, 4, 0.0, flat(5), 5, None, answer[:5])  # the unverified draft was wrong at once
+    assert policy._calibrations[id(free)](0.3) < before

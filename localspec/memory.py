@@ -1,0 +1,147 @@
+"""How much memory a target + draft pair takes at a context size, from GGUF metadata alone
+(before download, from the Hub's file sizes and headers, or before load).
+
+Per model, in bytes:
+- weights: the GGUF's tensor bytes (file size);
+- KV cache: ``n_layer * n_ctx * n_head_kv * (key_length + value_length) * bytes per
+  element`` (f16: 2; llama.cpp's default cache type), the keys read from
+  ``<arch>.block_count``, ``<arch>.attention.head_count_kv``, ``<arch>.attention.key_length``
+  / ``value_length`` (default: ``embedding_length / head_count``);
+- compute buffer: the logits of one micro-batch (``n_vocab * n_ubatch * 4``), which
+  dominate llama.cpp's compute buffer for small models, plus the activations of one
+  micro-batch (``n_ubatch * embedding_length * 4 * 8``).
+
+Compared with RAM and, when a GPU backend is present, VRAM, the pair "fits" with at least
+20 % of it left for the system, is "tight" when it fits only without that margin, and
+"won't fit" beyond.  See ``benchmarks/memory_check.py`` for the estimate against the
+measured resident set size of the default pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .gguf_info import GGUFInfo, check_gguf_file
+
+CACHE_TYPE_BYTES = {"f16": 2.0, "bf16": 2.0, "f32": 4.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+N_UBATCH = 512  # llama.cpp's default micro-batch
+FREE_MARGIN = 0.2  # share of memory left to the system for a "fits"
+
+
+@dataclass(frozen=True)
+class ModelMemory:
+    """Bytes one model needs: ``weights``, ``kv_cache`` at ``n_ctx`` tokens, ``compute``."""
+
+    name: str
+    weights: int
+    kv_cache: int
+    compute: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute
+
+
+@dataclass(frozen=True)
+class PairMemory:
+    """The pair's estimate against ``available`` bytes (RAM, or VRAM where layers go to a GPU)."""
+
+    models: tuple[ModelMemory, ...]
+    n_ctx: int
+    available: int | None
+    where: str  # "RAM" or "VRAM"
+    partial: bool = False  # a model not downloaded yet: its weights only, so "at least"
+
+    @property
+    def total(self) -> int:
+        return sum(m.total for m in self.models)
+
+    @property
+    def verdict(self) -> str:
+        """"fits", "tight", "won't fit", or "unknown" when ``available`` is not known."""
+        if not self.available:
+            return "unknown"
+        if self.total <= (1 - FREE_MARGIN) * self.available:
+            return "fits"
+        return "tight" if self.total <= self.available else "won't fit"
+
+    def describe(self) -> str:
+        """Several lines: each model's parts in GiB, the total against what is available."""
+        lines = [f"{m.name}: weights {gib(m.weights)}, KV cache {gib(m.kv_cache)} at {self.n_ctx} tokens, "
+                 f"compute {gib(m.compute)}" for m in self.models]
+        avail = f" of {gib(self.available)} {self.where}" if self.available else ""
+        least = "at least " if self.partial else ""
+        lines.append(f"Pair: {least}{gib(self.total)}{avail}: {self.verdict}")
+        if self.partial:
+            lines.append("(a model not downloaded yet counts its file size only)")
+        return "\n".join(lines)
+
+
+def gib(n: float | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def model_memory(info: GGUFInfo, n_ctx: int, cache_type: str = "f16", weights: int | None = None) -> ModelMemory:
+    """Estimate for one model from its header; ``weights`` defaults to the file's size.
+
+    Raises ValueError on an unknown ``cache_type`` or a header without a block count."""
+    if cache_type not in CACHE_TYPE_BYTES:
+        raise ValueError(f"unknown KV cache type {cache_type!r}; one of {', '.join(CACHE_TYPE_BYTES)}")
+    arch = info.architecture
+    n_layer = info.get(f"{arch}.block_count")
+    if not n_layer:
+        raise ValueError(f"{info.path.name}: no {arch}.block_count in the GGUF header")
+    n_embd = int(info.get(f"{arch}.embedding_length", 0))
+    n_head = int(info.get(f"{arch}.attention.head_count", 1) or 1)
+    n_head_kv = int(info.get(f"{arch}.attention.head_count_kv", n_head) or n_head)
+    head_k = int(info.get(f"{arch}.attention.key_length", n_embd // n_head))
+    head_v = int(info.get(f"{arch}.attention.value_length", n_embd // n_head))
+    kv = int(n_layer) * n_ctx * n_head_kv * (head_k + head_v) * CACHE_TYPE_BYTES[cache_type]
+    n_ubatch = min(N_UBATCH, n_ctx)
+    compute = info.n_vocab * n_ubatch * 4 + n_ubatch * n_embd * 4 * 8
+    if weights is None:
+        weights = Path(info.path).stat().st_size
+    return ModelMemory(Path(info.path).name, int(weights), int(kv), int(compute))
+
+
+def memory_budget(offload: bool = True) -> tuple[int, str]:
+    """(bytes, "VRAM") of the first GPU llama.cpp sees when layers are offloaded to it
+    (Metal reports the unified memory it may use), else (total RAM, "RAM")."""
+    from .machine import memory_bytes
+
+    if offload:
+        from .backend import devices
+
+        gpus = [d for d in devices() if d.kind in ("GPU", "iGPU") and d.memory_total]
+        if gpus:
+            return gpus[0].memory_total, "VRAM"
+    return memory_bytes(), "RAM"
+
+
+def pair_memory(target: str | Path, draft: str | Path | None, n_ctx: int, cache_type: str = "f16",
+                offload: bool = True) -> PairMemory:
+    """Estimate for target (+ draft) GGUF files on disk at ``n_ctx`` tokens each, against
+    :func:`memory_budget`.  Raises :class:`~localspec.errors.ModelFileError` for a missing
+    or corrupt GGUF, ValueError for a header without the sizes needed."""
+    models = [model_memory(check_gguf_file(target), n_ctx, cache_type)]
+    if draft is not None:
+        models.append(model_memory(check_gguf_file(draft), n_ctx, cache_type))
+    available, where = memory_budget(offload)
+    return PairMemory(tuple(models), n_ctx, available, where)
+
+
+def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16", offload: bool = True) -> PairMemory:
+    """:func:`pair_memory` for :class:`~localspec.discovery.ModelRef` s: a model on disk is
+    read from its header, one not downloaded yet counts its catalogue file size only."""
+    models, partial = [], False
+    for ref in (target, draft):
+        if ref is None:
+            continue
+        if ref.path is not None:
+            models.append(model_memory(check_gguf_file(ref.path), n_ctx, cache_type))
+        else:
+            models.append(ModelMemory(ref.name, int(ref.size or 0), 0, 0))
+            partial = True
+    available, where = memory_budget(offload)
+    return PairMemory(tuple(models), n_ctx, available, where, partial)
