@@ -9,17 +9,13 @@ from typing import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     """Start the Qt application and the main window; returns the exit status (2, with
     one line on stderr, when Qt cannot open a window here: see :mod:`gui.qt_check`)."""
-    from .qt_check import import_problem, platform_problem
+    from .qt_check import startup_problem
 
-    try:
-        from PySide6.QtWidgets import QApplication
-    except ImportError as exc:
-        print(f"localspec-gui: error: {import_problem(exc)}", file=sys.stderr)
-        return 2
-    problem = platform_problem()
+    problem = startup_problem()
     if problem:
         print(f"localspec-gui: error: {problem}", file=sys.stderr)
         return 2
+    from PySide6.QtWidgets import QApplication
 
     from .window import MainWindow
 

@@ -84,3 +84,13 @@ def import_problem(exc: ImportError) -> str:
     if found:
         return f"Qt cannot load {', '.join(found)}: {install_line(found)}"
     return f"PySide6 cannot load Qt: {exc}"
+
+
+def startup_problem() -> str | None:
+    """The one line to print instead of starting Qt (PySide6 cannot load its libraries,
+    or :func:`platform_problem`), or None when Qt can start."""
+    try:
+        from PySide6 import QtWidgets  # noqa: F401
+    except ImportError as exc:
+        return import_problem(exc)
+    return platform_problem()

@@ -152,14 +152,9 @@ def _cmd_gui(args) -> int:
     except ImportError:
         print("localspec: error: the desktop chat needs PySide6: pip install 'localspec[gui]'", file=sys.stderr)
         return 2
-    from gui.qt_check import import_problem, platform_problem
+    from gui.qt_check import startup_problem
 
-    try:
-        from PySide6 import QtWidgets  # noqa: F401
-    except ImportError as exc:  # a system library Qt needs is missing (libEGL, libxkbcommon, ...)
-        print(f"localspec: error: {import_problem(exc)}", file=sys.stderr)
-        return 2
-    problem = platform_problem()
+    problem = startup_problem()  # a system library Qt needs is missing, or no display
     if problem:
         print(f"localspec: error: {problem}", file=sys.stderr)
         return 2
