@@ -44,6 +44,8 @@ def format_stats(stats: dict | None, finish_reason: str | None = None, baseline_
     parts.append(f"TTFT {stats.get('ttft_s', 0.0):.2f} s")
     if baseline_tps and tps and drafted:
         parts.append(f"{tps / baseline_tps:.2f}× vs plain ({baseline_tps:.1f} t/s)")
+    if stats.get("context_dropped_messages"):
+        parts.append(f"{stats['context_dropped_messages']} oldest messages left out to fit the context")
     if finish_reason and finish_reason != "stop":
         parts.append({"length": "stopped at max tokens", "cancelled": "stopped",
                       "context": "context full"}.get(finish_reason, finish_reason))

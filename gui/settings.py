@@ -15,7 +15,11 @@ LIMITS = {  # field -> (lowest, highest) the panel accepts; a saved value outsid
     "draft_min": (0, 16), "p_min": (0.0, 1.0), "temperature": (0.0, 2.0), "top_p": (0.0, 1.0),
     "seed": (-1, 2**31 - 1), "max_tokens": (1, 32768), "n_ctx": (16, 1 << 20),
     "gpu_layers": (ALL_LAYERS, MAX_LAYERS), "gpu_layers_draft": (ALL_LAYERS, MAX_LAYERS),
+    "serve_port": (1024, 65535),
 }
+# What to do when a chat no longer fits the context: refuse with the numbers, or leave the
+# oldest turns out of what is sent (the system prompt and the new message always stay).
+OVERFLOW_CHOICES = {"stop": "Stop at the limit", "drop-oldest": "Drop the oldest turns"}
 
 
 @dataclass
@@ -42,6 +46,9 @@ class Settings:
     gpu_layers_draft: int = ALL_LAYERS
     n_ctx: int = 4096
     highlight: bool = True
+    overflow: str = "stop"  # a key of OVERFLOW_CHOICES
+    serve: bool = False  # the "Serve on localhost" switch, off until turned on
+    serve_port: int = 8080
 
     def generation_options(self) -> dict:
         """Keyword options for ``SpeculativeModel.chat``."""
@@ -97,6 +104,8 @@ def load_settings(path: Path | None = None) -> Settings:
         values[f.name] = value if ok else default
     if values["draft_max"] not in DRAFT_MAX_CHOICES:
         values["draft_max"] = defaults.draft_max
+    if values["overflow"] not in OVERFLOW_CHOICES:
+        values["overflow"] = defaults.overflow
     return Settings(**values)
 
 

@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit,
                                QSlider, QSpinBox, QWidget)
 
-from .settings import ALL_LAYERS, DRAFT_MAX_CHOICES, LIMITS, MAX_LAYERS, Settings
+from .settings import ALL_LAYERS, DRAFT_MAX_CHOICES, LIMITS, MAX_LAYERS, OVERFLOW_CHOICES, Settings
 
 CONTEXT_CHOICES = [1024, 2048, 4096, 8192, 16384, 32768]
 
@@ -65,6 +65,11 @@ class SettingsPanel(QWidget):
         self.gpu_layers.setToolTip("Target layers on the GPU (applies on the next Load; CPU builds ignore it)")
         self.gpu_layers_draft = LayerSlider()
         self.gpu_layers_draft.setToolTip("Draft layers on the GPU (applies on the next Load)")
+        self.overflow = QComboBox()
+        for key, label in OVERFLOW_CHOICES.items():
+            self.overflow.addItem(label, key)
+        self.overflow.setToolTip("When the chat no longer fits the context: refuse the message with the numbers, "
+                                 "or leave the oldest turns out of what is sent (the system prompt stays)")
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("System prompt (optional)")
         self.system_prompt.setFixedHeight(64)
@@ -79,11 +84,12 @@ class SettingsPanel(QWidget):
         form.addRow("Seed", self.seed)
         form.addRow("Max tokens", self.max_tokens)
         form.addRow("Context", self.n_ctx)
+        form.addRow("Too long", self.overflow)
         form.addRow("GPU layers", self.gpu_layers)
         form.addRow("Draft GPU layers", self.gpu_layers_draft)
         form.addRow(self.system_prompt)
 
-        for w in (self.draft_max, self.n_ctx):
+        for w in (self.draft_max, self.n_ctx, self.overflow):
             w.currentIndexChanged.connect(lambda _v: self.changed.emit())
         for w in (self.draft_min, self.p_min, self.temperature, self.top_p, self.seed, self.max_tokens):
             w.valueChanged.connect(lambda _v: self.changed.emit())
@@ -108,6 +114,7 @@ class SettingsPanel(QWidget):
         self.gpu_layers.set_value(s.gpu_layers)
         self.gpu_layers_draft.set_value(s.gpu_layers_draft)
         self.system_prompt.setPlainText(s.system_prompt)
+        self.overflow.setCurrentIndex(max(0, self.overflow.findData(s.overflow)))
         self.blockSignals(False)
 
     def apply_to(self, s: Settings) -> Settings:
@@ -123,6 +130,7 @@ class SettingsPanel(QWidget):
         s.gpu_layers = self.gpu_layers.value()
         s.gpu_layers_draft = self.gpu_layers_draft.value()
         s.system_prompt = self.system_prompt.toPlainText()
+        s.overflow = self.overflow.currentData()
         return s
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QGroupBox, QHBoxLayout, QInputDialog, QLabel, QLineEdit,
                                QListWidget, QListWidgetItem, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
-                               QProgressBar, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget)
+                               QProgressBar, QPushButton, QScrollArea, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from . import export
 from .chat_view import ChatView, format_stats, legend_html
@@ -97,12 +98,18 @@ class MainWindow(QMainWindow):
         self.loading = False
         self.request: tuple[int, str, Message] | None = None  # id, kind, answer being written
         self.editing: Message | None = None  # the question being edited into a new version
+        self._dropped = 0  # turns _fit_to_context left out of the history it returned last
+        self._request_dropped = 0  # ... of the answer being written
         self._sent_text = ""
         self._ready = False  # no settings saved while the widgets are being filled
         self._closed = False
         self._build()
         self._connect()
         self.panel.set_settings(self.settings)
+        self.serve_port.setValue(self.settings.serve_port)
+        self.serve_switch.blockSignals(True)
+        self.serve_switch.setChecked(self.settings.serve)  # takes effect once a pair is loaded
+        self.serve_switch.blockSignals(False)
         self.highlight_box.setChecked(self.settings.highlight)
         self.view.set_highlight(self.settings.highlight)
         self.picker.refresh(self.settings.target, self.settings.draft if self.settings.target else None)
@@ -166,6 +173,13 @@ class MainWindow(QMainWindow):
         self.busy.setVisible(False)
         self.session_label = QLabel(self.session.text())
         self.session_label.setWordWrap(True)
+        self.context_label = QLabel()
+        self.context_label.setToolTip("Tokens of this chat (and the message being typed) as the model reads them, "
+                                      "with its chat template, against the context size")
+        self._count_timer = QTimer(self)
+        self._count_timer.setSingleShot(True)
+        self._count_timer.setInterval(250)  # milliseconds after the last keystroke
+        self._count_base: int | None = None  # tokens of the prompt of the answer streaming now
 
         centre = QWidget()
         cv = QVBoxLayout(centre)
@@ -188,6 +202,7 @@ class MainWindow(QMainWindow):
         buttons.addWidget(self.compare_button)
         irow.addLayout(buttons)
         cv.addLayout(irow)
+        cv.addWidget(self.context_label)
         srow = QHBoxLayout()
         srow.addWidget(self.busy)
         srow.addWidget(self.status, 1)
@@ -204,10 +219,32 @@ class MainWindow(QMainWindow):
         pair_layout.addWidget(self.memory_badge)
         settings_box = QGroupBox("Settings")
         QVBoxLayout(settings_box).addWidget(self.panel)
+        serve_box = QGroupBox("Local server (OpenAI-compatible)")
+        self.serve_switch = QCheckBox("Serve on localhost:")
+        self.serve_switch.setToolTip("Let editors, agents and chat apps on this computer use the loaded pair "
+                                     "(their requests wait in the same queue as this window's)")
+        self.serve_port = QSpinBox()
+        self.serve_port.setRange(1024, 65535)
+        self.serve_url = QLineEdit()
+        self.serve_url.setReadOnly(True)
+        self.serve_url.setPlaceholderText("off")
+        self.serve_copy = QPushButton("Copy")
+        self.serve_copy.setToolTip("Copy the base URL (for the openai client's base_url)")
+        sv_box = QVBoxLayout(serve_box)
+        row = QHBoxLayout()
+        row.addWidget(self.serve_switch)
+        row.addWidget(self.serve_port)
+        row.addStretch(1)
+        sv_box.addLayout(row)
+        row = QHBoxLayout()
+        row.addWidget(self.serve_url, 1)
+        row.addWidget(self.serve_copy)
+        sv_box.addLayout(row)
         side = QWidget()
         sv = QVBoxLayout(side)
         sv.addWidget(pair_box)
         sv.addWidget(settings_box)
+        sv.addWidget(serve_box)
         sv.addStretch(1)
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
@@ -291,6 +328,11 @@ class MainWindow(QMainWindow):
         self.conversations.itemClicked.connect(lambda item: self.open_conversation(item.data(Qt.UserRole)))
         self.search.textChanged.connect(lambda _: self._reload_conversations())
         self.view.action.connect(self._on_view_action)
+        self.input.textChanged.connect(self._count_timer.start)
+        self._count_timer.timeout.connect(self.update_context_meter)
+        self.panel.changed.connect(self._count_timer.start)
+        self.serve_switch.toggled.connect(self._on_serve_toggled)
+        self.serve_copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.serve_url.text()))
         self.conversations.customContextMenuRequested.connect(
             lambda pos: self.conversations.itemAt(pos) and self._conv_menu.exec(self.conversations.mapToGlobal(pos)))
 
@@ -360,6 +402,7 @@ class MainWindow(QMainWindow):
             self.show_error("Stop the running answer before loading another pair.")
             return
         self._save_settings()
+        self.serve_url.clear()  # the host stops serving the pair being replaced
         self.model_ready = False
         self.loading = True
         self.busy.setRange(0, 0)  # busy until llama.cpp reports how far it has read
@@ -384,6 +427,9 @@ class MainWindow(QMainWindow):
         self.session.baseline_tps = None  # a baseline belongs to one pair
         self.view.set_baseline(None)
         self._update_buttons()
+        self.update_context_meter()
+        if self.serve_switch.isChecked():
+            self._start_serving()
         self.pairLoaded.emit(info)
 
     def _on_load_failed(self, message: str) -> None:
@@ -412,18 +458,51 @@ class MainWindow(QMainWindow):
             self.conversation_id = self.store.create(_title(text))
             self._reload_conversations()
         user = Message("user", text)
+        before = self.messages[: self.messages.index(self.editing)] if self.editing is not None else self.messages
+        history = self._fit_to_context(chat_history(before + [user], self.settings.system_prompt))
+        if history is None:
+            return
         if self.editing is not None:  # a new version of that question, beside it
-            before = self.messages[: self.messages.index(self.editing)]
             self.store.add_message(self.conversation_id, user, parent_id=self.editing.parent_id)
             self.editing = None
             self.messages = before
         else:
             self.store.add_message(self.conversation_id, user)
-        history = chat_history(self.messages + [user], self.settings.system_prompt)
         self.messages.append(user)
         self._sent_text = text
         self.input.clear()
         self._start(history, "chat", self.settings.generation_options(), parent_id=user.id)
+
+    def _fit_to_context(self, history: list[dict]) -> list[dict] | None:
+        """``history`` if its prompt fits the context; else, by the overflow setting, None
+        after saying so with the numbers ("stop"), or the history with its oldest turns
+        left out ("drop-oldest": the system prompt and the new message stay; how many were
+        left out is noted in the answer's stats).  Unknown counts (no model) pass."""
+        self._dropped = 0
+        counted = self.host.worker.count_tokens(history)
+        if counted is None or counted[0] < counted[1]:
+            return history
+        n, n_ctx = counted
+        if self.panel.apply_to(self.settings).overflow == "drop-oldest":
+            head = 1 if history and history[0]["role"] == "system" else 0
+            trimmed = list(history)
+            while len(trimmed) - head > 1:  # a turn: a question and the answers after it
+                del trimmed[head]
+                self._dropped += 1
+                while len(trimmed) - head > 1 and trimmed[head]["role"] == "assistant":
+                    del trimmed[head]
+                    self._dropped += 1
+                counted = self.host.worker.count_tokens(trimmed)
+                if counted is None or counted[0] < n_ctx:
+                    return trimmed
+            self._dropped = 0
+            self.show_error(f"The message alone does not fit: {counted[0]:,} tokens with the system prompt, "
+                            f"the context holds {n_ctx:,}. Shorten it, or raise Context and Load the pair again.")
+            return None
+        self.show_error(f"This message does not fit: the chat would be {n:,} tokens and the context holds "
+                        f"{n_ctx:,}. Start a New chat, raise Context and Load the pair again, or set "
+                        "Settings ▸ Too long to “Drop the oldest turns”.")
+        return None
 
     def regenerate(self, message_id: int | None = None) -> None:
         """Answer the question of answer ``message_id`` (default: the last answer) again,
@@ -435,10 +514,13 @@ class MainWindow(QMainWindow):
         if target is None:
             return
         self.hide_error()
+        history = self._fit_to_context(chat_history(self.messages[: self.messages.index(target)],
+                                                    self.settings.system_prompt))
+        if history is None:
+            return
         self.messages = self.messages[: self.messages.index(target)]
         self._sent_text = ""
-        self._start(chat_history(self.messages, self.settings.system_prompt), "chat",
-                    self.settings.generation_options(), parent_id=target.parent_id)
+        self._start(history, "chat", self.settings.generation_options(), parent_id=target.parent_id)
 
     def edit(self, message_id: int) -> None:
         """Put question ``message_id`` in the input box; sending it makes a new version of
@@ -509,6 +591,10 @@ class MainWindow(QMainWindow):
         self.view.begin_answer(answer)
         rid = self.host.generate(history, options)
         self.request = (rid, kind, answer)
+        self._request_dropped = self._dropped if kind == "chat" else 0
+        counted = self.host.worker.count_tokens(history)
+        self._count_base = counted[0] if counted else None
+        self.update_context_meter()
         self.status.setText("Generating…" if kind == "chat" else "Measuring plain decoding…")
         self._update_buttons()
 
@@ -523,6 +609,7 @@ class MainWindow(QMainWindow):
             return
         if self.request is not None and rid == self.request[0]:
             self.view.append_segments(segments)
+            self.update_context_meter()
 
     def _take_request(self, rid: int):
         """(kind, answer message) of the running request if ``rid`` is it, and forget it;
@@ -540,6 +627,9 @@ class MainWindow(QMainWindow):
         kind, answer = taken
         answer.content = result["text"]
         answer.stats = result["stats"]
+        if self._request_dropped:
+            answer.stats["context_dropped_messages"] = self._request_dropped
+        self._count_base = None
         answer.finish_reason = result["finish_reason"]
         if self.conversation_id is not None:
             self.store.add_message(self.conversation_id, answer, parent_id=answer.parent_id)
@@ -560,6 +650,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"The context is full ({self.settings.n_ctx} tokens): start a New chat, "
                             "or raise Context and Load the pair again.")
         self._update_buttons()
+        self.update_context_meter()
         self.answerDone.emit(answer)
 
     def _on_failed(self, rid: int, message: str) -> None:
@@ -567,6 +658,7 @@ class MainWindow(QMainWindow):
         if taken is None:
             return
         kind, answer = taken
+        self._count_base = None
         self.messages.remove(answer)
         if kind == "chat" and self._sent_text and self.messages and self.messages[-1].role == "user":
             user = self.messages.pop()
@@ -584,6 +676,70 @@ class MainWindow(QMainWindow):
         self._update_buttons()
         self.answerFailed.emit(message)
 
+    # --- context meter -------------------------------------------------------------------
+
+    def context_tokens(self) -> tuple[int, int] | None:
+        """(tokens, n_ctx): the chat shown plus the message being typed, rendered with the
+        chat template as it would be sent; while an answer streams, its prompt plus the
+        tokens so far.  None while no model is loaded."""
+        if self.request is not None and self._count_base is not None:
+            return self._count_base + len(self.request[2].segments), self._n_ctx_loaded()
+        before = self.messages[: self.messages.index(self.editing)] if self.editing in self.messages else self.messages
+        history = chat_history(before, self.settings.system_prompt)
+        typed = self.input.toPlainText().strip()
+        if typed:
+            history.append({"role": "user", "content": typed})
+        return self.host.worker.count_tokens(history) if history else (0, self._n_ctx_loaded())
+
+    def _n_ctx_loaded(self) -> int:
+        counted = self.host.worker.count_tokens([])
+        return counted[1] if counted else self.settings.n_ctx
+
+    def update_context_meter(self) -> None:
+        """"Context 37 % full (1,512 / 4,096 tokens)" under the input."""
+        counted = self.context_tokens() if self.model_ready else None
+        if counted is None:
+            self.context_label.setText("")
+            return
+        n, n_ctx = counted
+        share = 100 * n / n_ctx if n_ctx else 0
+        colour = "#b91c1c" if share >= 100 else ("#b45309" if share >= 90 else "")
+        text = f"Context {share:.0f} % full ({n:,} / {n_ctx:,} tokens)"
+        self.context_label.setText(f'<span style="color:{colour}">{text}</span>' if colour else text)
+
+    # --- local server ----------------------------------------------------------------------
+
+    def _on_serve_toggled(self, on: bool) -> None:
+        self.settings.serve = on
+        self.settings.serve_port = self.serve_port.value()
+        self._save_settings()
+        if on:
+            if self.model_ready:
+                self._start_serving()
+            else:
+                self.serve_url.setPlaceholderText("starts once a pair is loaded")
+        else:
+            self.host.stop_server()
+            self.serve_url.clear()
+            self.serve_url.setPlaceholderText("off")
+
+    def _start_serving(self) -> None:
+        from localspec.errors import LocalspecError
+
+        target = self.picker.current_target()
+        name = target.name if target is not None else "localspec"
+        try:
+            url = self.host.start_server(self.serve_port.value(), name)
+        except (LocalspecError, OSError) as exc:
+            self.serve_switch.blockSignals(True)
+            self.serve_switch.setChecked(False)
+            self.serve_switch.blockSignals(False)
+            self.serve_url.clear()
+            self.show_error(f"Could not serve on localhost:{self.serve_port.value()}: {exc}")
+            return
+        self.serve_url.setText(url)
+        self.status.setText(f"Serving the pair at {url} (requests queue with this window's answers)")
+
     # --- conversations ---------------------------------------------------------------------
 
     def new_chat(self) -> None:
@@ -595,6 +751,7 @@ class MainWindow(QMainWindow):
         self.view.set_messages(self.messages)
         self.conversations.clearSelection()
         self._update_buttons()
+        self.update_context_meter()
 
     def open_conversation(self, conversation_id: int) -> None:
         """Show a stored conversation (answers keep their highlighting and stats)."""
@@ -605,6 +762,7 @@ class MainWindow(QMainWindow):
         self.messages = self.store.messages(conversation_id)
         self.view.set_messages(self.messages)
         self._update_buttons()
+        self.update_context_meter()
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         self.store.rename(conversation_id, title.strip() or "Untitled")
@@ -682,6 +840,7 @@ class MainWindow(QMainWindow):
             s.target = spec_of(target)
             s.draft = spec_of(draft) if draft is not None else ""
         s.highlight = self.highlight_box.isChecked()
+        s.serve, s.serve_port = self.serve_switch.isChecked(), self.serve_port.value()
         if not self.persist:
             return
         try:

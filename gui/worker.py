@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from localspec.errors import LocalspecError
 
@@ -37,6 +37,8 @@ class ChatWorker(QObject):
     def __init__(self):
         super().__init__()
         self._model = None
+        self._model_lock = threading.Lock()  # held while the model is replaced or freed
+        self.server_worker = None  # a localspec.server.ModelWorker whose jobs run here (the serve switch)
         self._lock = threading.Lock()  # guards _generation / _stopped between threads
         self._generation = None
         self._stopped: set[int] = set()
@@ -52,7 +54,35 @@ class ChatWorker(QObject):
             if self._generation is not None and (request_id is None or self._generation[0] == request_id):
                 self._generation[1].cancel()
 
+    def count_tokens(self, messages: list[dict]) -> tuple[int, int] | None:
+        """(tokens of ``messages`` rendered with the target's chat template, n_ctx), or None
+        while no model is loaded or one is being loaded or freed.  Safe from the GUI thread:
+        tokenizing reads only the vocabulary, as llama-server's HTTP threads do."""
+        if not self._model_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._model is None:
+                return None
+            n_ctx = self._model.target.n_ctx
+            return (len(self._model.target.chat_tokens(messages)) if messages else 0), n_ctx
+        except (LocalspecError, ValueError):
+            return None
+        finally:
+            self._model_lock.release()
+
+    @property
+    def model(self):
+        """The loaded SpeculativeModel or None (for the serve switch; use it only from this
+        worker's thread, through ``server_worker``)."""
+        return self._model
+
     # --- slots, run in the model thread -------------------------------------------------
+
+    @Slot()
+    def serve_one(self) -> None:
+        """Run one waiting request of the local server (queued like the window's own)."""
+        if self.server_worker is not None:
+            self.server_worker.run_one()
 
     @Slot(dict)
     def load(self, config: dict) -> None:
@@ -60,14 +90,17 @@ class ChatWorker(QObject):
         options (n_ctx tokens, n_gpu_layers, n_gpu_layers_draft, draft_max, draft_min, p_min)."""
         from localspec.api import SpeculativeModel
 
-        self._close_model()
+        with self._model_lock:
+            self._close_model()
         config = dict(config)
         target, draft = config.pop("target"), config.pop("draft", None)
         started = time.perf_counter()
         names = " + ".join(str(p).rsplit("/", 1)[-1] for p in (target, draft) if p)
         self.status.emit(f"Loading {names}…")
         try:
-            self._model = SpeculativeModel(target, draft, load_progress=self.loadProgress.emit, **config)
+            model = SpeculativeModel(target, draft, load_progress=self.loadProgress.emit, **config)
+            with self._model_lock:
+                self._model = model
         except (LocalspecError, OSError, ValueError) as exc:
             self._model = None
             self.loadFailed.emit(str(exc) or type(exc).__name__)
@@ -120,7 +153,8 @@ class ChatWorker(QObject):
     @Slot()
     def close(self) -> None:
         """Free both models and end the thread's event loop."""
-        self._close_model()
+        with self._model_lock:
+            self._close_model()
         self.closed.emit()
         QThread.currentThread().quit()
 
@@ -136,6 +170,7 @@ class ModelHost(QObject):
     _load = Signal(dict)
     _generate = Signal(int, object, object)
     _close = Signal()
+    _serve_one = Signal()  # emitted from the server's thread, run in the model thread
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -146,10 +181,39 @@ class ModelHost(QObject):
         self._load.connect(self.worker.load)
         self._generate.connect(self.worker.generate)
         self._close.connect(self.worker.close)
+        self._serve_one.connect(self.worker.serve_one, Qt.QueuedConnection)
         self._next_id = 0
+        self.server = None  # gui.serve.WindowServer while the serve switch is on
         self.thread.start()
 
+    def start_server(self, port: int, model_name: str) -> str:
+        """Serve the loaded pair on 127.0.0.1:``port`` (see :mod:`gui.serve`); returns the
+        base URL.  Raises LocalspecError / OSError when there is no model or the port is taken."""
+        from localspec.errors import InvalidOptionError
+
+        from .serve import WindowServer
+
+        self.stop_server()
+        if self.worker.model is None:
+            raise InvalidOptionError("load a pair first")
+        server = WindowServer(self.worker.model, port, self._serve_one.emit, model_name)
+        self.worker.server_worker = server.worker
+        try:
+            server.start()
+        except BaseException:
+            self.worker.server_worker = None
+            raise
+        self.server = server
+        return server.url
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        self.worker.server_worker = None
+
     def load(self, config: dict) -> None:
+        self.stop_server()  # it serves the pair being replaced
         self._load.emit(config)
 
     def generate(self, messages: list[dict], options: dict) -> int:
@@ -165,6 +229,7 @@ class ModelHost(QObject):
         """Stop any generation (within one round), free the models, end the thread.
         Waits up to ``timeout_ms`` milliseconds (a model still loading cannot be
         interrupted); returns whether the thread ended."""
+        self.stop_server()
         if not self.thread.isRunning():
             return True
         self.stop()

@@ -54,7 +54,7 @@ def examples(base: str, model_name: str, api_key: str | None) -> str:
     )
 
 
-def _check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int) -> None:
     """Refuse a port that is taken before spending a minute loading models."""
     import socket
 
@@ -75,7 +75,7 @@ def serve(args, load, defaults: dict) -> int:
     from .server import ServerConfig, create_app
 
     _check(args)
-    _check_port_free(args.host, args.port)
+    check_port_free(args.host, args.port)
     _Server = _server_class()
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"localspec: warning: serving on {args.host}: other machines can reach this server"

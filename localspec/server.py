@@ -300,17 +300,24 @@ class ModelWorker:
     ``submit`` raises :class:`APIError` (503, with Retry-After) when ``queue_size`` jobs
     already wait.  A job cancelled while queued is skipped; one cancelled while running
     stops after its current speculative round.
+
+    ``run_in``: None starts the worker's own thread; otherwise a function that asks a
+    thread which already owns the model (the desktop chat's) to call :meth:`run_one`
+    soon, once per submitted job, so outside requests queue with that thread's own work.
     """
 
-    def __init__(self, model, queue_size: int = DEFAULT_QUEUE):
+    def __init__(self, model, queue_size: int = DEFAULT_QUEUE, run_in=None):
         self.model = model
         self.queue_size = queue_size
         self._jobs: queue.Queue = queue.Queue(maxsize=queue_size)
         self._current: Job | None = None
         self.last_result: GenerationResult | None = None  # of the latest finished generation
         self.skipped = 0  # queued jobs dropped because their client had left
-        self._thread = threading.Thread(target=self._run, name="localspec-model", daemon=True)
-        self._thread.start()
+        self._run_in = run_in
+        self._thread = None
+        if run_in is None:
+            self._thread = threading.Thread(target=self._run, name="localspec-model", daemon=True)
+            self._thread.start()
 
     @property
     def waiting(self) -> int:
@@ -326,6 +333,8 @@ class ModelWorker:
         except queue.Full:
             raise APIError(503, f"the server is busy: {self.queue_size} requests are already waiting",
                            type="server_error", code="queue_full", retry=True, headers={"Retry-After": "1"}) from None
+        if self._run_in is not None:
+            self._run_in()
 
     def withdraw(self, job: Job) -> None:
         """Take a job whose client left out of the queue at once (its place is free)."""
@@ -359,23 +368,36 @@ class ModelWorker:
                 job.post("skipped")
         if self._current is not None:
             self._current.cancel()
-        self._jobs.put(None)
-        self._thread.join()
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
 
     def _run(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            if job.cancelled.is_set():
-                self.skipped += 1
-                job.post("skipped")
-                continue
-            self._current = job
-            try:
-                self._generate(job)
-            finally:
-                self._current = None
+            self._run_job(job)
+
+    def run_one(self) -> None:
+        """Run the next waiting job, if any, in the calling thread (see ``run_in``)."""
+        try:
+            job = self._jobs.get_nowait()
+        except queue.Empty:
+            return
+        if job is not None:
+            self._run_job(job)
+
+    def _run_job(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            self.skipped += 1
+            job.post("skipped")
+            return
+        self._current = job
+        try:
+            self._generate(job)
+        finally:
+            self._current = None
 
     def _generate(self, job: Job) -> None:
         try:

@@ -198,10 +198,15 @@ def test_missing_file_shows_an_error(qtbot, window, tmp_path):
     assert window.new_button.isEnabled() and window.picker.load_button.isEnabled()
 
 
-def test_a_failed_answer_puts_the_text_back(qtbot, window, target_gguf):
+def test_a_failed_answer_puts_the_text_back(qtbot, window, target_gguf, monkeypatch):
     load(qtbot, window, target_gguf, None, n_ctx=32)
     long_text = " ".join(["hello world"] * 40)
     window.input.setPlainText(long_text)
+    window.send()  # refused before it is sent: the prompt cannot fit
+    assert window.request is None and window.input.toPlainText() == long_text
+    assert "does not fit" in window.banner.text() and window.messages == []
+    # Where the count is not known beforehand, the engine's own refusal puts the text back too.
+    monkeypatch.setattr(window.host.worker, "count_tokens", lambda messages: None)
     with qtbot.waitSignal(window.answerFailed, timeout=ANSWER_MS):
         window.send()
     assert window.input.toPlainText() == long_text

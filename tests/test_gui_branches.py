@@ -209,3 +209,86 @@ def test_the_memory_badge_estimates_the_chosen_pair(window, target_gguf):
     tip = window.memory_badge.toolTip()
     assert "KV cache" in tip and target_gguf.name in tip
     assert window.memory_estimate.n_ctx == window.panel.apply_to(window.settings).n_ctx
+
+
+def test_the_context_meter_counts_the_rendered_chat_template(qtbot, window, target_gguf):
+    load(qtbot, window, target_gguf, target_gguf, max_tokens=16)
+    window.input.setPlainText("hello world the code")
+    window.update_context_meter()
+    expected = len(window.host.worker.model.target.chat_tokens([{"role": "user", "content": "hello world the code"}]))
+    assert window.context_tokens() == (expected, 512)
+    assert window.context_label.text() == f"Context {100 * expected / 512:.0f} % full ({expected:,} / 512 tokens)"
+    ask(qtbot, window, "hello world the code")
+    history = [{"role": "user", "content": "hello world the code"},
+               {"role": "assistant", "content": window.messages[-1].content}]
+    assert window.context_tokens()[0] == len(window.host.worker.model.target.chat_tokens(history))
+    qtbot.waitUntil(lambda: "Context" in window.context_label.text(), timeout=2_000)
+
+
+def test_an_over_long_prompt_is_refused_or_its_oldest_turns_dropped(qtbot, window, target_gguf):
+    load(qtbot, window, target_gguf, target_gguf, max_tokens=8)
+    ask(qtbot, window, "hello " * 40)  # an early turn of ~260 tokens (one a character, here)
+    n_messages = len(window.messages)
+    long_text = "world " * 45  # ~290 more: over 512 together, fits alone
+    window.input.setPlainText(long_text)
+    window.send()  # Stop at the limit (the default): refused, with the numbers, nothing lost
+    assert window.request is None and len(window.messages) == n_messages
+    assert "does not fit" in window.banner.text() and "512" in window.banner.text()
+    assert window.input.toPlainText() == long_text
+    window.panel.overflow.setCurrentIndex(window.panel.overflow.findData("drop-oldest"))
+    with qtbot.waitSignal(window.answerDone, timeout=ANSWER_MS) as done:
+        window.send()
+    answer = done.args[0]
+    assert answer.stats["context_dropped_messages"] == 2
+    assert "2 oldest messages left out to fit the context" in window.view.browser.toPlainText()
+    assert [m.role for m in window.messages] == ["user", "assistant", "user", "assistant"]  # the chat keeps them
+    window.input.setPlainText("code " * 120)  # too long even alone
+    window.send()
+    assert window.request is None and "alone does not fit" in window.banner.text()
+
+
+def test_the_serve_switch_answers_the_openai_client_through_the_window_model_thread(qtbot, window, target_gguf):
+    import socket
+    import threading
+
+    import openai
+
+    load(qtbot, window, target_gguf, target_gguf, max_tokens=12)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    window.serve_port.setValue(port)
+    window.serve_switch.setChecked(True)
+    assert window.serve_url.text() == f"http://127.0.0.1:{port}/v1"
+    window.serve_copy.click()
+    assert QGuiApplication.clipboard().text() == window.serve_url.text()
+    got, ticks = {}, []
+
+    def ask_server():
+        client = openai.OpenAI(base_url=window.serve_url.text(), api_key="none", max_retries=0, timeout=60)
+        got["r"] = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hello"}],
+                                                  max_tokens=6, temperature=0)
+
+    from PySide6.QtCore import QTimer
+
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(1))
+    timer.start(10)
+    thread = threading.Thread(target=ask_server)
+    thread.start()
+    ask(qtbot, window, "hello")  # the window's own answer, queued with the server's request
+    qtbot.waitUntil(lambda: "r" in got, timeout=ANSWER_MS)
+    thread.join(5)
+    timer.stop()
+    assert got["r"].choices[0].message.content is not None and got["r"].usage.completion_tokens > 0
+    assert len(ticks) > 5  # the window's event loop kept running meanwhile
+    assert window.settings.serve and load_settings_serve(window)
+    window.serve_switch.setChecked(False)
+    assert window.host.server is None and window.serve_url.text() == ""
+    with pytest.raises(openai.APIConnectionError):
+        openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
+                      timeout=5).models.list()
+
+
+def load_settings_serve(window):
+    return window.settings.serve_port == window.serve_port.value()
