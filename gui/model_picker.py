@@ -7,6 +7,7 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar,
                                QPushButton, QVBoxLayout, QWidget)
 
@@ -46,7 +47,7 @@ class PairPicker(QWidget):
         self.draft_combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.note = QLabel()
         self.note.setWordWrap(True)
-        self.note.setStyleSheet("color: #4b5563;")
+        self.note.setForegroundRole(QPalette.PlaceholderText)
         self.load_button = QPushButton("Load pair")
         self.progress = QProgressBar()
         self.progress.setVisible(False)

@@ -1,8 +1,11 @@
-"""The README's screenshot: the window at 1280×800 with a finished, highlighted answer
-from the real default pair and its plain-decoding comparison.
+"""The README's screenshots: the window at 1280×800 with a finished, highlighted answer
+from the real default pair, regenerated once (so it shows "◀ 2/2 ▶"), the context meter
+and the memory badge; light, or with ``--dark`` a dark palette as a system in dark mode
+gives it.
 
-``python -m gui.screenshot docs/screenshot.png`` (offscreen unless QT_QPA_PLATFORM says
-otherwise).  Nothing is written to the user's settings or conversations.
+``python -m gui.screenshot docs/screenshot.png [--dark]`` (offscreen unless
+QT_QPA_PLATFORM says otherwise; under Xvfb: ``xvfb-run -a python -m gui.screenshot …``).
+Nothing is written to the user's settings or conversations.
 """
 
 from __future__ import annotations
@@ -39,13 +42,32 @@ def _wait(signal_ok, signal_fail, timeout_s: float):
     return got["ok"], got["args"]
 
 
-def render(out: Path, prompt: str = PROMPT, max_tokens: int = 160, compare: bool = True,
-           timeout_s: float = 300.0) -> Path:
+def dark_palette():
+    """A dark palette like the ones Qt takes from a system in dark mode."""
+    from PySide6.QtGui import QColor, QPalette
+
+    p = QPalette()
+    for role, colour in ((QPalette.Window, "#202124"), (QPalette.WindowText, "#e8eaed"), (QPalette.Base, "#17181a"),
+                         (QPalette.AlternateBase, "#2a2b2e"), (QPalette.Text, "#e8eaed"), (QPalette.Button, "#2d2e31"),
+                         (QPalette.ButtonText, "#e8eaed"), (QPalette.Highlight, "#8ab4f8"),
+                         (QPalette.HighlightedText, "#202124"), (QPalette.Link, "#8ab4f8"),
+                         (QPalette.PlaceholderText, "#9aa0a6"), (QPalette.ToolTipBase, "#2d2e31"),
+                         (QPalette.ToolTipText, "#e8eaed")):
+        p.setColor(role, QColor(colour))
+    for role in (QPalette.ButtonText, QPalette.Text, QPalette.WindowText):
+        p.setColor(QPalette.Disabled, role, QColor("#6b6f75"))
+    return p
+
+
+def render(out: Path, prompt: str = PROMPT, max_tokens: int = 160, compare: bool = False,
+           timeout_s: float = 300.0, regenerate: bool = True, dark: bool = False) -> Path:
     """Load the default pair (draft max 4, p-min 0, so the draft model's tokens show),
-    answer ``prompt``, optionally rerun it without the draft, and save the window as a
-    PNG at ``out``.  Raises RuntimeError with the window's message when loading or the
-    answer fails, TimeoutError after ``timeout_s`` seconds per step."""
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    answer ``prompt``, regenerate it once (``regenerate``), optionally rerun it without
+    the draft (``compare``), and save the window as a PNG at ``out``.  Raises
+    RuntimeError with the window's message when loading or the answer fails,
+    TimeoutError after ``timeout_s`` seconds per step."""
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # no display: draw offscreen
     from PySide6.QtWidgets import QApplication
 
     from localspec.api import resolve_pair
@@ -54,6 +76,9 @@ def render(out: Path, prompt: str = PROMPT, max_tokens: int = 160, compare: bool
     from .window import MainWindow
 
     app = QApplication.instance() or QApplication(["localspec-screenshot"])
+    if dark:
+        app.setStyle("Fusion")
+        app.setPalette(dark_palette())
     pair = resolve_pair()
     win = MainWindow(store=ConversationStore(":memory:"), autoload=False, persist=False)
     try:
@@ -73,12 +98,18 @@ def render(out: Path, prompt: str = PROMPT, max_tokens: int = 160, compare: bool
         ok, args = _wait(win.answerDone, win.answerFailed, timeout_s)
         if not ok:
             raise RuntimeError(f"the answer failed: {args[0]}")
+        if regenerate:
+            win.regenerate()
+            ok, args = _wait(win.answerDone, win.answerFailed, timeout_s)
+            if not ok:
+                raise RuntimeError(f"the regenerated answer failed: {args[0]}")
         if compare:
             win.compare_with_no_draft()
             ok, args = _wait(win.answerDone, win.answerFailed, timeout_s)
             if not ok:
                 raise RuntimeError(f"the plain rerun failed: {args[0]}")
-        win.input.setPlainText("")
+        win.input.setPlainText("Now add type hints.")
+        win.update_context_meter()
         win.view.browser.verticalScrollBar().setValue(0)
         app.processEvents()
         out = Path(out)
@@ -99,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gui.screenshot", description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", default="docs/screenshot.png", help="PNG file to write")
     parser.add_argument("--max-tokens", type=int, default=160)
-    parser.add_argument("--no-compare", action="store_true", help="skip the plain-decoding rerun")
+    parser.add_argument("--compare", action="store_true", help="also rerun the prompt with plain decoding")
+    parser.add_argument("--dark", action="store_true", help="a dark palette, as in a system's dark mode")
     args = parser.parse_args(argv)
-    path = render(Path(args.out), max_tokens=args.max_tokens, compare=not args.no_compare)
+    path = render(Path(args.out), max_tokens=args.max_tokens, compare=args.compare, dark=args.dark)
     print(path)
     return 0
 

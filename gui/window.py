@@ -166,7 +166,6 @@ class MainWindow(QMainWindow):
         self.compare_button = QPushButton("Compare with no draft")
         self.compare_button.setToolTip("Rerun the last prompt with plain decoding and show both speeds")
         self.status = QLabel()
-        self.status.setStyleSheet("color:#374151;")
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setMaximumWidth(160)
