@@ -37,20 +37,45 @@ def to_json(title: str, messages: list[Message]) -> str:
          "stats": m.stats, "segments": m.segments_json()} for m in messages]}, indent=1, ensure_ascii=False)
 
 
+_SEGMENT_TYPES = {"text": (str,), "source": (str,), "p_target": (int, float, type(None)),
+                  "p_draft": (int, float, type(None))}
+
+
 def from_json(text: str) -> tuple[str, list[Message]]:
     """(title, messages) from :func:`to_json`'s text.  Raises ValueError on anything
-    else (not JSON, another format, a message without role or content)."""
+    else (not JSON, another format or version, a message without role or content, token
+    segments or stats of the wrong shape)."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"not a JSON file: {exc}") from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ValueError(f"not a JSON file: {type(exc).__name__}: {exc}"[:200]) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} file")
-    messages = []
-    for i, m in enumerate(data.get("messages") or []):
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
-            raise ValueError(f"message {i + 1} has no valid role and content")
-        segments = [Segment(**s) for s in m.get("segments") or []]
-        messages.append(Message(m["role"], m["content"], segments, m.get("stats"), m.get("finish_reason"),
-                                m.get("kind", "chat")))
-    return str(data.get("title", "Imported chat")), messages
+    if data.get("version") != VERSION:
+        raise ValueError(f"{FORMAT} version {data.get('version')!r} is not supported (this reads {VERSION})")
+    raw = data.get("messages") or []
+    if not isinstance(raw, list):
+        raise ValueError("messages must be a list")
+    messages = [_message(i, m) for i, m in enumerate(raw)]
+    title = data.get("title")
+    return (title if isinstance(title, str) and title else "Imported chat"), messages
+
+
+def _message(i: int, m) -> Message:
+    if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
+        raise ValueError(f"message {i + 1} has no valid role and content")
+    segments = m.get("segments") or []
+    if not isinstance(segments, list) or not all(
+            isinstance(s, dict) and set(s) == set(_SEGMENT_TYPES)
+            and all(isinstance(s[k], t) and not isinstance(s[k], bool) for k, t in _SEGMENT_TYPES.items())
+            for s in segments):
+        raise ValueError(f"message {i + 1}: segments must be objects with text, source, p_target, p_draft")
+    stats = m.get("stats")
+    if stats is not None and not (isinstance(stats, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) or isinstance(v, (str, dict)) or v is None
+            for v in stats.values())):
+        raise ValueError(f"message {i + 1}: stats must be an object of numbers")
+    finish, kind = m.get("finish_reason"), m.get("kind", "chat")
+    if not isinstance(finish, (str, type(None))) or kind not in ("chat", "baseline"):
+        raise ValueError(f"message {i + 1}: bad finish_reason or kind")
+    return Message(m["role"], m["content"], [Segment(**s) for s in segments], stats, finish, kind)

@@ -28,13 +28,22 @@ DEBIAN_PACKAGES = {
     "libxkbcommon.so.0": "libxkbcommon0", "libdbus-1.so.3": "libdbus-1-3", "libglib-2.0.so.0": "libglib2.0-0",
     "libfreetype.so.6": "libfreetype6", "libOpenGL.so.0": "libopengl0",
 }
+NO_DISPLAY_NEEDED = ("offscreen", "minimal", "minimalegl", "vnc", "eglfs", "linuxfb")
 OTHER_SYSTEMS = "Fedora: sudo dnf install xcb-util-cursor xcb-util-wm xcb-util-keysyms libxkbcommon-x11; " \
                 "Arch: sudo pacman -S xcb-util-cursor xcb-util-wm xcb-util-keysyms"
 
 
 def install_line(libraries: list[str]) -> str:
-    packages = sorted({DEBIAN_PACKAGES.get(lib, lib) for lib in libraries})
-    return f"sudo apt-get install {' '.join(packages)} (Debian/Ubuntu; {OTHER_SYSTEMS})"
+    """The install command for known libraries; a library not in the table is named for
+    the user to find (guessing a package name would give a command that fails)."""
+    known = sorted({DEBIAN_PACKAGES[lib] for lib in libraries if lib in DEBIAN_PACKAGES})
+    unknown = sorted({lib for lib in libraries if lib not in DEBIAN_PACKAGES})
+    parts = []
+    if known:
+        parts.append(f"sudo apt-get install {' '.join(known)} (Debian/Ubuntu; {OTHER_SYSTEMS})")
+    if unknown:
+        parts.append(f"install the system package that provides {', '.join(unknown)}")
+    return "; ".join(parts)
 
 
 def missing_libraries(files: list[Path]) -> list[str]:
@@ -44,7 +53,8 @@ def missing_libraries(files: list[Path]) -> list[str]:
         if not f.exists():
             continue
         try:
-            out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, timeout=20).stdout
+            out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, errors="replace",
+                                 timeout=10).stdout
         except (OSError, subprocess.TimeoutExpired):
             continue
         missing.update(m.group(1) for m in re.finditer(r"^\s*(\S+)\s*=>\s*not found", out, re.M))
@@ -64,13 +74,14 @@ def platform_problem(environ=os.environ) -> str | None:
     when it can (or when this is not Linux, or Qt was told to draw offscreen)."""
     if sys.platform != "linux":
         return None
-    platform = environ.get("QT_QPA_PLATFORM", "")
-    if platform.split(":")[0] in ("offscreen", "minimal", "vnc", "eglfs", "linuxfb"):
+    wanted = [p.split(":")[0].strip() for p in environ.get("QT_QPA_PLATFORM", "").split(";") if p.strip()]
+    if any(p in NO_DISPLAY_NEEDED for p in wanted):  # Qt tries the list in order
         return None
-    if not environ.get("DISPLAY") and not environ.get("WAYLAND_DISPLAY"):
+    x11, wayland = environ.get("DISPLAY", "").strip(), environ.get("WAYLAND_DISPLAY", "").strip()
+    if not (x11 or wayland) or (wanted and wanted[0] == "xcb" and not x11):
         return ("there is no display (neither DISPLAY nor WAYLAND_DISPLAY is set): run it from a desktop session, "
                 "or under a virtual one: xvfb-run -a localspec gui (Debian/Ubuntu: sudo apt-get install xvfb)")
-    if platform.startswith("wayland"):
+    if (wanted and wanted[0].startswith("wayland")) or (not x11 and wayland):
         return None
     missing = missing_libraries(xcb_plugin_files())
     if missing:
@@ -80,8 +91,8 @@ def platform_problem(environ=os.environ) -> str | None:
 
 def import_problem(exc: ImportError) -> str:
     """The line for PySide6 failing to import because a system library is missing."""
-    found = re.findall(r"(lib[\w.+-]+\.so(?:\.\d+)*)", str(exc))
-    if found:
+    found = list(dict.fromkeys(re.findall(r"(lib[\w.+-]+\.so(?:\.\d+)*)", str(exc))))
+    if found and "cannot open shared object" in str(exc):
         return f"Qt cannot load {', '.join(found)}: {install_line(found)}"
     return f"PySide6 cannot load Qt: {exc}"
 

@@ -128,6 +128,7 @@ class ConversationStore:
     def list(self, query: str = "") -> list[ConversationInfo]:
         """Newest first; with ``query``, only those whose title or any message contains
         it (case-insensitive for ASCII, as SQLite's LIKE)."""
+        query = query.replace("\x00", "")  # SQLite's LIKE would stop reading the pattern there
         if not query:
             rows = self._db.execute("SELECT id, title, updated_at FROM conversations ORDER BY updated_at DESC, id DESC")
         else:
@@ -169,10 +170,10 @@ class ConversationStore:
         return message.id
 
     def delete_message(self, message_id: int) -> None:
-        """Remove a message that has no children; its parent becomes the current leaf
-        where it was the leaf."""
+        """Remove a message that has no children (one that has is left alone); its parent
+        becomes the current leaf where it was the leaf."""
         row = self._db.execute("SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)).fetchone()
-        if row is None:
+        if row is None or self._db.execute("SELECT 1 FROM messages WHERE parent_id = ?", (message_id,)).fetchone():
             return
         with self._db:
             self._db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
@@ -183,8 +184,15 @@ class ConversationStore:
         row = self._db.execute("SELECT current_leaf FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         return row[0] if row else None
 
+    def _belongs(self, conversation_id: int, message_id: int) -> bool:
+        return self._db.execute("SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
+                                (message_id, conversation_id)).fetchone() is not None
+
     def set_leaf(self, conversation_id: int, message_id: int | None) -> None:
-        """Show the path ending at ``message_id`` (None: an empty path)."""
+        """Show the path ending at ``message_id`` (None: an empty path); an id that is not
+        a message of this conversation is ignored."""
+        if message_id is not None and not self._belongs(conversation_id, message_id):
+            return
         with self._db:
             self._db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (message_id, conversation_id))
 
@@ -194,8 +202,9 @@ class ConversationStore:
         rows = {r[0]: r for r in self._db.execute(
             "SELECT id, role, content, kind, segments, stats, finish_reason, parent_id FROM messages "
             "WHERE conversation_id = ?", (conversation_id,))}
-        path, mid = [], self.current_leaf(conversation_id)
-        while mid is not None and mid in rows and len(path) <= len(rows):
+        path, mid, seen = [], self.current_leaf(conversation_id), set()
+        while mid is not None and mid in rows and mid not in seen:  # a damaged file may hold a cycle
+            seen.add(mid)
             path.append(rows[mid])
             mid = rows[mid][7]
         out = []
@@ -220,13 +229,16 @@ class ConversationStore:
     def switch_to(self, conversation_id: int, message_id: int) -> None:
         """Show ``message_id``'s version: the path through it, continued by the newest
         child at every step below it."""
-        leaf = message_id
+        if not self._belongs(conversation_id, message_id):
+            return
+        leaf, seen = message_id, {message_id}
         while True:
             row = self._db.execute("SELECT MAX(id) FROM messages WHERE conversation_id = ? AND parent_id = ?",
                                    (conversation_id, leaf)).fetchone()
-            if row[0] is None:
+            if row[0] is None or row[0] in seen:  # no child, or a cycle in a damaged file
                 break
             leaf = row[0]
+            seen.add(leaf)
         self.set_leaf(conversation_id, leaf)
 
 

@@ -86,18 +86,22 @@ def model_memory(info: GGUFInfo, n_ctx: int, cache_type: str = "f16", weights: i
     """Estimate for one model from its header; ``weights`` defaults to the file's size.
 
     Raises ValueError on an unknown ``cache_type`` or a header without a block count."""
-    if cache_type not in CACHE_TYPE_BYTES:
+    if not isinstance(cache_type, str) or cache_type not in CACHE_TYPE_BYTES:
         raise ValueError(f"unknown KV cache type {cache_type!r}; one of {', '.join(CACHE_TYPE_BYTES)}")
-    arch = info.architecture
-    n_layer = info.get(f"{arch}.block_count")
-    if not n_layer:
-        raise ValueError(f"{info.path.name}: no {arch}.block_count in the GGUF header")
-    n_embd = int(info.get(f"{arch}.embedding_length", 0))
-    n_head = int(info.get(f"{arch}.attention.head_count", 1) or 1)
-    n_head_kv = int(info.get(f"{arch}.attention.head_count_kv", n_head) or n_head)
-    head_k = int(info.get(f"{arch}.attention.key_length", n_embd // n_head))
-    head_v = int(info.get(f"{arch}.attention.value_length", n_embd // n_head))
-    kv = int(n_layer) * n_ctx * n_head_kv * (head_k + head_v) * CACHE_TYPE_BYTES[cache_type]
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
+        raise ValueError(f"n_ctx must be a positive number of tokens, got {n_ctx!r}")
+    arch, name = info.architecture, Path(info.path).name
+    n_layer = _count(info, f"{arch}.block_count", name)
+    n_embd = _count(info, f"{arch}.embedding_length", name, required=False)
+    heads = _per_layer(info, f"{arch}.attention.head_count", n_layer, name, default=None)
+    kv_heads = _per_layer(info, f"{arch}.attention.head_count_kv", n_layer, name, default=heads)
+    n_head = max(heads) if heads else 0
+    fallback = n_embd // n_head if n_embd and n_head else None
+    head_k = _count(info, f"{arch}.attention.key_length", name, required=fallback is None) or fallback
+    head_v = _count(info, f"{arch}.attention.value_length", name, required=fallback is None) or fallback
+    if kv_heads is None:
+        raise ValueError(f"{name}: no {arch}.attention.head_count(_kv) in the GGUF header")
+    kv = n_ctx * sum(kv_heads) * (head_k + head_v) * CACHE_TYPE_BYTES[cache_type]
     n_ubatch = min(N_UBATCH, n_ctx)
     compute = info.n_vocab * n_ubatch * 4 + n_ubatch * n_embd * 4 * 8
     if weights is None:
@@ -117,6 +121,29 @@ def memory_budget(offload: bool = True) -> tuple[int, str]:
         if gpus:
             return gpus[0].memory_total, "VRAM"
     return memory_bytes(), "RAM"
+
+
+def _count(info: GGUFInfo, key: str, name: str, required: bool = True) -> int:
+    """A positive integer header value; 0 when absent and not ``required``."""
+    value = info.get(key)
+    if value is None and not required:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: {key} is {value!r} in the GGUF header, not a positive integer")
+    return value
+
+
+def _per_layer(info: GGUFInfo, key: str, n_layer: int, name: str, default):
+    """A head count per layer: one integer for all layers, or an array (variable-GQA
+    models such as OpenELM); ``default`` when absent."""
+    value = info.get(key)
+    if value is None:
+        return default
+    if isinstance(value, list):
+        if len(value) != n_layer or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise ValueError(f"{name}: {key} is not {n_layer} head counts")
+        return value
+    return [_count(info, key, name)] * n_layer
 
 
 def pair_memory(target: str | Path, draft: str | Path | None, n_ctx: int, cache_type: str = "f16",

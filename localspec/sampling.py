@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import InvalidOptionError
+from .errors import EngineError, InvalidOptionError
 
 # top-p only needs the head of the distribution; sorting this many candidates first
 # avoids a full sort when top-k is off.
@@ -163,10 +163,16 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
     if params.top_k and params.top_k < row.size:
         ids = _top_k_ids(row, params.top_k)
     elif params.top_p == 1.0 and params.min_p > 0.0:  # min-p alone: its cut needs no normaliser
-        ids = np.flatnonzero(row >= row.max() + params.temperature * math.log(params.min_p))
+        # A float32 comparison with a slightly lower cut: a superset of what the exact
+        # float64 min-p rule below keeps.
+        cut = float(row.max()) + params.temperature * math.log(params.min_p)
+        ids = np.flatnonzero(row >= cut - 1e-3 * max(1.0, abs(cut)))
     else:
         ids = np.arange(row.size)
     z = row[ids].astype(np.float64)
+    if not np.isfinite(z.max(initial=-np.inf)):
+        raise EngineError("the model's logits hold NaN or infinity (or nothing finite): "
+                          "no distribution to sample from")
     with np.errstate(over="ignore"):  # a tiny temperature: 0 and -inf, never inf - inf
         p = np.exp((z - z.max()) / params.temperature)
     p /= p.sum()

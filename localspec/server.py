@@ -208,9 +208,10 @@ class _Common(BaseModel):
         if not flat:
             return data
         nested = data.get("speculative")
+        if nested is not None and not isinstance(nested, dict):
+            return data  # the nested value is refused on its own (400, param "speculative")
         rest = {k: v for k, v in data.items() if k not in flat}
-        return {**rest, "speculative": {**(nested if isinstance(nested, dict) else {}),
-                                        **{k.split(".", 1)[1]: v for k, v in flat.items()}}}
+        return {**rest, "speculative": {**(nested or {}), **{k.split(".", 1)[1]: v for k, v in flat.items()}}}
 
     @field_validator("stop")
     @classmethod
@@ -314,6 +315,7 @@ class ModelWorker:
         self.last_result: GenerationResult | None = None  # of the latest finished generation
         self.skipped = 0  # queued jobs dropped because their client had left
         self._run_in = run_in
+        self._closed = False
         self._thread = None
         if run_in is None:
             self._thread = threading.Thread(target=self._run, name="localspec-model", daemon=True)
@@ -328,13 +330,19 @@ class ModelWorker:
         return self._current is not None
 
     def submit(self, job: Job) -> None:
+        if self._closed:
+            raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down", retry=True)
         try:
             self._jobs.put_nowait(job)
         except queue.Full:
             raise APIError(503, f"the server is busy: {self.queue_size} requests are already waiting",
                            type="server_error", code="queue_full", retry=True, headers={"Retry-After": "1"}) from None
         if self._run_in is not None:
-            self._run_in()
+            try:
+                self._run_in()
+            except BaseException:
+                self.withdraw(job)  # never run: its place is free again
+                raise
 
     def withdraw(self, job: Job) -> None:
         """Take a job whose client left out of the queue at once (its place is free)."""
@@ -355,9 +363,11 @@ class ModelWorker:
             self._current.cancel()
 
     def close(self) -> None:
-        """Cancel the running job, drop the waiting ones, and stop the thread; returns once
-        the model is no longer in use (a running job stops within one round, or one
-        prompt batch), so the caller may free it."""
+        """Refuse new jobs, cancel the running one, drop the waiting ones, and stop the
+        thread; returns once the model is no longer in use (a running job stops within one
+        round, or one prompt batch), so the caller may free it.  With ``run_in`` there is no
+        thread to wait for: the owning thread ends the running job within one round."""
+        self._closed = True
         while True:
             try:
                 job = self._jobs.get_nowait()

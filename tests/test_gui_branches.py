@@ -292,3 +292,35 @@ def test_the_serve_switch_answers_the_openai_client_through_the_window_model_thr
 
 def load_settings_serve(window):
     return window.settings.serve_port == window.serve_port.value()
+
+
+def test_a_damaged_tree_and_foreign_ids_do_not_hang_or_lose_messages(tmp_path):
+    s = ConversationStore(tmp_path / "c.sqlite3")
+    c, other = s.create("c"), s.create("other")
+    x = s.add_message(c, Message("user", "x"))
+    y = s.add_message(c, Message("assistant", "y"))
+    z = s.add_message(other, Message("user", "z"))
+    s.delete_message(x)  # has a child: left alone
+    assert [m.content for m in s.messages(c)] == ["x", "y"]
+    s.switch_to(c, z)  # another conversation's message: ignored
+    s.set_leaf(c, 12345)
+    assert [m.content for m in s.messages(c)] == ["x", "y"]
+    s._db.execute("UPDATE messages SET parent_id = ? WHERE id = ?", (y, x))  # a cycle, by hand
+    s._db.commit()
+    s.switch_to(c, x)  # returns
+    assert sorted(m.content for m in s.messages(c)) == ["x", "y"]  # each once
+    assert [i.title for i in s.list("y\x00")] == ["c"]  # a NUL does not end the pattern early
+
+
+@pytest.mark.parametrize("bad", [
+    '{"format": "localspec-conversation", "version": 1, "messages": 5}',
+    '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "user", "content": "a", "segments": "abc"}]}',
+    '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "user", "content": "a", '
+    '"segments": [{"text": "a", "source": "target", "p_target": null, "p_draft": null, "extra": 1}]}]}',
+    '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "assistant", "content": "a", "stats": [1]}]}',
+    '{"format": "localspec-conversation", "version": 99, "messages": []}',
+    "[" * 100_000 + "]" * 100_000,
+])
+def test_from_json_refuses_malformed_files_with_value_error(bad):
+    with pytest.raises(ValueError):
+        export.from_json(bad)

@@ -31,3 +31,22 @@ def test_the_estimate_is_the_hand_computed_sum(target_gguf, other_gguf):
 def test_verdicts(available, verdict):
     est = PairMemory((ModelMemory("t", 500, 100, 50),), 4096, available, "RAM")
     assert est.total == 650 and est.verdict == verdict
+
+
+def test_per_layer_head_counts_and_bad_sizes(tmp_path):
+    from localspec.gguf_info import GGUFInfo
+
+    info = GGUFInfo(tmp_path / "m.gguf", 3, metadata={"general.architecture": "llama", "llama.block_count": 2,
+                                                          "llama.embedding_length": 64, "llama.attention.head_count": 4,
+                                                          "llama.attention.head_count_kv": [1, 2]},
+                    tokens=["a"] * 10)
+    assert model_memory(info, 100, weights=0).kv_cache == 100 * (1 + 2) * (16 + 16) * 2
+    for n_ctx in (0, -5, "1024", None, True):
+        with pytest.raises(ValueError):
+            model_memory(info, n_ctx, weights=0)
+    broken = GGUFInfo(tmp_path / "m.gguf", 3, metadata={"general.architecture": "llama", "llama.block_count": 2})
+    with pytest.raises(ValueError):
+        model_memory(broken, 100, weights=0)
+    info.metadata["llama.block_count"] = "2"
+    with pytest.raises(ValueError, match="block_count"):
+        model_memory(info, 100, weights=0)

@@ -223,3 +223,15 @@ def test_top_k_by_column_maxima_is_exact(n_vocab, k):
         got = np.sort(row[_top_k_ids(row, k)])
         np.testing.assert_array_equal(got, np.sort(row)[-k:])
         assert np.unique(_top_k_ids(row, k)).size == k
+
+
+def test_min_p_alone_keeps_a_token_exactly_at_the_cut_and_bad_rows_fail_clearly():
+    from localspec.errors import EngineError
+    from localspec.sampling import row_candidates
+
+    row = np.array([0.28422242403030396, -0.015350802801549435], np.float32)
+    sp = SamplingParams(temperature=0.1, top_k=0, top_p=1.0, min_p=0.05)
+    np.testing.assert_array_equal(row_candidates(row, sp).ids, np.flatnonzero(dense_reference(row, sp)))
+    for bad in ([np.nan, 1.0], [np.inf, 1.0], [-np.inf, -np.inf]):
+        with pytest.raises(EngineError):
+            row_candidates(np.array(bad, np.float32), SamplingParams(0.7))

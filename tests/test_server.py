@@ -343,3 +343,35 @@ def test_llama_servers_flat_speculative_keys_are_understood(server):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="m", messages=messages, max_tokens=4, extra_body={"speculative.p_min": 2})
     assert err.value.body["param"] == "speculative.p_min"
+    with pytest.raises(openai.BadRequestError) as err:  # a non-object "speculative" is not hidden by flat keys
+        client.chat.completions.create(model="m", messages=messages, max_tokens=4,
+                                       extra_body={"speculative": 5, "speculative.n_max": 3})
+    assert err.value.body["param"] == "speculative"
+
+
+def test_a_worker_run_by_another_thread_frees_a_place_when_it_cannot_be_asked(real_model):
+    """ModelWorker(run_in=...): a job whose run_in call fails is taken back out of the
+    queue, and after close() new jobs are refused."""
+    import asyncio as aio
+    from localspec.server import APIError
+
+    calls = []
+
+    def run_in():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the owning thread is gone")
+
+    worker = ModelWorker(real_model, queue_size=2, run_in=run_in)
+    loop = aio.new_event_loop()
+    try:
+        job = Job(start=lambda m: None, loop=loop)
+        with pytest.raises(RuntimeError):
+            worker.submit(job)
+        assert worker.waiting == 0
+        worker.close()
+        with pytest.raises(APIError) as err:
+            worker.submit(Job(start=lambda m: None, loop=loop))
+        assert err.value.status == 503
+    finally:
+        loop.close()
