@@ -69,9 +69,10 @@ def xcb_plugin_files() -> list[Path]:
     return [qt / "plugins" / "platforms" / "libqxcb.so", *sorted((qt / "lib").glob("libQt6XcbQpa.so*"))[:1]]
 
 
-def platform_problem(environ=os.environ) -> str | None:
-    """Why Qt could not open a window on this machine, in one line with the fix; None
-    when it can (or when this is not Linux, or Qt was told to draw offscreen)."""
+def platform_problem(environ=os.environ, command: str = "localspec gui") -> str | None:
+    """Why Qt could not open a window on this machine, in one line with the fix (naming
+    ``command`` for the xvfb-run hint); None when it can (or when this is not Linux, or
+    Qt was told to draw offscreen)."""
     if sys.platform != "linux":
         return None
     wanted = [p.split(":")[0].strip() for p in environ.get("QT_QPA_PLATFORM", "").split(";") if p.strip()]
@@ -80,7 +81,7 @@ def platform_problem(environ=os.environ) -> str | None:
     x11, wayland = environ.get("DISPLAY", "").strip(), environ.get("WAYLAND_DISPLAY", "").strip()
     if not (x11 or wayland) or (wanted and wanted[0] == "xcb" and not x11):
         return ("there is no display (neither DISPLAY nor WAYLAND_DISPLAY is set): run it from a desktop session, "
-                "or under a virtual one: xvfb-run -a localspec gui (Debian/Ubuntu: sudo apt-get install xvfb)")
+                f"or under a virtual one: xvfb-run -a {command} (Debian/Ubuntu: sudo apt-get install xvfb)")
     if (wanted and wanted[0].startswith("wayland")) or (not x11 and wayland):
         return None
     missing = missing_libraries(xcb_plugin_files())
@@ -99,9 +100,12 @@ def import_problem(exc: ImportError) -> str:
 
 def startup_problem() -> str | None:
     """The one line to print instead of starting Qt (PySide6 cannot load its libraries,
-    or :func:`platform_problem`), or None when Qt can start."""
+    or :func:`platform_problem`, naming this process's own command), or None when Qt can start."""
+    import shlex
+
     try:
         from PySide6 import QtWidgets  # noqa: F401
     except ImportError as exc:
         return import_problem(exc)
-    return platform_problem()
+    command = shlex.join(sys.argv) if sys.argv and sys.argv[0] else "localspec gui"
+    return platform_problem(os.environ, command)

@@ -48,7 +48,7 @@ class Settings:
     highlight: bool = True
     overflow: str = "stop"  # a key of OVERFLOW_CHOICES
     serve: bool = False  # the "Serve on localhost" switch, off until turned on
-    serve_port: int = 8080
+    serve_port: int = 8090  # not localspec serve's 8080, so both can run
 
     def generation_options(self) -> dict:
         """Keyword options for ``SpeculativeModel.chat``."""

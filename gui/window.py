@@ -650,7 +650,8 @@ class MainWindow(QMainWindow):
                             "or raise Context and Load the pair again.")
         self._update_buttons()
         self.update_context_meter()
-        self.answerDone.emit(answer)
+        shown = next((m for m in self.messages if m.id == answer.id), answer)  # with its versions counted
+        self.answerDone.emit(shown)
 
     def _on_failed(self, rid: int, message: str) -> None:
         taken = self._take_request(rid)
@@ -704,6 +705,9 @@ class MainWindow(QMainWindow):
         share = 100 * n / n_ctx if n_ctx else 0
         colour = "#b91c1c" if share >= 100 else ("#b45309" if share >= 90 else "")
         text = f"Context {share:.0f} % full ({n:,} / {n_ctx:,} tokens)"
+        if share >= 100 and self.request is None:
+            text += (": the oldest turns are left out when it is sent" if self.settings.overflow == "drop-oldest"
+                     else ": a message now is refused (see Settings ▸ Too long)")
         self.context_label.setText(f'<span style="color:{colour}">{text}</span>' if colour else text)
 
     # --- local server ----------------------------------------------------------------------

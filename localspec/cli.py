@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--queue", type=int, default=16, help="requests that may wait for the model (default 16)")
     g.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
     _add_model_flags(serve)
-    _add_generation_flags(serve)
+    _add_generation_flags(serve, max_tokens=None)
     serve.set_defaults(func=_cmd_serve)
 
     bench = sub.add_parser("bench", help="benchmark every drafting strategy against plain decoding")
@@ -184,9 +184,11 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 
 
-def _add_generation_flags(p: argparse.ArgumentParser) -> None:
+def _add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 512) -> None:
     g = p.add_argument_group("generation")
-    g.add_argument("-n", "--max-tokens", type=int, default=512, help="most tokens to generate (default 512)")
+    g.add_argument("-n", "--max-tokens", type=int, default=max_tokens,
+                   help=f"most tokens to generate (default {max_tokens})" if max_tokens else
+                   "most tokens a request generates when it does not say (default: until the context is full)")
     g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=40)
     g.add_argument("--top-p", type=float, default=0.95)

@@ -80,7 +80,7 @@ def serve(args, load, defaults: dict) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"localspec: warning: serving on {args.host}: other machines can reach this server"
               + ("" if args.api_key else "; set --api-key so only your clients can use it"), file=sys.stderr)
-    defaults = {k: v for k, v in defaults.items() if k != "max_tokens" and v not in (None, [])}
+    defaults = {k: v for k, v in defaults.items() if v not in (None, [])}
     with load(args) as model:
         name = model.target_path.stem + (f"+{model.draft_path.stem}" if model.draft_path else "")
         config = ServerConfig(model_name=name, api_key=args.api_key, cors_origins=tuple(args.cors),

@@ -195,7 +195,7 @@ def test_a_bare_system_gets_one_line_and_exit_status_2(monkeypatch, capsys):
     monkeypatch.setattr(qt_check, "missing_libraries", lambda files: ["libxcb-cursor.so.0", "libxkbcommon-x11.so.0"])
     line = qt_check.platform_problem({"DISPLAY": ":0"})
     assert "apt-get install libxcb-cursor0 libxkbcommon-x11-0" in line and "Fedora" in line
-    monkeypatch.setattr(qt_check, "platform_problem", lambda environ=None: line)
+    monkeypatch.setattr(qt_check, "platform_problem", lambda environ=None, command=None: line)
     assert main(["gui"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "libxcb-cursor0" in err and "Traceback" not in err
