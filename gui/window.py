@@ -99,6 +99,7 @@ class MainWindow(QMainWindow):
         self.request: tuple[int, str, Message] | None = None  # id, kind, answer being written
         self.editing: Message | None = None  # the question being edited into a new version
         self._dropped = 0  # turns _fit_to_context left out of the history it returned last
+        self._memory_key = None  # what the memory badge was last computed for
         self._request_dropped = 0  # ... of the answer being written
         self._sent_text = ""
         self._ready = False  # no settings saved while the widgets are being filled
@@ -377,14 +378,17 @@ class MainWindow(QMainWindow):
         from localspec.errors import LocalspecError
         from localspec.memory import gib, pair_memory_of_refs
 
-        target = self.picker.current_target()
+        target, draft = self.picker.current_target(), self.picker.current_draft()
+        chosen = self.panel.apply_to(Settings())
+        key = (target, draft, chosen.n_ctx, chosen.gpu_layers != 0)
+        if key == self._memory_key:  # the panel changed something else (it fires on every edit)
+            return
+        self._memory_key = key
         if target is None:
             self.memory_badge.setText("")
             return
-        n_ctx = self.panel.apply_to(Settings()).n_ctx
         try:
-            est = pair_memory_of_refs(target, self.picker.current_draft(), n_ctx,
-                                      offload=self.panel.apply_to(Settings()).gpu_layers != 0)
+            est = pair_memory_of_refs(target, draft, chosen.n_ctx, offload=chosen.gpu_layers != 0)
         except (LocalspecError, OSError, ValueError) as exc:
             self.memory_badge.setText(f"Memory: cannot estimate ({exc})")
             return
@@ -458,7 +462,7 @@ class MainWindow(QMainWindow):
             self._reload_conversations()
         user = Message("user", text)
         before = self.messages[: self.messages.index(self.editing)] if self.editing is not None else self.messages
-        history = self._fit_to_context(chat_history(before + [user], self.settings.system_prompt))
+        history, n_prompt = self._fit_to_context(chat_history(before + [user], self.settings.system_prompt))
         if history is None:
             return
         if self.editing is not None:  # a new version of that question, beside it
@@ -470,19 +474,20 @@ class MainWindow(QMainWindow):
         self.messages.append(user)
         self._sent_text = text
         self.input.clear()
-        self._start(history, "chat", self.settings.generation_options(), parent_id=user.id)
+        self._start(history, "chat", self.settings.generation_options(), parent_id=user.id, n_prompt=n_prompt)
 
-    def _fit_to_context(self, history: list[dict]) -> list[dict] | None:
-        """``history`` if its prompt fits the context; else, by the overflow setting, None
-        after saying so with the numbers ("stop"), or the history with its oldest turns
-        left out ("drop-oldest": the system prompt and the new message stay; how many were
-        left out is noted in the answer's stats).  Unknown counts (no model) pass."""
+    def _fit_to_context(self, history: list[dict]) -> tuple[list[dict] | None, int | None]:
+        """(history to send, its prompt tokens): ``history`` itself if it fits the
+        context; else, by the overflow setting, (None, None) after saying so with the
+        numbers ("stop"), or the history with its oldest turns left out ("drop-oldest":
+        the system prompt and the new message stay; how many were left out is noted in
+        the answer's stats).  An unknown count (no model) passes as None."""
         self._dropped = 0
         counted = self.host.worker.count_tokens(history)
         if counted is None or counted[0] < counted[1]:
-            return history
+            return history, counted[0] if counted else None
         n, n_ctx = counted
-        if self.panel.apply_to(self.settings).overflow == "drop-oldest":
+        if self.panel.overflow.currentData() == "drop-oldest":
             head = 1 if history and history[0]["role"] == "system" else 0
             trimmed = list(history)
             while len(trimmed) - head > 1:  # a turn: a question and the answers after it
@@ -493,15 +498,15 @@ class MainWindow(QMainWindow):
                     self._dropped += 1
                 counted = self.host.worker.count_tokens(trimmed)
                 if counted is None or counted[0] < n_ctx:
-                    return trimmed
+                    return trimmed, counted[0] if counted else None
             self._dropped = 0
             self.show_error(f"The message alone does not fit: {counted[0]:,} tokens with the system prompt, "
                             f"the context holds {n_ctx:,}. Shorten it, or raise Context and Load the pair again.")
-            return None
+            return None, None
         self.show_error(f"This message does not fit: the chat would be {n:,} tokens and the context holds "
                         f"{n_ctx:,}. Start a New chat, raise Context and Load the pair again, or set "
                         "Settings ▸ Too long to “Drop the oldest turns”.")
-        return None
+        return None, None
 
     def regenerate(self, message_id: int | None = None) -> None:
         """Answer the question of answer ``message_id`` (default: the last answer) again,
@@ -513,13 +518,14 @@ class MainWindow(QMainWindow):
         if target is None:
             return
         self.hide_error()
-        history = self._fit_to_context(chat_history(self.messages[: self.messages.index(target)],
-                                                    self.settings.system_prompt))
+        history, n_prompt = self._fit_to_context(chat_history(self.messages[: self.messages.index(target)],
+                                                              self.settings.system_prompt))
         if history is None:
             return
         self.messages = self.messages[: self.messages.index(target)]
         self._sent_text = ""
-        self._start(history, "chat", self.settings.generation_options(), parent_id=target.parent_id)
+        self._start(history, "chat", self.settings.generation_options(), parent_id=target.parent_id,
+                    n_prompt=n_prompt)
 
     def edit(self, message_id: int) -> None:
         """Put question ``message_id`` in the input box; sending it makes a new version of
@@ -583,7 +589,10 @@ class MainWindow(QMainWindow):
         self._start(history, "baseline", {**self.settings.generation_options(), "strategy": "none"},
                     parent_id=self.messages[-1].id)
 
-    def _start(self, history: list[dict], kind: str, options: dict, parent_id: int | None) -> None:
+    def _start(self, history: list[dict], kind: str, options: dict, parent_id: int | None,
+               n_prompt: int | None = None) -> None:
+        """Queue the answer to ``history``; ``n_prompt``: its prompt tokens when already
+        counted (for the context meter while the answer streams)."""
         answer = Message("assistant", "", kind=kind, parent_id=parent_id)
         self.messages.append(answer)
         self.view.set_messages(self.messages)
@@ -591,8 +600,10 @@ class MainWindow(QMainWindow):
         rid = self.host.generate(history, options)
         self.request = (rid, kind, answer)
         self._request_dropped = self._dropped if kind == "chat" else 0
-        counted = self.host.worker.count_tokens(history)
-        self._count_base = counted[0] if counted else None
+        if n_prompt is None:
+            counted = self.host.worker.count_tokens(history)
+            n_prompt = counted[0] if counted else None
+        self._count_base = n_prompt
         self.update_context_meter()
         self.status.setText("Generating…" if kind == "chat" else "Measuring plain decoding…")
         self._update_buttons()

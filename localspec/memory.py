@@ -19,6 +19,7 @@ measured resident set size of the default pair.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +110,18 @@ def model_memory(info: GGUFInfo, n_ctx: int, cache_type: str = "f16", weights: i
     return ModelMemory(Path(info.path).name, int(weights), int(kv), int(compute))
 
 
+def _header(path: str | Path) -> GGUFInfo:
+    """The GGUF header, read once per file version (a 152k-token vocabulary takes ~0.4 s
+    to parse, and the window asks again on every settings change)."""
+    st = Path(path).stat() if Path(path).is_file() else None
+    return _cached_header(str(Path(path).resolve()), st.st_size if st else -1, st.st_mtime_ns if st else -1)
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_header(path: str, size: int, mtime_ns: int) -> GGUFInfo:
+    return check_gguf_file(path)
+
+
 def memory_budget(offload: bool = True) -> tuple[int, str]:
     """(bytes, "VRAM") of the first GPU llama.cpp sees when layers are offloaded to it
     (Metal reports the unified memory it may use), else (total RAM, "RAM")."""
@@ -151,9 +164,9 @@ def pair_memory(target: str | Path, draft: str | Path | None, n_ctx: int, cache_
     """Estimate for target (+ draft) GGUF files on disk at ``n_ctx`` tokens each, against
     :func:`memory_budget`.  Raises :class:`~localspec.errors.ModelFileError` for a missing
     or corrupt GGUF, ValueError for a header without the sizes needed."""
-    models = [model_memory(check_gguf_file(target), n_ctx, cache_type)]
+    models = [model_memory(_header(target), n_ctx, cache_type)]
     if draft is not None:
-        models.append(model_memory(check_gguf_file(draft), n_ctx, cache_type))
+        models.append(model_memory(_header(draft), n_ctx, cache_type))
     available, where = memory_budget(offload)
     return PairMemory(tuple(models), n_ctx, available, where)
 
@@ -166,7 +179,7 @@ def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16", offl
         if ref is None:
             continue
         if ref.path is not None:
-            models.append(model_memory(check_gguf_file(ref.path), n_ctx, cache_type))
+            models.append(model_memory(_header(ref.path), n_ctx, cache_type))
         else:
             models.append(ModelMemory(ref.name, int(ref.size or 0), 0, 0))
             partial = True

@@ -181,9 +181,11 @@ class AdaptivePolicy:
             self._models[id(d)] = _DrafterModel(successes=2.0 * alpha, trials=2.0)
             self._calibrations[id(d)] = Calibration()
 
-    # The adaptive policy may never start the draft model on a text: its prefill is
-    # charged when it is first chosen (see _best_blind), not paid up front.
-    prefill_drafters: tuple = ()
+    @property
+    def prefill_drafters(self) -> tuple:
+        """None: the draft model may never start on a text, so its prefill is charged when
+        it is first chosen (see :meth:`_best_blind`), not paid up front."""
+        return ()
 
     @property
     def free_drafters(self) -> list:

@@ -167,12 +167,12 @@ class Generation:
         stats.prompt_cached_tokens = reused
         t0 = target.decode_s
         logits = self._prefill(context[reused:])
+        stats.prompt_eval_s = target.decode_s - t0
         if logits is not None and not self._cancelled:
-            for d in self.policy.prefill_drafters:
+            for d in self.policy.prefill_drafters:  # prompt time too: a draft model drafting from round 1
                 before = d.decode_s
                 d.prefill(context)
-                t0 -= d.decode_s - before
-        stats.prompt_eval_s = target.decode_s - t0
+                stats.prompt_eval_s += d.decode_s - before
         if logits is None:  # cancelled while reading the prompt
             stats.total_s = time.perf_counter() - self._started_at
             self.result = GenerationResult(text="", tokens=[], sources=[], finish_reason="cancelled", stats=stats)
