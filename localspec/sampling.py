@@ -132,6 +132,9 @@ def candidates(logits: np.ndarray, params: SamplingParams) -> list[Candidates]:
         one :class:`Candidates` per row.  With top-k on (the default) or with min-p
         alone, only the tokens the filters can keep are ever put through the softmax;
         with top-k off and top-p on, the whole vocabulary is (slower, same result).
+
+    Raises:
+        EngineError: a row whose candidates hold NaN or +inf, or nothing finite.
     """
     return [row_candidates(row, params) for row in np.atleast_2d(logits)]
 
@@ -157,7 +160,7 @@ class CandidateRows(Sequence):
 
 
 def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
-    """:func:`candidates` of one float32 ``(n_vocab,)`` logits row."""
+    """:func:`candidates` of one float32 ``(n_vocab,)`` logits row (same errors)."""
     if params.greedy:
         return Candidates.one_hot(int(np.argmax(row)))
     if params.top_k and params.top_k < row.size:
