@@ -4,6 +4,8 @@ flows one way: worker signals → window slots → view."""
 
 from __future__ import annotations
 
+import functools
+import threading
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QEvent, Qt, QTimer, Signal
@@ -68,6 +70,16 @@ class SessionStats:
         return " · ".join(parts)
 
 
+def _estimate_or_problem(estimate):
+    """``estimate()``, or the sentence saying why it failed."""
+    from localspec.errors import LocalspecError
+
+    try:
+        return estimate()
+    except (LocalspecError, OSError, ValueError) as exc:
+        return str(exc)
+
+
 class MainWindow(QMainWindow):
     """``autoload``: load the selected pair at start when it is on disk.  ``persist``:
     save settings changes to the user config dir (False for scripts such as the screenshot).
@@ -79,6 +91,8 @@ class MainWindow(QMainWindow):
     pairFailed = Signal(str)
     answerDone = Signal(object)  # the finished assistant Message
     answerFailed = Signal(str)
+    memoryEstimated = Signal(object, object)  # (key, PairMemory or a problem), from the estimate's thread
+    memoryShown = Signal(object)  # the PairMemory the badge now shows
 
     def __init__(self, store: ConversationStore | None = None, autoload: bool = True, persist: bool = True):
         super().__init__()
@@ -316,6 +330,7 @@ class MainWindow(QMainWindow):
         self.picker.error.connect(self.show_error)
         self.picker.selectionChanged.connect(self._save_settings)
         self.panel.changed.connect(self._save_settings)
+        self.memoryEstimated.connect(self._show_memory_estimate)
         self.picker.selectionChanged.connect(self.update_memory_estimate)
         self.panel.changed.connect(self.update_memory_estimate)
         self.highlight_box.toggled.connect(self._on_highlight)
@@ -374,9 +389,10 @@ class MainWindow(QMainWindow):
 
     def update_memory_estimate(self) -> None:
         """The pair's memory estimate at the chosen context: a coloured badge, the numbers
-        on hover (see :mod:`localspec.memory`)."""
-        from localspec.errors import LocalspecError
-        from localspec.memory import gib, pair_memory_of_refs
+        on hover (see :mod:`localspec.memory`).  A model not downloaded yet has its header
+        read from the Hub in a thread; the badge says so meanwhile, and a result for a pair
+        or context no longer chosen is dropped."""
+        from localspec.memory import pair_memory_of_refs
 
         target, draft = self.picker.current_target(), self.picker.current_draft()
         chosen = self.panel.apply_to(Settings())
@@ -387,10 +403,29 @@ class MainWindow(QMainWindow):
         if target is None:
             self.memory_badge.setText("")
             return
+        estimate = functools.partial(pair_memory_of_refs, target, draft, chosen.n_ctx, offload=chosen.gpu_layers != 0)
+        if all(ref is None or ref.downloaded for ref in (target, draft)):
+            self._show_memory_estimate(key, _estimate_or_problem(estimate))
+            return
+        self.memory_badge.setText("Memory: reading the GGUF headers from the Hub…")
+        self.memory_badge.setToolTip("")
+        threading.Thread(target=self._estimate_in_thread, args=(key, estimate), name="memory-estimate",
+                         daemon=True).start()
+
+    def _estimate_in_thread(self, key, estimate) -> None:
+        result = _estimate_or_problem(estimate)
         try:
-            est = pair_memory_of_refs(target, draft, chosen.n_ctx, offload=chosen.gpu_layers != 0)
-        except (LocalspecError, OSError, ValueError) as exc:
-            self.memory_badge.setText(f"Memory: cannot estimate ({exc})")
+            self.memoryEstimated.emit(key, result)  # queued to the GUI thread
+        except RuntimeError:  # the window was closed and deleted meanwhile
+            pass
+
+    def _show_memory_estimate(self, key, est) -> None:
+        from localspec.memory import gib
+
+        if key != self._memory_key or self._closed:
+            return
+        if isinstance(est, str):
+            self.memory_badge.setText(f"Memory: cannot estimate ({est})")
             return
         colour = self.BADGE_COLOURS[est.verdict]
         least = "≥ " if est.partial else ""
@@ -398,6 +433,7 @@ class MainWindow(QMainWindow):
                                   f'of {gib(est.available)} {est.where}: <b>{est.verdict}</b>')
         self.memory_badge.setToolTip(est.describe())
         self.memory_estimate = est
+        self.memoryShown.emit(est)
 
     def load_pair(self, target: Path, draft: Path | None) -> None:
         """Load ``target`` (+ ``draft``) in the model thread with the current settings."""

@@ -15,13 +15,12 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 from .catalog import ModelEntry, PairEntry, format_params, hub_file_problem, load_catalog
 from .compat import check_compatibility
 from .errors import DownloadError, InvalidOptionError, ModelFileError
-from .gguf_info import GGUFInfo, check_gguf_file
+from .gguf_info import GGUFInfo, cached_header
 from .hub import ProgressFn, cache_dir, check_reachable, ensure_model, find_local, hub_error_message
 
 DRAFT_SIZE_RATIO = 0.3  # "about 1/4": a draft above this share of the target's parameters is not picked
@@ -153,7 +152,7 @@ def drafts_for(target: ModelRef) -> list[DraftCandidate]:
     """
     recommended = {p.draft.name for p in _pairs_of(target)}
     candidates: dict[str, DraftCandidate] = {}
-    target_info = _header(target.path) if target.path is not None else None
+    target_info = cached_header(target.path) if target.path is not None else None
     for ref in list_models():
         if _same_model(ref, target):
             continue
@@ -197,12 +196,12 @@ def check_draft(target: ModelRef, draft: ModelRef) -> DraftCandidate:
     for ref in (target, draft):
         if ref.path is None:
             raise ModelFileError(f"{ref.name} is not downloaded; its header cannot be checked yet")
-    return _checked(draft, _header(target.path), recommended_pair(target, draft) is not None)
+    return _checked(draft, cached_header(target.path), recommended_pair(target, draft) is not None)
 
 
 def _checked(ref: ModelRef, target_info: GGUFInfo, recommended: bool) -> DraftCandidate:
     try:
-        verdict = check_compatibility(target_info, _header(ref.path), require_smaller=True)
+        verdict = check_compatibility(target_info, cached_header(ref.path), require_smaller=True)
     except ModelFileError as exc:
         return DraftCandidate(ref, False, [str(exc)], recommended=recommended)
     return DraftCandidate(ref, verdict.compatible, verdict.reasons, verdict.notes, recommended)
@@ -234,7 +233,7 @@ def _catalogue_ref(entry: ModelEntry) -> ModelRef:
 
 def _file_ref(path: Path) -> ModelRef:
     try:
-        info = _header(path)
+        info = cached_header(path)
         params, family = info.parameters or None, info.family
     except ModelFileError:  # listed anyway; checking it as a draft says what is wrong
         params, family = None, ""
@@ -336,19 +335,9 @@ def _hf_cache_dir() -> Path:
 
 def _family(path: Path) -> str:
     try:
-        return _header(path).family
+        return cached_header(path).family
     except ModelFileError:
         return ""
-
-
-def _header(path: Path) -> GGUFInfo:
-    stat = path.stat()
-    return _cached_header(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-
-
-@lru_cache(maxsize=64)
-def _cached_header(path: str, size: int, mtime_ns: int) -> GGUFInfo:
-    return check_gguf_file(path)
 
 
 def _size_text(n: int) -> str:

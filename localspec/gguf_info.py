@@ -9,6 +9,7 @@ streaming reader takes a fraction of a second, so it can run before every load.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,14 +105,36 @@ def check_gguf_file(path: str | Path) -> GGUFInfo:
         raise ModelFileError(f"{path} is a directory, not a GGUF file")
     if not path.is_file():
         raise ModelFileError(f"model file not found: {path}")
-    size = path.stat().st_size
     try:
         with open(path, "rb") as f:
-            info, data_end = _read(f, path)
-    except ModelFileError:
-        raise
+            return read_gguf_header(f, path, path.stat().st_size)
     except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def cached_header(path: str | Path) -> GGUFInfo:
+    """:func:`check_gguf_file`, kept per file version (path, size, mtime): a 152k-token
+    vocabulary takes ~0.4 s to parse, and the picker and the memory badge ask often."""
+    path = Path(path)
+    stat = path.stat() if path.is_file() else None
+    return _cached_header(str(path.resolve()), stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_header(path: str, size: int, mtime_ns: int) -> GGUFInfo:
+    return check_gguf_file(path)
+
+
+def read_gguf_header(f: BinaryIO, path: str | Path, size: int) -> GGUFInfo:
+    """Read a GGUF header from ``f``, any binary file object that reads and seeks forward
+    (a file on disk, or :func:`localspec.hub.remote_gguf_header`'s ranged reader), whose
+    whole length is ``size`` bytes; ``path`` names it in the info and in errors.
+
+    Raises :class:`~localspec.errors.ModelFileError` as :func:`check_gguf_file` does;
+    OSError from ``f`` itself passes through."""
+    path = Path(path)
+    try:
+        info, data_end = _read(f, path)
     except (struct.error, ValueError, KeyError, UnicodeDecodeError, EOFError, MemoryError, OverflowError) as exc:
         raise ModelFileError(f"{path}: malformed GGUF header ({type(exc).__name__}: {exc})") from None
     if data_end > size:

@@ -13,7 +13,9 @@ Resolution order for a catalogue entry (:func:`ensure_model`):
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -31,6 +33,7 @@ import platformdirs
 
 from .catalog import ModelEntry
 from .errors import DownloadCancelled, DownloadError
+from .gguf_info import GGUFInfo, read_gguf_header
 
 ProgressFn = Callable[[int, int], None]
 """``progress(bytes_done, bytes_total)``, called as a file is fetched."""
@@ -246,6 +249,97 @@ def _progress_bridge(progress: ProgressFn, cancel: threading.Event | None) -> ty
                 raise DownloadCancelled("download cancelled; nothing was kept")
 
     return Bridge
+
+
+HEADER_BLOCK = 2 << 20  # bytes per ranged read of a remote header (a 152k vocabulary's is ~6 MB)
+
+
+def remote_gguf_header(entry: ModelEntry, timeout_s: float = 10.0) -> tuple[GGUFInfo, int]:
+    """(header, file size in bytes) of a GGUF file on the Hub, read with HTTP range
+    requests (``HEADER_BLOCK`` bytes each) through huggingface_hub's session, without
+    downloading the weights.  Kept per (endpoint, repo, file) for the session.
+
+    Raises DownloadError when offline (``HF_HUB_OFFLINE``), when the Hub cannot be
+    reached or refuses (gated, not found: :func:`hub_error_message`), or when it ignores
+    ranges; ModelFileError when the bytes are not a well-formed GGUF header."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise DownloadError("offline (HF_HUB_OFFLINE is set): the header cannot be read from the Hub")
+    return _remote_header(constants.ENDPOINT, entry.repo, entry.file, timeout_s)
+
+
+@functools.lru_cache(maxsize=32)
+def _remote_header(endpoint: str, repo: str, file: str, timeout_s: float) -> tuple[GGUFInfo, int]:
+    from huggingface_hub import hf_hub_url
+
+    entry = ModelEntry(name=file, repo=repo, file=file)
+    check_reachable(endpoint, timeout_s)
+    raw = _RangedFile(hf_hub_url(repo, file, endpoint=endpoint), entry, timeout_s)
+    try:
+        return read_gguf_header(io.BufferedReader(raw, HEADER_BLOCK), f"{repo}/{file}", raw.size), raw.size
+    except OSError as exc:  # the connection dropped between two ranges
+        raise DownloadError(f"{repo}/{file}: {_one_line(exc)}") from None
+
+
+class _RangedFile(io.RawIOBase):
+    """A read-only file over HTTP: each ``readinto`` is one ``Range: bytes=a-b`` GET (the
+    redirect to the Hub's CDN followed, the token sent by huggingface_hub's headers)."""
+
+    def __init__(self, url: str, entry: ModelEntry, timeout_s: float):
+        self.url, self.entry, self.timeout_s = url, entry, timeout_s
+        self.pos, self.size = 0, None
+        self._get(0, 0)  # learns the size, and fails early on gated or missing files
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.size - self.pos)
+        if n <= 0:
+            return 0
+        data = self._get(self.pos, n)
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def _get(self, start: int, n: int) -> bytes:
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+        headers = {**build_hf_headers(), "Range": f"bytes={start}-{start + max(n, 1) - 1}"}
+        try:
+            with get_session().stream("GET", self.url, headers=headers, follow_redirects=True,
+                                      timeout=self.timeout_s) as response:
+                hf_raise_for_status(response)
+                if response.status_code != 206:
+                    raise DownloadError(f"{self.entry.repo}/{self.entry.file}: the server ignores byte "
+                                        "ranges, so the header cannot be read without the whole file")
+                total = response.headers.get("Content-Range", "").rpartition("/")[2]
+                if self.size is None:
+                    if not total.isdigit():
+                        raise DownloadError(f"{self.entry.repo}/{self.entry.file}: no file size in the reply")
+                    self.size = int(total)
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) >= n:
+                        break
+                return bytes(data[:n])
+        except DownloadError:
+            raise
+        except Exception as exc:  # huggingface_hub and httpx raise many types: network, auth, 404
+            raise DownloadError(hub_error_message(self.entry, exc)) from None
 
 
 def check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:

@@ -19,11 +19,11 @@ measured resident set size of the default pair.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .gguf_info import GGUFInfo, check_gguf_file
+from .errors import LocalspecError
+from .gguf_info import GGUFInfo, cached_header
 
 CACHE_TYPE_BYTES = {"f16": 2.0, "bf16": 2.0, "f32": 4.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 N_UBATCH = 512  # llama.cpp's default micro-batch
@@ -52,7 +52,8 @@ class PairMemory:
     n_ctx: int
     available: int | None
     where: str  # "RAM" or "VRAM"
-    partial: bool = False  # a model not downloaded yet: its weights only, so "at least"
+    partial: bool = False  # a model whose header could not be read: its weights only, so "at least"
+    notes: tuple[str, ...] = ()  # where headers came from, or why one could not be read
 
     @property
     def total(self) -> int:
@@ -74,8 +75,7 @@ class PairMemory:
         avail = f" of {gib(self.available)} {self.where}" if self.available else ""
         least = "at least " if self.partial else ""
         lines.append(f"Pair: {least}{gib(self.total)}{avail}: {self.verdict}")
-        if self.partial:
-            lines.append("(a model not downloaded yet counts its file size only)")
+        lines.extend(self.notes)
         return "\n".join(lines)
 
 
@@ -108,18 +108,6 @@ def model_memory(info: GGUFInfo, n_ctx: int, cache_type: str = "f16", weights: i
     if weights is None:
         weights = Path(info.path).stat().st_size
     return ModelMemory(Path(info.path).name, int(weights), int(kv), int(compute))
-
-
-def _header(path: str | Path) -> GGUFInfo:
-    """The GGUF header, read once per file version (a 152k-token vocabulary takes ~0.4 s
-    to parse, and the window asks again on every settings change)."""
-    st = Path(path).stat() if Path(path).is_file() else None
-    return _cached_header(str(Path(path).resolve()), st.st_size if st else -1, st.st_mtime_ns if st else -1)
-
-
-@functools.lru_cache(maxsize=16)
-def _cached_header(path: str, size: int, mtime_ns: int) -> GGUFInfo:
-    return check_gguf_file(path)
 
 
 def memory_budget(offload: bool = True) -> tuple[int, str]:
@@ -164,24 +152,45 @@ def pair_memory(target: str | Path, draft: str | Path | None, n_ctx: int, cache_
     """Estimate for target (+ draft) GGUF files on disk at ``n_ctx`` tokens each, against
     :func:`memory_budget`.  Raises :class:`~localspec.errors.ModelFileError` for a missing
     or corrupt GGUF, ValueError for a header without the sizes needed."""
-    models = [model_memory(_header(target), n_ctx, cache_type)]
+    models = [model_memory(cached_header(target), n_ctx, cache_type)]
     if draft is not None:
-        models.append(model_memory(_header(draft), n_ctx, cache_type))
+        models.append(model_memory(cached_header(draft), n_ctx, cache_type))
     available, where = memory_budget(offload)
     return PairMemory(tuple(models), n_ctx, available, where)
 
 
-def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16", offload: bool = True) -> PairMemory:
-    """:func:`pair_memory` for :class:`~localspec.discovery.ModelRef` s: a model on disk is
-    read from its header, one not downloaded yet counts its catalogue file size only."""
-    models, partial = [], False
+def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16", offload: bool = True,
+                        remote: bool = True) -> PairMemory:
+    """:func:`pair_memory` for :class:`~localspec.discovery.ModelRef` s.  A model on disk is
+    read from its header; one not downloaded yet from its header on the Hub, read with
+    range requests (:func:`localspec.hub.remote_gguf_header`, about 6 MB for a
+    152k-token vocabulary; network, so call it off the GUI thread) unless ``remote`` is
+    False.  When that fails (offline, gated, unreachable) the model counts its catalogue
+    file size only, the estimate is ``partial`` and ``notes`` says why."""
+    models, notes, partial = [], [], False
     for ref in (target, draft):
         if ref is None:
             continue
         if ref.path is not None:
-            models.append(model_memory(_header(ref.path), n_ctx, cache_type))
-        else:
-            models.append(ModelMemory(ref.name, int(ref.size or 0), 0, 0))
-            partial = True
+            models.append(model_memory(cached_header(ref.path), n_ctx, cache_type))
+            continue
+        problem = "not downloaded" if not remote or ref.entry is None else None
+        if problem is None:
+            try:
+                models.append(_remote_model_memory(ref, n_ctx, cache_type))
+                notes.append(f"{ref.name}: header read from the Hub before download")
+                continue
+            except (LocalspecError, ValueError) as exc:
+                problem = str(exc)
+        models.append(ModelMemory(ref.name, int(ref.size or 0), 0, 0))
+        notes.append(f"{ref.name}: file size only ({problem})")
+        partial = True
     available, where = memory_budget(offload)
-    return PairMemory(tuple(models), n_ctx, available, where, partial)
+    return PairMemory(tuple(models), n_ctx, available, where, partial, tuple(notes))
+
+
+def _remote_model_memory(ref, n_ctx: int, cache_type: str) -> ModelMemory:
+    from .hub import remote_gguf_header
+
+    info, size = remote_gguf_header(ref.entry)
+    return replace(model_memory(info, n_ctx, cache_type, weights=size), name=ref.name)

@@ -27,6 +27,7 @@ class FakeHub:
     private: set[str] = field(default_factory=set)
     corrupt: set[tuple[str, str]] = field(default_factory=set)  # served with one byte flipped
     drop_after: dict[tuple[str, str], int] = field(default_factory=dict)  # cut the body once after N bytes
+    no_ranges: set[str] = field(default_factory=set)  # repos whose CDN ignores Range (answers 200, whole body)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)
     port: int = 0
 
@@ -42,6 +43,12 @@ class FakeHub:
         """Start offsets of the ranged GETs made for ``file``."""
         return [int(r.split("=")[1].split("-")[0]) for m, p, r in self.requests
                 if m == "GET" and p.endswith(file) and r]
+
+    def bytes_served(self, file: str) -> int:
+        """Bytes asked of the CDN in closed ranges ``bytes=a-b`` of ``file``."""
+        spans = [r.split("=")[1].split("-") for m, p, r in self.requests
+                 if m == "GET" and p.startswith("/cdn/") and p.endswith(file) and r]
+        return sum(int(b) + 1 - int(a) for a, b in spans if b)
 
 
 def serve(hub: FakeHub) -> ThreadingHTTPServer:
@@ -109,13 +116,15 @@ def _handler(hub: FakeHub):
                 return
             if key in hub.corrupt:
                 body = bytes([body[0] ^ 0xFF]) + body[1:]
-            start = 0
-            if self.headers.get("Range"):
-                start = int(self.headers["Range"].split("=")[1].split("-")[0])
-            self.send_response(206 if start else 200)
-            self.send_header("Content-Length", str(len(body) - start))
-            if start:
-                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            start, end = 0, len(body) - 1
+            ranged = bool(self.headers.get("Range")) and key[0] not in hub.no_ranges
+            if ranged:  # "bytes=a-" or "bytes=a-b"
+                first, _, last = self.headers["Range"].split("=")[1].partition("-")
+                start, end = int(first), min(int(last), end) if last else end
+            self.send_response(206 if ranged else 200)
+            self.send_header("Content-Length", str(end + 1 - start))
+            if ranged:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
             self.send_header("Accept-Ranges", "bytes")
             self.end_headers()
             if head:
@@ -127,7 +136,7 @@ def _handler(hub: FakeHub):
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return
-            self.wfile.write(body[start:])
+            self.wfile.write(body[start:end + 1])
 
         def _tree(self, repo: str):
             if not self._gatekeep(repo):

@@ -15,6 +15,8 @@ from gui.chat_view import DARK_TEXT, SOURCE_COLOURS, ChatView, code_blocks, cont
 from gui.message import Message, Segment  # noqa: E402
 from gui.store import SCHEMA_VERSION, ConversationStore  # noqa: E402
 from test_gui import ANSWER_MS, ask, load, window  # noqa: E402,F401
+from test_memory import hub_ref, small_blocks  # noqa: E402,F401
+from test_hub_download import fake_hub  # noqa: E402,F401
 
 
 def regenerate(qtbot, win, message_id=None):
@@ -209,6 +211,19 @@ def test_the_memory_badge_estimates_the_chosen_pair(window, target_gguf):
     tip = window.memory_badge.toolTip()
     assert "KV cache" in tip and target_gguf.name in tip
     assert window.memory_estimate.n_ctx == window.panel.apply_to(window.settings).n_ctx
+
+
+def test_the_badge_reads_a_hub_header_in_a_thread_before_download(qtbot, window, fake_hub, small_blocks, target_gguf,
+                                                                  monkeypatch):
+    ref = hub_ref(fake_hub, target_gguf.read_bytes())
+    monkeypatch.setattr(window.picker, "current_target", lambda: ref)
+    monkeypatch.setattr(window.picker, "current_draft", lambda: None)
+    with qtbot.waitSignal(window.memoryShown, timeout=10_000) as shown:
+        window.update_memory_estimate()
+        assert "reading the GGUF headers from the Hub" in window.memory_badge.text()
+    assert not shown.args[0].partial and shown.args[0].models[0].kv_cache > 0
+    assert "≥" not in window.memory_badge.text() and "fits" in window.memory_badge.text()
+    assert "header read from the Hub" in window.memory_badge.toolTip()
 
 
 def test_the_context_meter_counts_the_rendered_chat_template(qtbot, window, target_gguf):

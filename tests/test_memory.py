@@ -50,3 +50,66 @@ def test_per_layer_head_counts_and_bad_sizes(tmp_path):
     info.metadata["llama.block_count"] = "2"
     with pytest.raises(ValueError, match="block_count"):
         model_memory(info, 100, weights=0)
+
+
+# --- before download: the header read from the Hub with range requests ------------------------
+
+from localspec import hub  # noqa: E402
+from localspec.discovery import ModelRef  # noqa: E402
+from localspec.memory import pair_memory_of_refs  # noqa: E402
+from test_hub_download import entry_for, fake_hub  # noqa: E402,F401
+
+
+def header_length(path) -> int:
+    from localspec.gguf_info import _read
+
+    with open(path, "rb") as f:
+        _read(f, path)
+        return f.tell()
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(hub, "HEADER_BLOCK", 4096)
+    hub._remote_header.cache_clear()
+    yield
+    hub._remote_header.cache_clear()
+
+
+def hub_ref(fake, content, repo="acme/Tiny-GGUF", file="t-q4_k_m.gguf") -> ModelRef:
+    entry = entry_for(fake, repo=repo, file=file, content=content)
+    return ModelRef(name=file, entry=entry, size=entry.size)
+
+
+def test_before_download_the_estimate_reads_only_the_header_from_the_hub(fake_hub, small_blocks, target_gguf, other_gguf):
+    content = target_gguf.read_bytes()
+    target = hub_ref(fake_hub, content)
+    est = pair_memory_of_refs(target, ModelRef(name=other_gguf.name, path=other_gguf), 2048, offload=False)
+    assert not est.partial and "header read from the Hub before download" in est.describe()
+    on_disk = pair_memory(target_gguf, other_gguf, 2048, offload=False)
+    assert [m.total for m in est.models] == [m.total for m in on_disk.models]  # weights = the Hub's size
+    served = fake_hub.bytes_served(target.entry.file)
+    assert header_length(target_gguf) <= served <= header_length(target_gguf) + 2 * 4096
+    assert served < len(content) / 20
+    before = len(fake_hub.requests)
+    pair_memory_of_refs(target, None, 4096, offload=False)  # another context: the header is kept
+    assert len(fake_hub.requests) == before
+
+
+@pytest.mark.parametrize("setup, problem", [
+    (lambda fake, c, mp: fake.gated.add("acme/Tiny-GGUF"), "gated"),
+    (lambda fake, c, mp: mp.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True), "offline"),
+    (lambda fake, c, mp: fake.no_ranges.add("acme/Tiny-GGUF"), "ignores byte ranges"),
+    (lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", b"NOTGGUF" + c[7:]), "not a GGUF file"),
+    (lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", c[:len(c) // 2]), "truncated"),
+])
+def test_a_header_that_cannot_be_read_leaves_the_file_size_and_says_why(fake_hub, small_blocks, target_gguf,
+                                                                        monkeypatch, setup, problem):
+    content = target_gguf.read_bytes()
+    ref = hub_ref(fake_hub, content)
+    setup(fake_hub, content, monkeypatch)
+    est = pair_memory_of_refs(ref, None, 2048, offload=False)
+    assert est.partial and est.models[0].total == len(content)
+    assert problem in est.describe() and "file size only" in est.describe()
+    assert fake_hub.bytes_served(ref.entry.file) <= header_length(target_gguf) + 2 * 4096  # never the weights
+
