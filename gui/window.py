@@ -78,6 +78,8 @@ def _estimate_or_problem(estimate):
         return estimate()
     except (LocalspecError, OSError, ValueError) as exc:
         return str(exc)
+    except Exception as exc:  # a bug must not leave the badge on "reading…" for good
+        return f"{type(exc).__name__}: {exc}"
 
 
 class MainWindow(QMainWindow):

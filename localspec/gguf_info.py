@@ -20,7 +20,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from .errors import ModelFileError
 
 _MAGIC = b"GGUF"
-_MAX_FIELD_BYTES = 1 << 30  # no header string or array is anywhere near this
+_MAX_FIELD_BYTES = 1 << 26  # no header string is anywhere near 64 MiB (chat templates: KB)
+_MAX_ITEMS = 1 << 22  # nor an array near 4M items (the largest vocabularies: ~262k tokens)
 _SCALARS = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
     GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
@@ -134,14 +135,40 @@ def read_gguf_header(f: BinaryIO, path: str | Path, size: int) -> GGUFInfo:
     OSError from ``f`` itself passes through."""
     path = Path(path)
     try:
-        info, data_end = _read(f, path)
-    except (struct.error, ValueError, KeyError, UnicodeDecodeError, EOFError, MemoryError, OverflowError) as exc:
+        info, data_end = _read(_Bounded(f, size), path)
+    except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError, EOFError, MemoryError,
+            OverflowError) as exc:
         raise ModelFileError(f"{path}: malformed GGUF header ({type(exc).__name__}: {exc})") from None
     if data_end > size:
         raise ModelFileError(
             f"{path}: truncated GGUF file: its tensors need {data_end} bytes, the file has {size}"
         )
     return info
+
+
+class _Bounded:
+    """``f`` (positioned at the start of the file) refusing, before reading it, a field
+    longer than what is left of the file's ``size`` bytes: a corrupt length never
+    allocates, or downloads, more than the file holds."""
+
+    def __init__(self, f: BinaryIO, size: int):
+        self.f, self.left = f, size
+
+    def _spend(self, n: int) -> None:
+        if n > self.left:
+            raise EOFError(f"a header field claims {n} bytes, more than the {self.left} left in the file")
+        self.left -= n
+
+    def read(self, n: int) -> bytes:
+        self._spend(n)
+        return self.f.read(n)
+
+    def skip(self, n: int) -> None:
+        self._spend(n)
+        self.f.seek(n, 1)
+
+    def tell(self) -> int:
+        return self.f.tell()
 
 
 def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
@@ -182,8 +209,8 @@ def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
         info.n_elements += n_elements
         info.tensors.append(TensorInfo(name, tuple(dims), ggml_type, n_bytes))
         data_size = max(data_size, offset + n_bytes)
-    alignment = int(info.get("general.alignment", 32))
-    if alignment <= 0 or alignment & (alignment - 1):
+    alignment = info.get("general.alignment", 32)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"general.alignment {alignment} is not a power of two")
     data_start = -(-f.tell() // alignment) * alignment
     return info, data_start + data_size
@@ -218,12 +245,12 @@ def _array(f: BinaryIO, key: str, depth: int = 0) -> list | None:
         raise ValueError("arrays nested more than 8 deep")
     item_type = GGUFValueType(_unpack(f, "<I"))
     n = _unpack(f, "<Q")
-    if n > _MAX_FIELD_BYTES:
+    if n > _MAX_ITEMS:
         raise ValueError(f"an array claims {n} items")
     if item_type == GGUFValueType.STRING:
         if key in _SKIPPED_ARRAYS:
             for _ in range(n):
-                f.seek(_unpack(f, "<Q"), 1)
+                f.skip(_unpack(f, "<Q"))
             return None
         return [_string(f) for _ in range(n)]
     if item_type == GGUFValueType.ARRAY:

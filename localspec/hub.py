@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -252,6 +253,8 @@ def _progress_bridge(progress: ProgressFn, cancel: threading.Event | None) -> ty
 
 
 HEADER_BLOCK = 2 << 20  # bytes per ranged read of a remote header (a 152k vocabulary's is ~6 MB)
+HEADER_BUDGET = 64 << 20  # bytes a remote header may take before the read gives up
+HEADER_DEADLINE_S = 60.0  # seconds a remote header read may take in all
 
 
 def remote_gguf_header(entry: ModelEntry, timeout_s: float = 10.0) -> tuple[GGUFInfo, int]:
@@ -259,14 +262,26 @@ def remote_gguf_header(entry: ModelEntry, timeout_s: float = 10.0) -> tuple[GGUF
     requests (``HEADER_BLOCK`` bytes each) through huggingface_hub's session, without
     downloading the weights.  Kept per (endpoint, repo, file) for the session.
 
+    ``timeout_s`` bounds each network wait, :data:`HEADER_DEADLINE_S` the whole read,
+    :data:`HEADER_BUDGET` the bytes it may take.
+
     Raises DownloadError when offline (``HF_HUB_OFFLINE``), when the Hub cannot be
-    reached or refuses (gated, not found: :func:`hub_error_message`), or when it ignores
-    ranges; ModelFileError when the bytes are not a well-formed GGUF header."""
+    reached or refuses (gated, not found: :func:`hub_error_message`), ignores ranges,
+    answers another range or file size (than the catalogue's), or exceeds the deadline
+    or budget; ModelFileError when the bytes are not a well-formed GGUF header."""
     from huggingface_hub import constants
 
+    from .catalog import hub_file_problem
+
+    if problem := hub_file_problem(entry.repo, entry.file):
+        raise DownloadError(problem)
     if constants.HF_HUB_OFFLINE:
         raise DownloadError("offline (HF_HUB_OFFLINE is set): the header cannot be read from the Hub")
-    return _remote_header(constants.ENDPOINT, entry.repo, entry.file, timeout_s)
+    info, size = _remote_header(constants.ENDPOINT, entry.repo, entry.file, timeout_s)
+    if entry.size and size != entry.size:
+        raise DownloadError(f"{entry.repo}/{entry.file} is {size} bytes on the Hub, "
+                            f"the catalogue says {entry.size}")
+    return info, size
 
 
 @functools.lru_cache(maxsize=32)
@@ -284,12 +299,15 @@ def _remote_header(endpoint: str, repo: str, file: str, timeout_s: float) -> tup
 
 class _RangedFile(io.RawIOBase):
     """A read-only file over HTTP: each ``readinto`` is one ``Range: bytes=a-b`` GET (the
-    redirect to the Hub's CDN followed, the token sent by huggingface_hub's headers)."""
+    redirect to the Hub's CDN followed, the token sent by huggingface_hub's headers),
+    within :data:`HEADER_BUDGET` bytes and :data:`HEADER_DEADLINE_S` seconds in all."""
 
     def __init__(self, url: str, entry: ModelEntry, timeout_s: float):
         self.url, self.entry, self.timeout_s = url, entry, timeout_s
-        self.pos, self.size = 0, None
-        self._get(0, 0)  # learns the size, and fails early on gated or missing files
+        self.where = f"{entry.repo}/{entry.file}"
+        self.pos, self.size, self.fetched = 0, None, 0
+        self.deadline = time.monotonic() + HEADER_DEADLINE_S
+        self._get(0, 1)  # learns the size, and fails early on gated or missing files
 
     def readable(self) -> bool:
         return True
@@ -309,7 +327,13 @@ class _RangedFile(io.RawIOBase):
         n = min(len(buffer), self.size - self.pos)
         if n <= 0:
             return 0
+        if self.fetched + n > HEADER_BUDGET:
+            raise DownloadError(f"{self.where}: its header takes more than {HEADER_BUDGET >> 20} MiB; "
+                                "not read before download")
         data = self._get(self.pos, n)
+        if not data:
+            raise DownloadError(f"{self.where}: the server sent an empty range")
+        self.fetched += len(data)
         buffer[:len(data)] = data
         self.pos += len(data)
         return len(data)
@@ -317,29 +341,42 @@ class _RangedFile(io.RawIOBase):
     def _get(self, start: int, n: int) -> bytes:
         from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-        headers = {**build_hf_headers(), "Range": f"bytes={start}-{start + max(n, 1) - 1}"}
+        self._check_deadline()
+        headers = {**build_hf_headers(), "Range": f"bytes={start}-{start + n - 1}"}
         try:
             with get_session().stream("GET", self.url, headers=headers, follow_redirects=True,
                                       timeout=self.timeout_s) as response:
                 hf_raise_for_status(response)
                 if response.status_code != 206:
-                    raise DownloadError(f"{self.entry.repo}/{self.entry.file}: the server ignores byte "
-                                        "ranges, so the header cannot be read without the whole file")
-                total = response.headers.get("Content-Range", "").rpartition("/")[2]
-                if self.size is None:
-                    if not total.isdigit():
-                        raise DownloadError(f"{self.entry.repo}/{self.entry.file}: no file size in the reply")
-                    self.size = int(total)
+                    raise DownloadError(f"{self.where}: the server ignores byte ranges, so the header "
+                                        "cannot be read without the whole file")
+                self._check_range(response.headers.get("Content-Range", ""), start)
                 data = bytearray()
                 for chunk in response.iter_bytes():
                     data += chunk
                     if len(data) >= n:
                         break
+                    self._check_deadline()
                 return bytes(data[:n])
         except DownloadError:
             raise
         except Exception as exc:  # huggingface_hub and httpx raise many types: network, auth, 404
             raise DownloadError(hub_error_message(self.entry, exc)) from None
+
+    def _check_range(self, content_range: str, start: int) -> None:
+        """``Content-Range: bytes a-b/total``: a must be the start asked for; the total
+        is the file's size."""
+        match = re.fullmatch(r"bytes ([0-9]+)-[0-9]+/([0-9]+)", content_range.strip())
+        if match is None:
+            raise DownloadError(f"{self.where}: no file size in the reply (Content-Range {content_range!r})")
+        if int(match[1]) != start:
+            raise DownloadError(f"{self.where}: the server answered bytes from {match[1]}, not {start}")
+        if self.size is None:
+            self.size = int(match[2])
+
+    def _check_deadline(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise DownloadError(f"{self.where}: reading the header took more than {HEADER_DEADLINE_S:.0f} s")
 
 
 def check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:

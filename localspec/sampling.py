@@ -31,6 +31,8 @@ from .errors import EngineError, InvalidOptionError
 _TOP_P_HEAD = 1024
 # top-k views the vocabulary as this many strided slices (see _top_k_ids).
 _GROUPS = 32
+# up to this many candidates, the filters run on Python floats (see _few_candidates).
+_FEW = 256
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,8 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
     if not np.isfinite(z.max(initial=-np.inf)):
         raise EngineError("the model's logits hold NaN or infinity (or nothing finite): "
                           "no distribution to sample from")
+    if ids.size <= _FEW:
+        return _few_candidates(ids.tolist(), z.tolist(), params)
     with np.errstate(over="ignore"):  # a tiny temperature: 0 and -inf, never inf - inf
         p = np.exp((z - z.max()) / params.temperature)
     p /= p.sum()
@@ -192,6 +196,32 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
         n = min(n, int(np.count_nonzero(p >= params.min_p * p[0])))
     order = np.argsort(ids[:n])
     return Candidates(ids[:n][order].astype(np.int64), p[:n][order] / p[:n].sum())
+
+
+def _few_candidates(ids: list[int], z: list[float], params: SamplingParams) -> Candidates:
+    """The softmax and filters of :func:`row_candidates` on a few candidates (top-k's 40),
+    in plain Python floats (float64, as numpy's): a dozen numpy calls on 40 values cost
+    more than the arithmetic, and a sampled round runs this once per verify or draft row."""
+    peak, t = max(z), params.temperature
+    order = sorted(range(len(z)), key=z.__getitem__, reverse=True)  # most likely first
+    p = [math.exp((z[i] - peak) / t) for i in order]
+    total = sum(p)
+    p = [x / total for x in p]
+    n = len(p)
+    if params.top_p < 1.0:  # the shortest prefix reaching top_p
+        cumulative = 0.0
+        for j, x in enumerate(p):
+            cumulative += x
+            if cumulative >= params.top_p:
+                n = j + 1
+                break
+    if params.min_p > 0.0:  # a prefix too: p is sorted
+        cut = params.min_p * p[0]
+        n = min(n, next((j for j, x in enumerate(p) if x < cut), len(p)))
+    kept = sorted(zip((ids[i] for i in order[:n]), p[:n]))
+    total = sum(x for _, x in kept)
+    return Candidates(np.fromiter((i for i, _ in kept), np.int64, len(kept)),
+                      np.fromiter((x / total for _, x in kept), np.float64, len(kept)))
 
 
 def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
@@ -28,6 +29,7 @@ class FakeHub:
     corrupt: set[tuple[str, str]] = field(default_factory=set)  # served with one byte flipped
     drop_after: dict[tuple[str, str], int] = field(default_factory=dict)  # cut the body once after N bytes
     no_ranges: set[str] = field(default_factory=set)  # repos whose CDN ignores Range (answers 200, whole body)
+    trickle_s: float = 0.0  # the CDN sleeps this long before each KiB it sends
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)
     port: int = 0
 
@@ -136,7 +138,13 @@ def _handler(hub: FakeHub):
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return
-            self.wfile.write(body[start:end + 1])
+            if not hub.trickle_s:
+                self.wfile.write(body[start:end + 1])
+                return
+            for at in range(start, end + 1, 1024):
+                time.sleep(hub.trickle_s)
+                self.wfile.write(body[at:min(at + 1024, end + 1)])
+                self.wfile.flush()
 
         def _tree(self, repo: str):
             if not self._gatekeep(repo):

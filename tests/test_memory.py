@@ -1,6 +1,8 @@
 """The pair memory estimate from GGUF metadata: hand-computed sums on synthetic GGUFs,
 the verdict thresholds, and the badge in the window."""
 
+from dataclasses import replace
+
 import pytest
 
 from localspec.errors import ModelFileError
@@ -61,10 +63,10 @@ from test_hub_download import entry_for, fake_hub  # noqa: E402,F401
 
 
 def header_length(path) -> int:
-    from localspec.gguf_info import _read
+    from localspec.gguf_info import _Bounded, _read
 
     with open(path, "rb") as f:
-        _read(f, path)
+        _read(_Bounded(f, path.stat().st_size), path)
         return f.tell()
 
 
@@ -113,3 +115,38 @@ def test_a_header_that_cannot_be_read_leaves_the_file_size_and_says_why(fake_hub
     assert problem in est.describe() and "file size only" in est.describe()
     assert fake_hub.bytes_served(ref.entry.file) <= header_length(target_gguf) + 2 * 4096  # never the weights
 
+
+
+def test_hostile_headers_and_servers_end_fast_without_the_weights(fake_hub, small_blocks, target_gguf, monkeypatch):
+    import struct
+
+    from localspec.errors import DownloadError
+
+    huge_string = (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 12) + b"general.name"
+                   + struct.pack("<IQ", 8, 200 << 20))  # a string claiming 200 MiB
+    ref = hub_ref(fake_hub, huge_string + bytes(300 << 10), file="huge.gguf")
+    est = pair_memory_of_refs(ref, None, 2048, offload=False)
+    assert est.partial and "claims 209715200 bytes" in est.describe()
+    assert fake_hub.bytes_served("huge.gguf") <= 2 * 4096
+    other = ModelRef(name="t", entry=entry_for(fake_hub, file="t.gguf", content=target_gguf.read_bytes()))
+    wrong_size = ModelRef(name="t", entry=replace(other.entry, size=other.entry.size + 1))
+    with pytest.raises(DownloadError, match="the catalogue says"):
+        hub.remote_gguf_header(wrong_size.entry)
+    monkeypatch.setattr(hub, "HEADER_DEADLINE_S", 1.0)
+    fake_hub.trickle_s = 0.2  # a KiB each 0.2 s: the 9 KB header would take 2 s
+    hub._remote_header.cache_clear()
+    with pytest.raises(DownloadError, match="took more than 1 s"):
+        hub.remote_gguf_header(other.entry)
+
+
+def test_a_header_value_of_the_wrong_type_is_a_model_file_error(tmp_path):
+    import gguf
+
+    path = tmp_path / "odd.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("general.alignment", [32, 32])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    with pytest.raises(ModelFileError, match="alignment"):
+        check_gguf_file(path)
