@@ -12,6 +12,9 @@ measured costs (the policy's calibration) as the profile "this-machine".
 
 First turns whose question was already answered earlier in the run (the conversations
 start with questions the first-turn set asked) are reported as "first-turn-again".
+The answers are replayed in the order recorded, the policies carried from one to the next
+as a loaded model carries them across requests (what the policy learnt of each drafter's
+confidences is kept; each acceptance estimate is pulled back to its prior per answer).
 The replay prints, per profile and workload, the adaptive policy's decode speed-up (total
 plain time over total time of the workload's answers), the best fixed (drafter, k) in
 hindsight for that workload, the ratio of the two, and the profile's copy ceiling.
@@ -87,9 +90,11 @@ def replay_all() -> None:
     rows = []
     for pname, profile in profiles.items():
         ceiling, _ = profile.ceiling()
+        session = {}  # one loaded model's policies, carried across its requests in recorded order
+        replayed = [(t, replay.replay(t, profile, session=session)) for t in traces]
         for w in workloads:
             ts = [t for t in traces if t.workload == w]
-            runs = [replay.replay(t, profile) for t in ts]
+            runs = [r for t, r in replayed if t.workload == w]
             speedup = sum(r["plain_s"] for r in runs) / sum(r["time_s"] for r in runs)
             fixed = replay.best_fixed(ts, profile)
             rounds = {}

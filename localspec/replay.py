@@ -175,15 +175,30 @@ def _draft_model_draft(trace: Trace, j: int, k: int) -> Draft:
     return Draft(tokens, confidence=conf)
 
 
-def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float = 0.0) -> dict:
+def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float = 0.0,
+           session: dict | None = None) -> dict:
     """Run the adaptive policy (``policy_maker(profile, stands)``, default as in
     :class:`~localspec.api.SpeculativeModel`) over ``trace``; returns {"time_s",
-    "plain_s", "speedup", "rounds": {drafter: n}}.  ``overhead_s``: our own cost per round."""
-    stands = [_Stand(n, p, True, 3e-5) for n, p in (("prompt-lookup", 0.3), ("suffix", 0.5), ("prediction", 0.8))
-              if n in trace.free]
-    if trace.draft_next:
-        stands.insert(0, _Stand("draft-model", 0.7, False, profile.draft_s))
-    policy = (policy_maker or _policy)(profile, stands)
+    "plain_s", "speedup", "rounds": {drafter: n}}.  ``overhead_s``: our own cost per round.
+
+    ``session``: a dict kept across calls, as one loaded model keeps its policies across
+    requests (one per set of drafters: calls with a prediction use their own), so what
+    the policy learnt of each drafter's confidences carries from one answer to the next;
+    None = a fresh policy for this answer alone."""
+    names = tuple(n for n in ("prompt-lookup", "suffix", "prediction") if n in trace.free)
+    key = names + (("draft-model",) if trace.draft_next else ())
+    if session is not None and key in session:
+        policy, stands = session[key]
+    else:
+        priors = {"prompt-lookup": 0.3, "suffix": 0.5, "prediction": 0.8}
+        stands = [_Stand(n, priors[n], True, 3e-5) for n in names]
+        if trace.draft_next:
+            stands.insert(0, _Stand("draft-model", 0.7, False, profile.draft_s))
+        policy = (policy_maker or _policy)(profile, stands)
+        if session is not None:
+            session[key] = policy, stands
+    for s in stands:
+        s.seen = 0  # a new prompt: the draft model has read none of it
     policy.new_generation()
     answer, j, time_s, rounds = trace.answer, 1, 0.0, {}
     while j < len(answer):

@@ -183,6 +183,23 @@ def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model(
     assert PROFILES["machine-B"].ceiling()[0] == pytest.approx(17 * 0.102 / 0.372)
 
 
+def test_a_replayed_session_carries_what_the_policy_learnt_to_the_next_answer():
+    """Half-confident suffix drafts that are always right: a fresh policy has to learn
+    that in each answer, a session's policy (one per loaded model, as live) already knows."""
+    from localspec.replay import PROFILES, replay
+
+    trace = perfect_trace(40)
+    trace.free["suffix"] = [(tokens, [0.5] * len(tokens)) for tokens, _ in trace.free["suffix"]]
+    for name in ("machine-A", "machine-B"):  # where a long draft costs: trusting it must be learnt
+        profile = PROFILES[name]
+        fresh = [replay(trace, profile)["speedup"] for _ in range(3)]
+        session = {}
+        carried = [replay(trace, profile, session=session)["speedup"] for _ in range(3)]
+        assert fresh[0] == fresh[1] == fresh[2] == carried[0]  # nothing carried without a session
+        assert carried[2] > 1.15 * fresh[2]
+        assert len(session) == 1
+
+
 def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
     """The draft model is picked while the suffix drafter's half-confident drafts are
     right every time: judged against the emitted tokens, the suffix calibration learns it
