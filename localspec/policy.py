@@ -41,6 +41,8 @@ from .drafters import Drafter
 
 _DECAY = 0.8  # weight of the past in every moving average, per observation
 _NEW_TEXT_KEEP = 0.25  # share of acceptance evidence a new generation keeps; the rest is the prior
+_STALL_CLIP = 3.0  # one verify counts at most this many times the current estimate (a stall is not a cost)
+_BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -213,12 +215,24 @@ class AdaptivePolicy:
         known = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
         if not known:
             return self._step_s * (1 + 0.1 * (batch - 1))
+        return min(self._interpolated(known, batch), self._batch_bound(known, batch))
+
+    @staticmethod
+    def _interpolated(known: list, batch: int) -> float:
         for (b0, c0), (b1, c1) in zip(known, known[1:]):
             if b0 <= batch <= b1:
                 return c0 + (c1 - c0) * (batch - b0) / (b1 - b0)
         b_edge, c_edge = known[0] if batch < known[0][0] else known[-1]
         base = known[0][1] / (1 + 0.1 * (known[0][0] - 1))
         return max(c_edge + base * 0.1 * (batch - b_edge), 1e-6)
+
+    @staticmethod
+    def _batch_bound(known: list, batch: int) -> float:
+        """A batch of b never costs more than b single steps (plus a margin): a stalled
+        measurement (the machine busy elsewhere) must not make drafting look hopeless,
+        since a drafter never run again would never correct it."""
+        b1, c1 = known[0]
+        return _BATCH_MARGIN * batch * c1 / b1 if b1 == 1 else float("inf")
 
     def calibrate(self, target, draft_engines: dict, token: int = 100) -> None:
         """Measure the target's cost for batches of 1..17 tokens and each draft model's
@@ -340,7 +354,8 @@ class AdaptivePolicy:
         ``emitted`` too, as far as it goes, so a drafter the policy does not pick keeps
         learning what its confidence is worth (else one undervalued at the start would
         never be picked to show otherwise)."""
-        self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
+        cost = self.verify_costs.setdefault(batch, _Average(verify_s))
+        cost.add(min(verify_s, _STALL_CLIP * cost.value) if cost.weight > 0 else verify_s)
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
             self.draft_costs[id(drafter)].add(draft_s / n_drafted)

@@ -122,6 +122,23 @@ def test_a_confident_free_draft_is_kept_long_where_verifying_is_cheap():
     assert drafter is d and k == 2  # stops before the token that will probably fail
 
 
+def test_a_stalled_verify_does_not_lock_drafting_out():
+    """One verify that took 100 times its cost (the machine busy elsewhere) must neither
+    make batches look dearer than single steps nor stop a sure draft from being verified;
+    before, such a stall stuck in the average, drafting stopped, and nothing corrected it."""
+    d = Free()
+    policy = policy_for([d], flat)
+    for b in (2, 3, 5, 9, 17):
+        policy.observe(None, 0, 0, 0.0, 100 * flat(b), b)
+    assert all(policy.verify_cost(b) <= 1.25 * b * policy.verify_cost(1) for b in range(2, 18))
+    assert policy.verify_cost(17) < 4 * flat(17)
+    sure = Draft(list(range(16)), confidence=[0.99] * 16)
+    drafter, k = policy.plan(16, {id(d): sure})
+    assert drafter is d and k >= 8
+    stalled = AdaptivePolicy([d], verify_costs={1: _Average(0.03, 1.0), 5: _Average(3.0, 1.0)})
+    assert stalled.verify_cost(5) == pytest.approx(1.25 * 5 * 0.03)  # the bound, however it got there
+
+
 def test_where_verifying_costs_its_length_only_near_certain_drafts_pay():
     d = Free()
     policy = policy_for([d], steep)
