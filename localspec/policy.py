@@ -55,10 +55,17 @@ def expected_tokens(alpha: float, k: int) -> float:
 
 @dataclass
 class _Average:
+    """A measured cost in seconds, as a decayed moving average.  Once measured, one
+    observation counts at most ``_STALL_CLIP`` times the estimate: a stall (the machine
+    busy elsewhere) is not a cost, and a drafter made to look hopeless by one would never
+    run again to correct it."""
+
     value: float
     weight: float = 0.0  # 0 = still the prior; a calibration counts as one observation
 
     def add(self, x: float) -> None:
+        if self.weight > 0:
+            x = min(x, _STALL_CLIP * self.value)
         self.weight = _DECAY * self.weight + 1.0
         self.value += (x - self.value) / self.weight
 
@@ -354,8 +361,7 @@ class AdaptivePolicy:
         ``emitted`` too, as far as it goes, so a drafter the policy does not pick keeps
         learning what its confidence is worth (else one undervalued at the start would
         never be picked to show otherwise)."""
-        cost = self.verify_costs.setdefault(batch, _Average(verify_s))
-        cost.add(min(verify_s, _STALL_CLIP * cost.value) if cost.weight > 0 else verify_s)
+        self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
             self.draft_costs[id(drafter)].add(draft_s / n_drafted)

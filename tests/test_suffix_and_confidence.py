@@ -135,6 +135,11 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     sure = Draft(list(range(16)), confidence=[0.99] * 16)
     drafter, k = policy.plan(16, {id(d): sure})
     assert drafter is d and k >= 8
+    model = Model()
+    slow_start = policy_for([model], flat)
+    cost = slow_start.draft_costs[id(model)] = _Average(0.003, weight=1.0)
+    slow_start.observe(model, 4, 4, 4 * 0.3, flat(5), 5)  # a draft step stalled 100 times over
+    assert cost.value <= 3 * 0.003  # the draft model's cost is no more locked out than the target's
     stalled = AdaptivePolicy([d], verify_costs={1: _Average(0.03, 1.0), 5: _Average(3.0, 1.0)})
     assert stalled.verify_cost(5) == pytest.approx(1.25 * 5 * 0.03)  # the bound, however it got there
 
