@@ -159,13 +159,11 @@ def pair_memory(target: str | Path, draft: str | Path | None, n_ctx: int, cache_
     return PairMemory(tuple(models), n_ctx, available, where)
 
 
-def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16", offload: bool = True,
-                        remote: bool = True) -> PairMemory:
+def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16", offload: bool = True) -> PairMemory:
     """:func:`pair_memory` for :class:`~localspec.discovery.ModelRef` s.  A model on disk is
     read from its header; one not downloaded yet from its header on the Hub, read with
     range requests (:func:`localspec.hub.remote_gguf_header`, about 6 MB for a
-    152k-token vocabulary; network, so call it off the GUI thread) unless ``remote`` is
-    False.  When that fails (offline, gated, unreachable) the model counts its catalogue
+    152k-token vocabulary; network, so call it off the GUI thread).  When that fails (offline, gated, unreachable) the model counts its catalogue
     file size only, the estimate is ``partial`` and ``notes`` says why."""
     models, notes, partial = [], [], False
     for ref in (target, draft):
@@ -174,7 +172,7 @@ def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16", offl
         if ref.path is not None:
             models.append(model_memory(cached_header(ref.path), n_ctx, cache_type))
             continue
-        problem = "not downloaded" if not remote or ref.entry is None else None
+        problem = "not downloaded, not in the catalogue" if ref.entry is None else None
         if problem is None:
             try:
                 models.append(_remote_model_memory(ref, n_ctx, cache_type))

@@ -185,7 +185,7 @@ def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float 
     requests (one per set of drafters: calls with a prediction use their own), so what
     the policy learnt of each drafter's confidences carries from one answer to the next;
     None = a fresh policy for this answer alone."""
-    names = tuple(n for n in ("prompt-lookup", "suffix", "prediction") if n in trace.free)
+    names = tuple(n for n in FREE_DRAFTERS if n in trace.free)
     key = names + (("draft-model",) if trace.draft_next else ())
     if session is not None and key in session:
         policy, stands = session[key]
