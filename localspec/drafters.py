@@ -27,12 +27,15 @@ class Draft:
     the drafter's own estimate, per token, that d_i is accepted given d_1..d_{i-1} were
     (the draft model's q(d_i), a suffix count ratio, a prediction's match record), or
     None when it has none; the adaptive policy calibrates it against what the target
-    accepts.
+    accepts.  ``depth``: per token, how many context tokens the drafter matched to
+    propose it (a suffix match's length plus the draft tokens before it), or None; the
+    policy calibrates confidences per depth group.
     """
 
     tokens: list[int]
     probs: list[Candidates] | None = None
     confidence: list[float] | None = None
+    depth: list[int] | None = None
 
     @classmethod
     def empty(cls) -> "Draft":
@@ -43,7 +46,8 @@ class Draft:
         if k >= len(self.tokens):
             return self
         return Draft(self.tokens[:k], None if self.probs is None else self.probs[:k],
-                     None if self.confidence is None else self.confidence[:k])
+                     None if self.confidence is None else self.confidence[:k],
+                     None if self.depth is None else self.depth[:k])
 
 
 class Drafter(Protocol):
@@ -369,7 +373,10 @@ class SuffixDrafter(_ModelFreeDrafter):
         here = self.request.lookup(context, max_tokens, self.min_estimate)
         before = self.store.lookup(context, max_tokens, self.min_estimate)
         best = here if here.expected_accepted >= before.expected_accepted else before
-        return Draft(tokens=best.tokens, confidence=best.estimates) if best.tokens else Draft.empty()
+        if not best.tokens:
+            return Draft.empty()
+        return Draft(tokens=best.tokens, confidence=best.estimates,
+                     depth=[best.match_length + i for i in range(len(best.tokens))])
 
     def end(self, context, n_prompt) -> None:
         self._sync(context)

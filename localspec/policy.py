@@ -28,8 +28,17 @@ and the length kept is the k maximising E(k) / C(k): each token is drafted while
 chance that it and all before it are accepted still pays for its share of the verify
 cost on this machine (the stopping rule of SpecDec++, Huang et al. 2024,
 arXiv:2405.19715, with measured instead of assumed costs).  A draft model's own draft
-is cut the same way once its q values are known.  Starting a draft model that has not
-read the context costs its prefill: that lag is charged, spread over the tokens left.
+is cut the same way once its q values are known.  A drafter that reports how much
+context each token rests on (``Draft.depth``: a suffix match's length) is calibrated
+per depth as well, since a continuation seen once after a 16-token match is worth more
+than one after 2 tokens.
+
+Starting a draft model that has not read the context costs its prefill.  That lag is
+charged over the tokens it could still serve: the tokens left, but no more than this
+answer has produced so far (at least ``_MIN_HORIZON``), since answers that have gone on
+for n tokens tend to go on for about n more, and a 13-token answer must not pay a
+prefill meant to be spread over 64.  A draft model is probed only while its lag costs
+at most ``_PROBE_SHARE`` of the rounds between two probes.
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ _DECAY = 0.8  # weight of the past in every moving average, per observation
 _NEW_TEXT_KEEP = 0.25  # share of acceptance evidence a new generation keeps; the rest is the prior
 _STALL_CLIP = 3.0  # one verify counts at most this many times the current estimate (a stall is not a cost)
 _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
+_MIN_HORIZON = 16  # tokens a draft model's catch-up is spread over at least
+_PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_every plain steps
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -99,30 +110,36 @@ class _DrafterModel:
 
 class Calibration:
     """What a drafter's confidence is worth: the observed acceptance of draft tokens by
-    confidence bin (10 bins over [0, 1]), as decayed counts.  The prior for a bin is its
-    own centre, worth two observations, so an uncalibrated drafter is taken at its word."""
+    confidence bin (10 bins over [0, 1]) and depth group (the context tokens a token
+    rests on: < 4, < 8, < 16, 16 or more; one group for drafters without depths), as
+    decayed counts.  The prior for a bin is its own centre, worth two observations, so
+    an uncalibrated drafter is taken at its word."""
 
     BINS = 10
+    DEPTHS = (4, 8, 16)  # upper bounds of the depth groups but the last
     DECAY = 0.98
 
     def __init__(self):
-        self.accepted = [2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)]
-        self.reached = [2.0] * self.BINS
+        groups = len(self.DEPTHS) + 1
+        self.accepted = [[2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)] for _ in range(groups)]
+        self.reached = [[2.0] * self.BINS for _ in range(groups)]
 
-    def _bin(self, confidence: float) -> int:
-        return min(self.BINS - 1, max(0, int(confidence * self.BINS)))
+    def _cell(self, confidence: float, depth: int) -> tuple[int, int]:
+        group = next((g for g, bound in enumerate(self.DEPTHS) if depth < bound), len(self.DEPTHS))
+        return group, min(self.BINS - 1, max(0, int(confidence * self.BINS)))
 
-    def __call__(self, confidence: float) -> float:
-        b = self._bin(confidence)
-        return self.accepted[b] / self.reached[b]
+    def __call__(self, confidence: float, depth: int = 0) -> float:
+        g, b = self._cell(confidence, depth)
+        return self.accepted[g][b] / self.reached[g][b]
 
-    def observe(self, confidence: Sequence[float], n_accepted: int) -> None:
+    def observe(self, confidence: Sequence[float], n_accepted: int, depth: Sequence[int] | None = None) -> None:
         """Tokens 1..n_accepted were accepted; token n_accepted + 1 (if in ``confidence``)
-        was not; the ones after it were never judged."""
+        was not; the ones after it were never judged.  ``depth``: per token, as
+        :attr:`~localspec.drafters.Draft.depth` (None: all in the first group)."""
         for i, c in enumerate(confidence[: n_accepted + 1]):
-            b = self._bin(c)
-            self.accepted[b] = self.DECAY * self.accepted[b] + (1.0 if i < n_accepted else 0.0)
-            self.reached[b] = self.DECAY * self.reached[b] + 1.0
+            g, b = self._cell(c, depth[i] if depth else 0)
+            self.accepted[g][b] = self.DECAY * self.accepted[g][b] + (1.0 if i < n_accepted else 0.0)
+            self.reached[g][b] = self.DECAY * self.reached[g][b] + 1.0
 
 
 class FixedPolicy:
@@ -155,7 +172,7 @@ class FixedPolicy:
         return k
 
     def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None,
-                emitted=None) -> None:
+                emitted=None, depth=None) -> None:
         pass
 
 
@@ -181,6 +198,7 @@ class AdaptivePolicy:
     _models: dict = field(default_factory=dict)  # id(drafter) -> _DrafterModel
     _calibrations: dict = field(default_factory=dict)  # id(drafter) -> Calibration
     _step_s: float = 0.03  # prior for c_verify(1) until measured
+    _generated: int = 0  # tokens emitted in the current generation
     _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
 
     def __post_init__(self) -> None:
@@ -211,6 +229,7 @@ class AdaptivePolicy:
     def new_generation(self) -> None:
         """A new text starts: pull each acceptance estimate back toward its prior, so a
         drafter that did well on the last text starts with short, cheap drafts here."""
+        self._generated = 0
         for d in self.drafters:
             model = self._models[id(d)]
             model.successes = _NEW_TEXT_KEEP * model.successes + getattr(d, "prior_acceptance", 0.5)
@@ -303,17 +322,31 @@ class AdaptivePolicy:
                 model.idle_rounds = 0
                 continue
             model.idle_rounds += 1
-            if model.idle_rounds >= self.probe_every and k_cap >= 1 and self.could_win(d):
+            if model.idle_rounds >= self.probe_every and k_cap >= 1 and self._probe_pays(d, n_context):
                 offered = len(proposals[id(d)].tokens) if id(d) in proposals else k_cap
                 if offered:
                     model.idle_rounds = 0
                     return d, min(self.probe_k, k_cap, offered)
         return best
 
+    def _probe_pays(self, d, n_context: int) -> bool:
+        """A probe is worth running: the drafter could win, and catching up on the
+        context (a draft model that sat out) costs at most ``_PROBE_SHARE`` of the plain
+        rounds it has sat out since the last probe."""
+        budget = _PROBE_SHARE * self.probe_every * self.verify_cost(1)
+        return self.could_win(d) and self._lag_s(d, n_context) <= budget
+
+    def _lag_s(self, d, n_context: int) -> float:
+        """Seconds ``d`` needs to read the context it has not seen (0 for free drafters)."""
+        if not hasattr(d, "lag"):
+            return 0.0
+        return d.lag(n_context) * self.prefill_costs.get(id(d), 0.2 * self.draft_costs[id(d)].value)
+
     def _accept_chances(self, d, draft, k: int) -> list[float]:
         if draft.confidence:
             calibrate = self._calibrations[id(d)]
-            return [calibrate(c) for c in draft.confidence[:k]]
+            depth = draft.depth or [0] * len(draft.confidence)
+            return [calibrate(c, n) for c, n in zip(draft.confidence[:k], depth)]
         return [self._models[id(d)].alpha] * min(k, len(draft.tokens))
 
     def _best_length(self, d, draft, limit: int, cost_per_token: float) -> tuple[int, float]:
@@ -331,13 +364,15 @@ class AdaptivePolicy:
 
     def _best_blind(self, d, limit: int, n_context: int, k_cap: int) -> tuple[int, float]:
         """Length and rate for a drafter not yet asked, from its acceptance estimate; a
-        draft model's catch-up (its prefill of the context) is charged over the tokens left."""
+        draft model's catch-up (its prefill of the context) is charged over the tokens it
+        could still serve (see the module docstring)."""
         alpha, cost = self._models[id(d)].alpha, self.draft_costs[id(d)].value
-        lag_s = d.lag(n_context) * self.prefill_costs.get(id(d), 0.2 * cost) if hasattr(d, "lag") else 0.0
+        lag_s = self._lag_s(d, n_context)
+        horizon = max(1, min(k_cap, max(self._generated, _MIN_HORIZON)))
         best_k, best_rate = 0, 0.0
         for k in range(1, limit + 1):
             expected = expected_tokens(alpha, k)
-            rate = expected / (k * cost + self.verify_cost(k + 1) + lag_s * expected / max(k_cap, 1))
+            rate = expected / (k * cost + self.verify_cost(k + 1) + lag_s * expected / horizon)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate
@@ -352,21 +387,22 @@ class AdaptivePolicy:
 
     def observe(self, drafter, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float,
                 batch: int, confidence: Sequence[float] | None = None,
-                emitted: Sequence[int] | None = None) -> None:
+                emitted: Sequence[int] | None = None, depth: Sequence[int] | None = None) -> None:
         """Learn from a finished round: ``draft_s`` seconds spent drafting (catch-up
         excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens,
         ``confidence`` the verified draft's per-token confidences (if it had them),
         ``emitted`` the tokens the round produced (accepted draft tokens, then the
-        target's own).  The free drafts not verified this round are judged against
+        target's own), ``depth`` the verified draft's depths (if it had them).  The free drafts not verified this round are judged against
         ``emitted`` too, as far as it goes, so a drafter the policy does not pick keeps
         learning what its confidence is worth (else one undervalued at the start would
         never be picked to show otherwise)."""
         self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
+        self._generated += len(emitted) if emitted else 1
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
             self.draft_costs[id(drafter)].add(draft_s / n_drafted)
             if confidence:
-                self._calibrations[id(drafter)].observe(confidence[:n_drafted], n_accepted)
+                self._calibrations[id(drafter)].observe(confidence[:n_drafted], n_accepted, depth)
         if emitted:
             self._judge_unverified(drafter if n_drafted > 0 else None, list(emitted))
         self._proposals = {}
@@ -380,4 +416,4 @@ class AdaptivePolicy:
             matched = next((i for i in range(judged) if draft.tokens[i] != emitted[i]), judged)
             self._models[id(d)].observe_judged(judged, matched)
             if draft.confidence:
-                self._calibrations[id(d)].observe(draft.confidence[:judged], matched)
+                self._calibrations[id(d)].observe(draft.confidence[:judged], matched, draft.depth)

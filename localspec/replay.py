@@ -4,8 +4,8 @@ under any machine's cost curve, offline.
 For greedy decoding the target's answer T is fixed by the text, and so is what each
 drafter proposes at each position and how much of it the target keeps: a draft at
 position j is accepted up to its first token that differs from T.  A trace stores, per
-answer: the prompt length, T, the free drafters' drafts (tokens and confidences, up to
-16) at every position, and the draft model's greedy choice and its probability at every
+answer: the prompt length, T, the free drafters' drafts (tokens, confidences and depths,
+up to 16) at every position, and the draft model's greedy choice and its probability at every
 position (one prefill of prompt + T in the draft model gives them all: after an accepted
 token the draft model sees exactly T).  :func:`replay` then runs a policy over a trace
 with verify costs c(b), a draft-model cost per token and a prefill cost per token from a
@@ -71,7 +71,8 @@ PROFILES = {
 @dataclass
 class Trace:
     """One greedy answer and every drafter's view of it (see the module docstring).
-    ``free[name][j]`` = (tokens, confidences) proposed after ``prompt + answer[:j]``;
+    ``free[name][j]`` = (tokens, confidences, depths) proposed after ``prompt + answer[:j]``
+    (depths absent in traces recorded before drafts had them);
     ``draft_next[j]`` / ``draft_conf[j]``: the draft model's choice for answer[j] and its
     probability, having read ``prompt + answer[:j]``."""
 
@@ -98,11 +99,11 @@ def record(model, prompt_tokens: list[int], answer: list[int], workload: str, na
         d.begin(prompt_tokens)
     context = list(prompt_tokens) + [answer[0]]
     for name_, d in drafters.items():
-        trace.free[name_] = [([], [])]  # position 0 comes from prompt eval, never drafted
+        trace.free[name_] = [([], [], [])]  # position 0 comes from prompt eval, never drafted
     for j in range(1, len(answer)):
         for name_, d in drafters.items():
             draft = d.propose(context, MAX_K, GREEDY, 0.0, None)
-            trace.free[name_].append((draft.tokens, list(draft.confidence or [])))
+            trace.free[name_].append((draft.tokens, list(draft.confidence or []), list(draft.depth or [])))
         context.append(answer[j])
     for d in drafters.values():
         d.end(context, len(prompt_tokens))
@@ -163,6 +164,12 @@ def _accepted(tokens: list[int], answer: list[int], j: int) -> int:
     return n
 
 
+def _free_draft(entry) -> Draft:
+    """A recorded free draft (tokens, confidences[, depths]) as the drafter made it."""
+    tokens, confidence, depth = (list(entry) + [[]])[:3]
+    return Draft(list(tokens), confidence=list(confidence) or None, depth=list(depth) or None)
+
+
 def _draft_model_draft(trace: Trace, j: int, k: int) -> Draft:
     """What the draft model proposes at j: its choices along the answer, up to and
     including its first miss (after a miss its further tokens can no longer be accepted)."""
@@ -204,22 +211,21 @@ def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float 
     while j < len(answer):
         k_cap = min(MAX_K, len(answer) - j)
         n_context = trace.n_prompt + j
-        proposals = {id(s): Draft(*trace.free[s.name][j][:1], confidence=trace.free[s.name][j][1] or None)
-                     for s in stands if s.free}
+        proposals = {id(s): _free_draft(trace.free[s.name][j]) for s in stands if s.free}
         drafter, k = policy.plan(k_cap, proposals, n_context)
-        draft, draft_s = Draft([]), 0.0
+        draft, draft_s, catch_up_s = Draft([]), 0.0, 0.0
         if drafter is not None:
             if drafter.free:
                 draft = proposals[id(drafter)].truncated(k)
             else:
-                draft_s = drafter.lag(n_context) * profile.draft_prefill_s + k * profile.draft_s
+                catch_up_s, draft_s = drafter.lag(n_context) * profile.draft_prefill_s, k * profile.draft_s
                 draft = _draft_model_draft(trace, j, k)
                 draft = draft.truncated(policy.length(drafter, draft, k))
         n = _accepted(draft.tokens, answer, j)
         verify_s = profile.verify(len(draft.tokens) + 1)
-        time_s += draft_s + verify_s + overhead_s
+        time_s += catch_up_s + draft_s + verify_s + overhead_s
         policy.observe(drafter if draft.tokens else None, len(draft.tokens), n, draft_s, verify_s,
-                       len(draft.tokens) + 1, draft.confidence, answer[j: j + n + 1])
+                       len(draft.tokens) + 1, draft.confidence, answer[j: j + n + 1], draft.depth)
         if drafter is not None and not drafter.free:
             drafter.seen = n_context + n
         name = drafter.name if draft.tokens else "plain"

@@ -57,6 +57,7 @@ def test_suffix_drafter_remembers_earlier_answers_across_requests():
     d.begin([4, 5, 6])  # another conversation: the request index starts afresh
     draft = d.propose([4, 5, 6, 10, 11], 5, GREEDY, 0.0, None)
     assert draft.tokens == [12, 13, 14, 15, 16] and draft.confidence == [0.5] * 5  # seen once
+    assert draft.depth == [2, 3, 4, 5, 6]  # a 2-token match, then each drafted token extends it
     d.end([4, 5, 6, 10, 11, 12], 3)
     assert len(d.store) == len(answer) + 3
 
@@ -79,6 +80,27 @@ def test_calibration_learns_what_a_confidence_is_worth():
         cal.observe([0.95, 0.95, 0.95], 1)  # claims 95 %, one in two accepted at the 2nd token
     assert cal(0.95) == pytest.approx(0.5, abs=0.05)
     assert cal(0.15) == pytest.approx(0.15)  # other bins keep their prior
+
+
+def test_calibration_tells_a_long_match_from_a_short_one_at_the_same_confidence():
+    """A continuation seen once gets the estimate 1/2 however long the match behind it:
+    after 2 tokens of prose it is mostly wrong, after 16 tokens of code mostly right.
+    Calibrated per depth, the two stop looking alike."""
+    cal = Calibration()
+    for _ in range(200):
+        cal.observe([0.5, 0.5], 0, depth=[2, 3])  # short match: rejected at once
+        cal.observe([0.5] * 4, 4, depth=[16, 17, 18, 19])  # long match: all kept
+    assert cal(0.5, 2) < 0.1 and cal(0.5, 3) < 0.1
+    assert cal(0.5, 16) > 0.9 and cal(0.5, 40) > 0.9
+    assert cal(0.5, 5) == pytest.approx(0.55)  # depths 4..7 were never seen: the bin's prior
+    assert cal(0.5) == cal(0.5, 2)  # no depth: the first group
+    d = Free()
+    policy = policy_for([d], lambda b: 0.030 + 0.010 * (b - 1))
+    policy._calibrations[id(d)] = cal
+    short = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[2, 3, 4, 5])
+    long = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[16, 17, 18, 19])
+    assert policy.plan(8, {id(d): short}) == (None, 0)
+    assert policy.plan(8, {id(d): long}) == (d, 4)
 
 
 class Free:
@@ -161,6 +183,41 @@ def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
         policy._models[id(m)].successes, policy._models[id(m)].trials = 8.0, 10.0
         chosen = policy.plan(12, {}, n_context=3100)
         assert (chosen[0] is m) == (m is fresh), chosen  # 3000 tokens of prefill do not pay for 12
+
+
+def test_a_draft_models_catch_up_is_spread_over_no_more_than_the_answer_so_far():
+    """200 tokens of prefill (0.4 s) pay back over a 64-token answer, not over a short one;
+    at the start of an answer its length is unknown, so the catch-up is spread over what
+    the answer has produced so far (at least 16 tokens), not over max_tokens."""
+    cheap = lambda b: 0.030 * (1 + 0.02 * (b - 1))  # noqa: E731
+    m = Model(lag=200)
+    policy = policy_for([m], cheap)
+    policy.draft_costs[id(m)].value = 0.003
+    policy.prefill_costs[id(m)] = 0.002
+    policy.new_generation()
+    policy._models[id(m)].successes, policy._models[id(m)].trials = 8.0, 10.0
+    assert policy.plan(63, {}, n_context=300) == (None, 0)  # 13 tokens might be all there is
+    for _ in range(64):
+        policy.observe(None, 0, 0, 0.0, cheap(1), 1, None, [7])
+    assert policy.plan(400, {}, n_context=364)[0] is m  # 64 tokens in: likely as many to come
+    assert policy.plan(10, {}, n_context=364) == (None, 0)  # but not if only 10 are left
+
+
+def test_a_draft_model_is_probed_only_while_catching_up_is_cheap():
+    """A probe of a draft model that sat out must read the context it missed; on a slow
+    machine that costs more than the probe could learn, so it is skipped."""
+    for lag, probed in ((5, True), (200, False)):  # 10 ms or 400 ms of catch-up; budget 0.1 * 4 * 30 ms
+        m = Model(lag=lag)
+        policy = AdaptivePolicy([m], max_k={id(m): 8}, probe_every=4)
+        for _ in range(3):
+            policy.observe(None, 0, 0, 0.0, 0.030, 1)
+            policy.observe(None, 0, 0, 0.0, 0.031, 2)
+            policy.observe(None, 0, 0, 0.0, 0.033, 5)
+        policy.draft_costs[id(m)] = _Average(0.003, weight=1.0)
+        policy.prefill_costs[id(m)] = 0.002
+        policy._models[id(m)].successes, policy._models[id(m)].trials = 0.1, 10.0  # looks hopeless
+        picks = [policy.plan(8, {}, n_context=300)[0] for _ in range(8)]
+        assert (m in picks) == probed, (lag, picks)
 
 
 def test_a_draft_models_own_draft_is_cut_at_its_first_doubtful_token():
