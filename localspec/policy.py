@@ -137,7 +137,7 @@ class Calibration:
         was not; the ones after it were never judged.  ``depth``: per token, as
         :attr:`~localspec.drafters.Draft.depth` (None: all in the first group)."""
         for i, c in enumerate(confidence[: n_accepted + 1]):
-            g, b = self._cell(c, depth[i] if depth else 0)
+            g, b = self._cell(c, depth[i] if depth and i < len(depth) else 0)
             self.accepted[g][b] = self.DECAY * self.accepted[g][b] + (1.0 if i < n_accepted else 0.0)
             self.reached[g][b] = self.DECAY * self.reached[g][b] + 1.0
 
@@ -345,7 +345,8 @@ class AdaptivePolicy:
     def _accept_chances(self, d, draft, k: int) -> list[float]:
         if draft.confidence:
             calibrate = self._calibrations[id(d)]
-            depth = draft.depth or [0] * len(draft.confidence)
+            depth = list(draft.depth or [])[:k]
+            depth += [0] * (k - len(depth))
             return [calibrate(c, n) for c, n in zip(draft.confidence[:k], depth)]
         return [self._models[id(d)].alpha] * min(k, len(draft.tokens))
 
