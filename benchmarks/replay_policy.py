@@ -28,6 +28,7 @@ from pathlib import Path
 from localspec import replay
 from localspec.api import SpeculativeModel, resolve_pair
 from localspec.doctor import machine_line, machine_record
+from localspec.drafters import SuffixDrafter
 from localspec.workloads import (code_prompts, edit_prompts, humaneval_tasks, mtbench_prompts, mtbench_second_turns,
                                  revision_conversations)
 
@@ -44,6 +45,9 @@ def greedy_answer(model, messages):
 def record_all() -> None:
     pair = resolve_pair()
     traces = []
+    # The model's own suffix store takes in each answer as it is generated; the traces
+    # are recorded with a store of the earlier answers only, as a live request sees it.
+    recorder = SuffixDrafter()
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
         policy = model._policy(model.default_draft, greedy=True, predicted=False)
         here = replay.Profile(
@@ -57,7 +61,7 @@ def record_all() -> None:
             prompt = model.target.chat_tokens(messages)
             answer = list(r.tokens) + ([] if r.finish_reason != "stop" else [])
             pred = model.target.tokenize(prediction, add_special=False) if prediction else None
-            traces.append(replay.record(model, prompt, answer, workload, name, pred))
+            traces.append(replay.record(model, prompt, answer, workload, name, pred, suffix=recorder))
             replay.save(traces, RESULTS / "traces.json", extra)  # as it goes: a stopped run keeps what it has
             print(f"{workload} {name}: {len(answer)} tokens", flush=True)
             return r.text

@@ -164,7 +164,9 @@ class DraftModelDrafter:
             self._catch_up(prompt)
 
     def begin(self, prompt) -> None:
-        pass
+        # Keep only what the new prompt shares with the cache (a continued conversation),
+        # so lag() counts what must really be read, not a previous request's tokens.
+        self.engine.reuse_prefix(prompt)
 
     def end(self, context, n_prompt) -> None:
         pass
@@ -235,6 +237,15 @@ class PromptLookupDrafter(_ModelFreeDrafter):
                 follow = tokens[start + n: start + n + max_tokens]
                 return Draft(tokens=[int(t) for t in follow])
         return Draft.empty()
+
+
+def round_label(drafter, draft: Draft) -> str:
+    """Whose round it was, for the stats: the drafter's when it drafted, or when it ran a
+    model of its own even if nothing of that draft was verified (its time was spent);
+    else "plain"."""
+    if drafter is not None and (draft.tokens or not getattr(drafter, "free", False)):
+        return drafter.name
+    return "plain"
 
 
 def _latest_match(tokens: np.ndarray, n: int) -> int | None:

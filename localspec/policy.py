@@ -43,6 +43,7 @@ at most ``_PROBE_SHARE`` of the rounds between two probes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -126,7 +127,9 @@ class Calibration:
 
     def _cell(self, confidence: float, depth: int) -> tuple[int, int]:
         group = next((g for g, bound in enumerate(self.DEPTHS) if depth < bound), len(self.DEPTHS))
-        return group, min(self.BINS - 1, max(0, int(confidence * self.BINS)))
+        if not math.isfinite(confidence):  # a broken estimate claims nothing
+            confidence = 0.0
+        return group, min(self.BINS - 1, max(0, int(min(max(confidence, 0.0), 1.0) * self.BINS)))
 
     def __call__(self, confidence: float, depth: int = 0) -> float:
         g, b = self._cell(confidence, depth)
@@ -381,6 +384,7 @@ class AdaptivePolicy:
     def length(self, drafter, draft, k: int) -> int:
         """How much of a draft just made by a non-free drafter to verify, now that its
         confidences are known (its drafting cost is spent): 0 when none of it pays."""
+        self._proposals[id(drafter)] = draft  # judged in observe() if none of it is verified
         if not draft.tokens:
             return 0
         kept, rate = self._best_length(drafter, draft, min(k, len(draft.tokens)), 0.0)
@@ -393,23 +397,38 @@ class AdaptivePolicy:
         excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens,
         ``confidence`` the verified draft's per-token confidences (if it had them),
         ``emitted`` the tokens the round produced (accepted draft tokens, then the
-        target's own), ``depth`` the verified draft's depths (if it had them).  The free drafts not verified this round are judged against
-        ``emitted`` too, as far as it goes, so a drafter the policy does not pick keeps
-        learning what its confidence is worth (else one undervalued at the start would
-        never be picked to show otherwise)."""
+        target's own), ``depth`` the verified draft's depths (if it had them).  The
+        drafts not verified this round (the free drafts not picked, a draft model's
+        draft cut to nothing) are judged against ``emitted`` too, as far as it goes, so
+        a drafter keeps learning what its confidence is worth (else one undervalued at
+        the start would never be picked to show otherwise, and a draft model whose
+        drafts are always cut would be chosen again and again)."""
         self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
         self._generated += len(emitted) if emitted else 1
+        made = self._proposals.get(id(drafter)) if drafter is not None else None
+        if made is not None and not getattr(drafter, "free", False):
+            self._observe_model_draft(drafter, made, n_drafted, draft_s)
+        elif n_drafted > 0:
+            self.draft_costs[id(drafter)].add(draft_s / n_drafted)
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
-            self.draft_costs[id(drafter)].add(draft_s / n_drafted)
             if confidence:
                 self._calibrations[id(drafter)].observe(confidence[:n_drafted], n_accepted, depth)
         if emitted:
             self._judge_unverified(drafter if n_drafted > 0 else None, list(emitted))
         self._proposals = {}
 
+    def _observe_model_draft(self, drafter, made, n_verified: int, draft_s: float) -> None:
+        """A draft model ran this round: its cost per token made (the draft may have
+        been cut before verification), and a miss when it declined to draft at all
+        (``p_min``), so a model that keeps declining stops being chosen."""
+        if made.tokens:
+            self.draft_costs[id(drafter)].add(draft_s / len(made.tokens))
+        elif n_verified == 0:
+            self._models[id(drafter)].observe_judged(1, 0)
+
     def _judge_unverified(self, verified, emitted: list[int]) -> None:
-        for d in self.free_drafters:
+        for d in self.drafters:
             draft = self._proposals.get(id(d))
             if d is verified or draft is None or not draft.tokens:
                 continue

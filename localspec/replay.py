@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .drafters import Draft
+from .drafters import Draft, round_label
 from .policy import AdaptivePolicy, _Average
 from .sampling import SamplingParams
 
@@ -86,12 +86,15 @@ class Trace:
 
 
 def record(model, prompt_tokens: list[int], answer: list[int], workload: str, name: str,
-           prediction: list[int] | None = None) -> Trace:
+           prediction: list[int] | None = None, suffix=None) -> Trace:
     """A trace of ``answer`` (the target's greedy tokens after ``prompt_tokens``) with the
-    drafters of ``model`` (a :class:`~localspec.api.SpeculativeModel`), whose suffix store
+    drafters of ``model`` (a :class:`~localspec.api.SpeculativeModel`) and ``suffix``, a
+    :class:`~localspec.drafters.SuffixDrafter` whose store holds the earlier answers but
+    not this one (default: the model's own, which already holds ``answer`` if the model
+    produced it: its drafts would then copy the answer from itself).  The suffix store
     then holds this answer as an earlier output, as after a live request."""
     trace = Trace(workload, name, len(prompt_tokens), list(answer))
-    drafters = {"prompt-lookup": model.lookup, "suffix": model.suffix}
+    drafters = {"prompt-lookup": model.lookup, "suffix": suffix if suffix is not None else model.suffix}
     if prediction:
         model.prediction.set_prediction(prediction, len(prompt_tokens))
         drafters["prediction"] = model.prediction
@@ -167,7 +170,7 @@ def _accepted(tokens: list[int], answer: list[int], j: int) -> int:
 def _free_draft(entry) -> Draft:
     """A recorded free draft (tokens, confidences[, depths]) as the drafter made it."""
     tokens, confidence, depth = (list(entry) + [[]])[:3]
-    return Draft(list(tokens), confidence=list(confidence) or None, depth=list(depth) or None)
+    return Draft(list(tokens), confidence=list(confidence or []) or None, depth=list(depth or []) or None)
 
 
 def _draft_model_draft(trace: Trace, j: int, k: int) -> Draft:
@@ -209,7 +212,7 @@ def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float 
     policy.new_generation()
     answer, j, time_s, rounds = trace.answer, 1, 0.0, {}
     while j < len(answer):
-        k_cap = min(MAX_K, len(answer) - j)
+        k_cap = len(answer) - j  # tokens left, as live (each drafter's own cap is at most MAX_K)
         n_context = trace.n_prompt + j
         proposals = {id(s): _free_draft(trace.free[s.name][j]) for s in stands if s.free}
         drafter, k = policy.plan(k_cap, proposals, n_context)
@@ -218,8 +221,9 @@ def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float 
             if drafter.free:
                 draft = proposals[id(drafter)].truncated(k)
             else:
-                catch_up_s, draft_s = drafter.lag(n_context) * profile.draft_prefill_s, k * profile.draft_s
                 draft = _draft_model_draft(trace, j, k)
+                catch_up_s = drafter.lag(n_context) * profile.draft_prefill_s
+                draft_s = len(draft.tokens) * profile.draft_s
                 draft = draft.truncated(policy.length(drafter, draft, k))
         n = _accepted(draft.tokens, answer, j)
         verify_s = profile.verify(len(draft.tokens) + 1)
@@ -228,7 +232,7 @@ def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float 
                        len(draft.tokens) + 1, draft.confidence, answer[j: j + n + 1], draft.depth)
         if drafter is not None and not drafter.free:
             drafter.seen = n_context + n
-        name = drafter.name if draft.tokens else "plain"
+        name = round_label(drafter, draft)
         rounds[name] = rounds.get(name, 0) + 1
         j += n + 1
     plain_s = (len(answer) - 1) * profile.verify(1)

@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .drafters import Draft, Drafter
+from .drafters import Draft, Drafter, round_label
 from .engine import Engine
 from .errors import ContextOverflowError, EngineError, InvalidOptionError
 from .sampling import CandidateRows, Candidates, SamplingParams, accept_greedy, accept_sampled, row_candidates, token_logprobs
@@ -214,7 +214,7 @@ class Generation:
             self.policy.observe(drafter, len(draft.tokens), n_accepted, draft_cost_s,
                                 target.decode_s - verify_before, len(draft.tokens) + 1, draft.confidence,
                                 [t for t, *_ in emitted], draft.depth)
-            stats.record_round(len(draft.tokens), n_accepted, _round_label(drafter, draft))
+            stats.record_round(len(draft.tokens), n_accepted, round_label(drafter, draft))
             kept = context + draft.tokens[:n_accepted]
             for d in self.drafters:
                 d.feedback(kept, len(draft.tokens), n_accepted)
@@ -305,14 +305,6 @@ class Generation:
         probs = row_candidates(logits, sp)
         token = probs.sample(rng)
         return token, probs.prob(token)
-
-
-def _round_label(drafter: Drafter | None, draft: Draft) -> str:
-    """Whose round it was: the drafter's when it drafted, or when it ran a model of its
-    own even if nothing of that draft was verified (its time was spent); else "plain"."""
-    if drafter is not None and (draft.tokens or not getattr(drafter, "free", False)):
-        return drafter.name
-    return "plain"
 
 
 def _prob(probs: Sequence[Candidates] | None, row: int, token: int) -> float | None:

@@ -166,3 +166,54 @@ def test_a_verify_view_of_the_logits_equals_the_copy(target_gguf):
         assert e.cache_tokens == [1, 5, 9, 11, 20, 21, 22, 23]
     finally:
         e.close()
+
+
+
+def _shared(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def test_a_draft_models_lag_counts_what_a_new_prompt_does_not_share_with_its_cache(target_gguf, other_gguf):
+    """After one request the draft model's cache holds it; a new, unrelated prompt must
+    not look already read (its catch-up would then be charged as free), while a continued
+    conversation keeps the shared prefix."""
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=4) as m:
+        prompt = m.target.tokenize(PROMPT)
+        first = m.generate(prompt, max_tokens=20)
+        drafter = m.drafter
+        cache = list(drafter.engine.cache_tokens)
+        assert len(cache) > len(prompt) + 10
+        other = m.target.tokenize("code the world hello again and again")
+        shared = _shared(cache, other)
+        assert shared < 3
+        drafter.begin(other)
+        assert drafter.lag(len(other)) == len(other) - shared
+        m.generate(prompt, max_tokens=20)
+        more = m.target.tokenize(" and then", add_special=False)
+        continued = prompt + first.tokens + more
+        drafter.begin(continued)
+        assert drafter.lag(len(continued)) <= len(more) + 2  # the answer's last tokens at most
+
+
+def test_a_trace_is_recorded_without_its_own_answer_in_the_suffix_store(target_gguf):
+    """The model that produced an answer has it in its suffix store; a trace recorded
+    with that store would copy the answer from itself at every position (the replay's
+    suffix figures were inflated so until 2026-12-01).  A recorder's own store holds the
+    earlier answers only, and takes this one in afterwards."""
+    from localspec.drafters import SuffixDrafter
+    from localspec.replay import record
+
+    with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as m:
+        prompt = m.target.tokenize(PROMPT)
+        answer = m.generate(prompt, max_tokens=40).tokens
+        assert len(m.suffix.store) == len(answer)  # the model's store took the answer in
+        recorder = SuffixDrafter()
+        own = record(m, prompt, answer, "w", "from its own store")
+        clean = record(m, prompt, answer, "w", "recorder", suffix=recorder)
+    assert len(recorder.store) == len(answer)
+
+    def copied(trace):  # positions whose suffix draft is the next 4+ tokens of the answer itself
+        return sum(1 for j, (tokens, *_) in enumerate(trace.free["suffix"])
+                   if len(tokens) >= 4 and tokens == answer[j:j + len(tokens)])
+    assert copied(own) >= len(answer) - 8
+    assert copied(clean) < copied(own) - 5

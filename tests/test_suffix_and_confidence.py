@@ -80,6 +80,8 @@ def test_calibration_learns_what_a_confidence_is_worth():
         cal.observe([0.95, 0.95, 0.95], 1)  # claims 95 %, one in two accepted at the 2nd token
     assert cal(0.95) == pytest.approx(0.5, abs=0.05)
     assert cal(0.15) == pytest.approx(0.15)  # other bins keep their prior
+    cal.observe([float("nan"), float("inf"), -3.0], 3)
+    assert cal(float("nan")) == cal(float("inf")) == cal(0.0)  # a broken estimate claims nothing
 
 
 def test_calibration_tells_a_long_match_from_a_short_one_at_the_same_confidence():
@@ -304,3 +306,31 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
     policy.plan(16, {id(free): wrong}, 200)
     policy.observe(model, 4, 4, 0.0, flat(5), 5, None, answer[:5])  # the unverified draft was wrong at once
     assert policy._calibrations[id(free)](0.3) < before
+
+
+@pytest.mark.parametrize("declines", [False, True])
+def test_a_draft_model_whose_drafts_are_never_verified_stops_being_chosen(declines):
+    """A draft model whose every draft is cut before verification (its q says the tokens
+    will fail), or that declines to draft at all (p_min), spent its time for nothing:
+    judged against what the target emitted, its estimate falls and plain decoding takes
+    over.  Before, such rounds taught the policy nothing and it chose the model every round."""
+    m = Model()
+    policy = policy_for([m], cpu_like_verify)
+    policy.draft_costs[id(m)] = _Average(0.001, weight=1.0)
+    policy._models[id(m)].successes, policy._models[id(m)].trials = 9.0, 10.0
+    picks = []
+    for j in range(40):
+        drafter, k = policy.plan(8, {}, 100 + j)
+        picks.append(drafter)
+        if drafter is m:
+            made = Draft([]) if declines else Draft([1, 2, 3, 4][:k], confidence=[0.01] * k)
+            assert policy.length(m, made, k) == 0
+            policy.observe(m, 0, 0, 0.001 * max(1, len(made.tokens)), cpu_like_verify(1), 1, None, [5])
+        else:
+            policy.observe(None, 0, 0, 0.0, cpu_like_verify(1), 1, None, [5])
+    assert picks[0] is m and m not in picks[-20:]
+    assert policy._models[id(m)].alpha < 0.5
+
+
+def cpu_like_verify(b):  # 30 ms + 10 ms per extra token
+    return 0.030 + 0.010 * (b - 1)
