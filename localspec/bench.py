@@ -72,6 +72,17 @@ class BenchConfig:
                                                             QUICK_STRATEGIES[4]), peers=False)
 
 
+def chosen_strategies(names: str) -> tuple[Strategy, ...]:
+    """The strategies named in ``names`` (comma-separated, as in the results' "strategy"
+    column), plain first and always included.  Raises InvalidOptionError on an unknown name."""
+    known = {s.name: s for s in ALL_STRATEGIES}
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise InvalidOptionError(f"unknown strategy {unknown[0]!r}; choose from: " + ", ".join(known))
+    return (PLAIN,) + tuple(known[n] for n in dict.fromkeys(wanted) if n != PLAIN.name)
+
+
 def prompts_for(config: BenchConfig, model: SpeculativeModel | None = None) -> list[Prompt]:
     """The benchmark's prompts; multi-turn ones need ``model`` to answer their earlier
     turns (greedy, plain decoding, ``config.max_tokens``), once, before any measurement."""
@@ -299,6 +310,8 @@ def main(args) -> int:
     config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
     if args.reps is not None:
         config = BenchConfig(**{**asdict(config), "reps": args.reps, "strategies": config.strategies})
+    if getattr(args, "strategies", None):
+        config = BenchConfig(**{**asdict(config), "strategies": chosen_strategies(args.strategies)})
     started = time.perf_counter()
     result = run(config, log=lambda line: print(line, file=sys.stderr))
     result["wall_s"] = time.perf_counter() - started

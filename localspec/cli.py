@@ -88,9 +88,13 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark every drafting strategy against plain decoding")
     mode = bench.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="fewer prompts and strategies (under 10 minutes on 2 cores)")
-    mode.add_argument("--smoke", action="store_true", help="a one-minute check that every part runs")
+    mode.add_argument("--quick", action="store_true",
+                      help="fewer prompts and strategies (one repetition: about 35 minutes on 2 cores)")
+    mode.add_argument("--smoke", action="store_true", help="a two-minute check that every part runs")
     bench.add_argument("--reps", type=int, default=None, help="repetitions (median is reported)")
+    bench.add_argument("--strategies", default=None, metavar="NAMES",
+                       help="comma-separated strategies to run instead of the mode's, e.g. 'plain,suffix k=8,adaptive' "
+                            "(plain is always run: speed-ups are against it)")
     bench.add_argument("--out", default="benchmarks/results", help="folder for JSON, Markdown and PNG results")
     bench.set_defaults(func=_cmd_bench)
 

@@ -47,3 +47,16 @@ def test_multi_turn_workloads_carry_their_own_history():
     assert last[-1]["content"] == REVISION_REQUESTS[1] and last[3]["content"] == "answer after 3 messages"
     second = mtbench_second_turns(1)
     assert len(second) == 8 and all(len(c.turns) == 2 and c.measured == 1 for c in second)
+
+
+def test_strategies_are_chosen_by_their_result_names_with_plain_always_first():
+    import pytest
+
+    from localspec.bench import chosen_strategies
+    from localspec.errors import InvalidOptionError
+
+    chosen = chosen_strategies("adaptive, suffix k=8,adaptive")
+    assert [s.name for s in chosen] == ["plain", "adaptive", "suffix k=8"]
+    assert chosen[2].options == {"strategy": "suffix", "draft_max": 8}
+    with pytest.raises(InvalidOptionError, match="unknown strategy 'suffix k=9'; choose from: plain, "):
+        chosen_strategies("suffix k=9")
