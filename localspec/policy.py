@@ -12,15 +12,18 @@ arXiv:2211.17192, section 3.1 and eq. 1, with i.i.d. acceptance), c_draft its co
 drafted token and c_verify(b) the target's cost for a batch of b tokens.  All three are
 measured on the running machine, as exponential moving averages over the rounds seen so
 far, starting from a calibration when the policy is created; a plain round is
-E(0) / C(0) = 1 / c_verify(1).  A drafter left unused for ``probe_every`` rounds is
-tried once with a short draft, so a change in the text (prose to code, a quoted
+E(0) / C(0) = 1 / c_verify(1).  A draft model left unused for ``probe_every`` rounds
+is tried once with a short draft, so a change in the text (prose to code, a quoted
 passage) is noticed, unless it could not beat plain decoding even with every draft
 token accepted (a draft model too slow for this machine is then never run).
 
 Drafters that cost next to nothing (``free``: suffix, prediction, prompt lookup) are
 asked every round, and their actual drafts are judged by their own per-token
 confidence c_i, calibrated against what the target accepted at that confidence
-(:class:`Calibration`): with a_i = calibrated(c_i),
+(:class:`Calibration`).  A free draft not verified is still compared with what the
+target emitted, so these drafters keep learning without probes, which would cost
+a verify each (two target steps for a 1-token probe on a compute-bound CPU).
+With a_i = calibrated(c_i),
 
     E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i
 
@@ -55,6 +58,7 @@ _STALL_CLIP = 3.0  # one verify counts at most this many times the current estim
 _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 _MIN_HORIZON = 16  # tokens a draft model's catch-up is spread over at least
 _PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_every plain steps
+_FREE_PROBE_SHARE = 0.01  # share of the time probes of one free drafter may cost
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -325,12 +329,22 @@ class AdaptivePolicy:
                 model.idle_rounds = 0
                 continue
             model.idle_rounds += 1
-            if model.idle_rounds >= self.probe_every and k_cap >= 1 and self._probe_pays(d, n_context):
-                offered = len(proposals[id(d)].tokens) if id(d) in proposals else k_cap
-                if offered:
-                    model.idle_rounds = 0
-                    return d, min(self.probe_k, k_cap, offered)
+            if id(d) in proposals:
+                offered = len(proposals[id(d)].tokens)
+                due = max(self.probe_every, self._free_probe_interval())
+            else:
+                offered, due = k_cap, self.probe_every
+            if model.idle_rounds >= due and offered and k_cap >= 1 and self._probe_pays(d, n_context):
+                model.idle_rounds = 0
+                return d, min(self.probe_k, k_cap, offered)
         return best
+
+    def _free_probe_interval(self) -> float:
+        """Rounds between two probes of a free drafter, so that each costs at most
+        ``_FREE_PROBE_SHARE`` of the time: its drafts are judged every round anyway
+        (see :meth:`observe`), a probe only verifies tokens past the first."""
+        c1 = self.verify_cost(1)
+        return (self.verify_cost(self.probe_k + 1) - c1) / (_FREE_PROBE_SHARE * c1)
 
     def _probe_pays(self, d, n_context: int) -> bool:
         """A probe is worth running: the drafter could win, and catching up on the

@@ -99,10 +99,10 @@ def edit_prompts(n: int) -> list[Prompt]:
             for i, t in enumerate(tasks)]
 
 
-def mtbench_prompts(per_category: int) -> list[Prompt]:
+def mtbench_prompts(per_category: int, categories=MTBENCH_CATEGORIES) -> list[Prompt]:
     questions = _mtbench_questions()
     out = []
-    for category in MTBENCH_CATEGORIES:
+    for category in categories:
         chosen = [q for q in questions if q["category"] == category][:per_category]
         out += [Prompt(f"mtbench-{category}", f"mtbench/{q['question_id']}", q["turns"][0]) for q in chosen]
     return out

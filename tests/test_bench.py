@@ -60,3 +60,17 @@ def test_strategies_are_chosen_by_their_result_names_with_plain_always_first():
     assert chosen[2].options == {"strategy": "suffix", "draft_max": 8}
     with pytest.raises(InvalidOptionError, match="unknown strategy 'suffix k=9'; choose from: plain, "):
         chosen_strategies("suffix k=9")
+
+
+def test_the_quick_run_asks_every_workload_once_with_four_strategies():
+    """--quick keeps each workload (first turns of four MT-Bench categories, a second turn,
+    a revision, an edit, a code prompt) and the strategies the adaptive one is judged
+    against; without a model the conversations' measured turns are not built."""
+    from localspec.bench import BenchConfig, prompts_for
+
+    config = BenchConfig.quick()
+    prompts = prompts_for(config)
+    assert [p.workload for p in prompts] == ["code", "edit", "mtbench-writing", "mtbench-math", "mtbench-coding",
+                                             "mtbench-extraction"]
+    assert [s.name for s in config.strategies] == ["plain", "prompt-lookup k=8", "suffix k=8", "adaptive"]
+    assert (config.second_turns, config.revisions, config.reps) == (2, 1, 1)
