@@ -83,6 +83,8 @@ def chosen_strategies(names: str) -> tuple[Strategy, ...]:
     known = {s.name: s for s in ALL_STRATEGIES}
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in known]
+    if not wanted:
+        raise InvalidOptionError("--strategies names no strategy; choose from: " + ", ".join(known))
     if unknown:
         raise InvalidOptionError(f"unknown strategy {unknown[0]!r}; choose from: " + ", ".join(known))
     return (PLAIN,) + tuple(known[n] for n in dict.fromkeys(wanted) if n != PLAIN.name)
@@ -313,9 +315,11 @@ def main(args) -> int:
         raise InvalidOptionError("the benchmark's plot needs matplotlib: pip install -e '.[bench]' "
                                  "(or run --smoke, which writes no plot)")
     config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
+    if args.reps is not None and args.reps < 1:
+        raise InvalidOptionError(f"--reps must be at least 1, got {args.reps}")
     if args.reps is not None:
         config = BenchConfig(**{**asdict(config), "reps": args.reps, "strategies": config.strategies})
-    if getattr(args, "strategies", None):
+    if getattr(args, "strategies", None) is not None:
         config = BenchConfig(**{**asdict(config), "strategies": chosen_strategies(args.strategies)})
     started = time.perf_counter()
     result = run(config, log=lambda line: print(line, file=sys.stderr))

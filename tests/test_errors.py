@@ -112,3 +112,13 @@ def test_cli_prints_one_line_errors(case, tmp_path, junk_file, truncated_file, t
     assert "Traceback" not in run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("localspec: error:")]
     assert len(errors) == 1, run.stderr
+
+
+@pytest.mark.parametrize("args, says", [(["--reps", "0"], "--reps must be at least 1"),
+                                        (["--strategies", ","], "names no strategy"),
+                                        (["--strategies", "suffix k=9"], "unknown strategy")])
+def test_bench_options_that_make_no_run_fail_in_one_line_before_any_model_loads(args, says):
+    run = _cli("bench", "--quick", *args)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert [line for line in run.stderr.splitlines() if line.startswith("localspec: error:")] == [
+        next(line for line in run.stderr.splitlines() if says in line)]
