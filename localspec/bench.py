@@ -311,9 +311,6 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(args) -> int:
-    if not args.smoke and importlib.util.find_spec("matplotlib") is None:  # checked before hours of work
-        raise InvalidOptionError("the benchmark's plot needs matplotlib: pip install -e '.[bench]' "
-                                 "(or run --smoke, which writes no plot)")
     config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
     if args.reps is not None and args.reps < 1:
         raise InvalidOptionError(f"--reps must be at least 1, got {args.reps}")
@@ -321,6 +318,9 @@ def main(args) -> int:
         config = BenchConfig(**{**asdict(config), "reps": args.reps, "strategies": config.strategies})
     if getattr(args, "strategies", None) is not None:
         config = BenchConfig(**{**asdict(config), "strategies": chosen_strategies(args.strategies)})
+    if not args.smoke and importlib.util.find_spec("matplotlib") is None:  # checked before hours of work
+        raise InvalidOptionError("the benchmark's plot needs matplotlib: pip install -e '.[bench]' "
+                                 "(or run --smoke, which writes no plot)")
     started = time.perf_counter()
     result = run(config, log=lambda line: print(line, file=sys.stderr))
     result["wall_s"] = time.perf_counter() - started
