@@ -21,8 +21,10 @@ Drafters that cost next to nothing (``free``: suffix, prediction, prompt lookup)
 asked every round, and their actual drafts are judged by their own per-token
 confidence c_i, calibrated against what the target accepted at that confidence
 (:class:`Calibration`).  A free draft not verified is still compared with what the
-target emitted, so these drafters keep learning without probes, which would cost
-a verify each (two target steps for a 1-token probe on a compute-bound CPU).
+target emitted, so these drafters keep learning without probes; one is probed only as
+often as a probe costs ``_FREE_PROBE_SHARE`` of the time (every ``probe_every`` rounds
+where a short verify costs little more than one token, a few times less often on a
+compute-bound CPU, where a 2-token probe costs over two target steps).
 With a_i = calibrated(c_i),
 
     E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i
@@ -329,13 +331,13 @@ class AdaptivePolicy:
                 model.idle_rounds = 0
                 continue
             model.idle_rounds += 1
-            if id(d) in proposals:
-                offered = len(proposals[id(d)].tokens)
-                due = max(self.probe_every, self._free_probe_interval())
-            else:
-                offered, due = k_cap, self.probe_every
-            length = min(self.probe_k, k_cap, self.cap(d), offered)
-            if model.idle_rounds >= due and length >= 1 and self._probe_pays(d, n_context):
+            if model.idle_rounds < self.probe_every:
+                continue
+            free = id(d) in proposals
+            if free and model.idle_rounds < self._free_probe_interval():
+                continue
+            length = min(self.probe_k, k_cap, self.cap(d), len(proposals[id(d)].tokens) if free else k_cap)
+            if length >= 1 and self._probe_pays(d, n_context):
                 model.idle_rounds = 0
                 return d, length
         return best

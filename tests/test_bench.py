@@ -50,8 +50,6 @@ def test_multi_turn_workloads_carry_their_own_history():
 
 
 def test_strategies_are_chosen_by_their_result_names_with_plain_always_first():
-    import pytest
-
     from localspec.bench import chosen_strategies
     from localspec.errors import InvalidOptionError
 
