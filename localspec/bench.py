@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .api import SpeculativeModel, resolve_pair
 from .doctor import machine_line, machine_record
-from .engine import default_threads
+from .engine import default_threads, load_peer_llama
 from .errors import InvalidOptionError
 from .workloads import (MTBENCH_CATEGORIES, Prompt, code_prompts, edit_prompts, measured_turns, mtbench_prompts,
                         mtbench_second_turns, revision_conversations)
@@ -176,11 +176,10 @@ class _PeerLookup:
     """llama-cpp-python's own ``Llama(draft_model=LlamaPromptLookupDecoding(...))``."""
 
     def __init__(self, target: Path, n_threads: int):
-        from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         # logits_all is required by its draft path; n_ctx 2048 bounds that buffer (1.2 GB).
-        self.llm = Llama(str(target), n_ctx=2048, n_threads=n_threads, n_threads_batch=n_threads,
+        self.llm = load_peer_llama(target, n_ctx=2048, n_threads=n_threads, n_threads_batch=n_threads,
                          logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
                          flash_attn=True, verbose=False)
 

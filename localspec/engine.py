@@ -94,6 +94,34 @@ def _progress_reporter(load_progress: Callable[[float], None]) -> Callable:
     return report
 
 
+def load_peer_llama(path: str | Path, **kwargs):
+    """llama-cpp-python's own ``Llama(path, **kwargs)``, the peer the benchmarks compare
+    against, with its CPU weights placed as an :class:`Engine` places them: where
+    :func:`localspec.amx_probe.amx_decision` says llama.cpp's AMX kernels crash this
+    machine, ``Llama`` (which has no option for it) would die with SIGILL at its first
+    decode, so its model parameters get the same no-AMX placement for the load."""
+    from llama_cpp import Llama
+
+    if not amx_probe.amx_decision().avoid_amx:
+        return Llama(str(path), **kwargs)
+    info = check_gguf_file(Path(path))
+    bindings = llama_cpp.llama_cpp  # the module Llama calls it through
+    original = bindings.llama_model_default_params
+    placements = []  # the override tables must outlive the load
+
+    def params_without_amx():
+        mparams = original()
+        placements.append(backend.apply_no_amx(mparams, info, offloaded=kwargs.get("n_gpu_layers", 0) != 0
+                                               and backend.supports_gpu_offload()))
+        return mparams
+
+    bindings.llama_model_default_params = params_without_amx
+    try:
+        return Llama(str(path), **kwargs)
+    finally:
+        bindings.llama_model_default_params = original
+
+
 class Engine:
     """One loaded model: tokenize, token bytes, decode with chosen logits rows, trim the cache.
 
