@@ -215,7 +215,16 @@ class PromptLookupDrafter(_ModelFreeDrafter):
     Pays off when the answer repeats its input: edits, refactors, quoting.
     Follows transformers' ``prompt_lookup_num_tokens`` (Saxena 2023, "Prompt Lookup
     Decoding") and llama.cpp's ngram drafting.
+
+    Each token's ``confidence`` is 1/2 (one sighting of what followed, as the suffix
+    drafter's count ratio for a continuation seen once) and its ``depth`` the length of
+    that occurrence's whole match with the context's end (the key, extended backwards up
+    to ``MAX_DEPTH`` tokens), plus the draft tokens before it: the adaptive policy
+    calibrates acceptance per depth, and a copy resting on 20 matching tokens (an edit)
+    is worth more than one resting on 2 (prose).
     """
+
+    MAX_DEPTH = 32
 
     name = "prompt-lookup"
     prior_acceptance = 0.3
@@ -231,11 +240,14 @@ class PromptLookupDrafter(_ModelFreeDrafter):
         if max_tokens <= 0 or len(context) < self.min_ngram + 1:
             return Draft.empty()
         tokens = np.asarray(context, dtype=np.int64)
+        ends, lengths = _matches_of_the_end(tokens, max(self.max_ngram, self.MAX_DEPTH))
         for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
-            start = _latest_match(tokens, n)
-            if start is not None:
-                follow = tokens[start + n: start + n + max_tokens]
-                return Draft(tokens=[int(t) for t in follow])
+            found = np.flatnonzero(lengths >= n)
+            if found.size:
+                end, matched = int(ends[found[-1]]), min(int(lengths[found[-1]]), self.MAX_DEPTH)
+                follow = [int(t) for t in tokens[end: end + max_tokens]]
+                return Draft(tokens=follow, confidence=[0.5] * len(follow),
+                             depth=[matched + i for i in range(len(follow))])
         return Draft.empty()
 
 
@@ -248,12 +260,24 @@ def round_label(drafter, draft: Draft) -> str:
     return "plain"
 
 
-def _latest_match(tokens: np.ndarray, n: int) -> int | None:
-    """Start of the latest earlier occurrence of the last ``n`` tokens, or None."""
-    pattern = tokens[-n:]
-    windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)  # every start < len - n
-    hits = np.flatnonzero((windows == pattern).all(axis=1))
-    return int(hits[-1]) if hits.size else None
+def _matches_of_the_end(tokens: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every earlier place the context's end recurs: ``ends`` (ascending), positions e <
+    len(tokens) with tokens[e - 1] equal to the last token, and ``lengths``, how many
+    tokens before each e match the context's end (at most ``limit``).  One comparison
+    over the context, then only over the candidates that still match."""
+    last = len(tokens) - 1
+    if last < 1:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    ends = np.flatnonzero(tokens[:last] == tokens[last]) + 1
+    lengths = np.ones(ends.size, dtype=np.int64)
+    alive = np.arange(ends.size)
+    for j in range(1, min(limit, last)):
+        alive = alive[ends[alive] - 1 - j >= 0]
+        alive = alive[tokens[ends[alive] - 1 - j] == tokens[last - j]]
+        if not alive.size:
+            break
+        lengths[alive] += 1
+    return ends, lengths
 
 
 class PredictionDrafter(_ModelFreeDrafter):

@@ -49,6 +49,7 @@ at most ``_PROBE_SHARE`` of the rounds between two probes.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -61,6 +62,7 @@ _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 _MIN_HORIZON = 16  # tokens a draft model's catch-up is spread over at least
 _PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_every plain steps
 _FREE_PROBE_SHARE = 0.01  # share of the time probes of one free drafter may cost
+_TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -115,6 +117,36 @@ class _DrafterModel:
         self.trials = _DECAY * self.trials + n_matched + (1 if n_matched < n_judged else 0)
 
 
+@dataclass
+class _TextTrust:
+    """How one drafter's calibrated chances hold up on the current text: the chances
+    predicted for its draft tokens that were judged (verified, or compared with what the
+    target emitted), and how many of them were accepted.  The factor f, accepted over
+    predicted with ``_TRUST_PRIOR`` tokens' worth of belief in the calibration added to
+    both, rescales its chances for the rest of the text (:meth:`scale`): a text unlike
+    the ones the calibration learnt from (math after code, a copy that stopped
+    matching) is noticed within a few tokens, drafts and judged proposals alike."""
+
+    predicted: float = 0.0
+    accepted: float = 0.0
+
+    @property
+    def factor(self) -> float:
+        return (self.accepted + _TRUST_PRIOR) / (self.predicted + _TRUST_PRIOR)
+
+    def scale(self, chance: float) -> float:
+        """Below par (f < 1) the chance itself is scaled, a f: three misses of drafts
+        calibrated at 0.99 leave 0.4, where scaling the odds would leave 0.97.  Above
+        par the odds are, a f / (1 - a + a f), which stays below 1."""
+        f = self.factor
+        return chance * f if f <= 1.0 else chance * f / (1.0 - chance + chance * f)
+
+    def observe(self, chances: Sequence[float], n_accepted: int) -> None:
+        """The first ``n_accepted`` draft tokens were accepted, the next (if any) was not."""
+        self.predicted += sum(chances[: n_accepted + 1])
+        self.accepted += min(n_accepted, len(chances))
+
+
 class Calibration:
     """What a drafter's confidence is worth: the observed acceptance of draft tokens by
     confidence bin (10 bins over [0, 1]) and depth group (the context tokens a token
@@ -132,10 +164,10 @@ class Calibration:
         self.reached = [[2.0] * self.BINS for _ in range(groups)]
 
     def _cell(self, confidence: float, depth: int) -> tuple[int, int]:
-        group = next((g for g, bound in enumerate(self.DEPTHS) if depth < bound), len(self.DEPTHS))
-        if not math.isfinite(confidence):  # a broken estimate claims nothing
-            confidence = 0.0
-        return group, min(self.BINS - 1, max(0, int(min(max(confidence, 0.0), 1.0) * self.BINS)))
+        group = bisect_right(self.DEPTHS, depth)
+        if not 0.0 < confidence < math.inf:  # NaN and inf too: a broken estimate claims nothing
+            return group, 0
+        return group, min(self.BINS - 1, int(min(confidence, 1.0) * self.BINS))
 
     def __call__(self, confidence: float, depth: int = 0) -> float:
         g, b = self._cell(confidence, depth)
@@ -154,13 +186,19 @@ class Calibration:
 class FixedPolicy:
     """One drafter, ``draft_max`` tokens every round (clamped by the loop).  A draft model
     reads the prompt during prompt eval (:attr:`prefill_drafters`), as llama.cpp's server
-    does, since it drafts from the first round on."""
+    does, since it drafts from the first round on.
+
+    A draft that says how many context tokens it matched (``Draft.depth``: a suffix
+    match) is cut to ``max_spec_factor`` times that match length (at least one token), as
+    ArcticInference and vLLM's ``suffix`` method do with the same name and default
+    (1.0): a 2-token match drafts 2 tokens, a 16-token match 16.  None = no cut."""
 
     free_drafters: tuple = ()
 
-    def __init__(self, drafter: Drafter | None, draft_max: int):
+    def __init__(self, drafter: Drafter | None, draft_max: int, max_spec_factor: float | None = 1.0):
         self.drafter = drafter
         self.draft_max = draft_max
+        self.max_spec_factor = max_spec_factor
 
     @property
     def prefill_drafters(self) -> list:
@@ -178,6 +216,8 @@ class FixedPolicy:
         return (self.drafter, k) if self.drafter is not None and k > 0 else (None, 0)
 
     def length(self, drafter, draft, k: int) -> int:
+        if draft.depth and self.max_spec_factor is not None:
+            return min(k, max(1, int(self.max_spec_factor * draft.depth[0])))
         return k
 
     def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None,
@@ -206,9 +246,11 @@ class AdaptivePolicy:
     prefill_costs: dict = field(default_factory=dict)  # id(drafter) -> seconds per prompt token read
     _models: dict = field(default_factory=dict)  # id(drafter) -> _DrafterModel
     _calibrations: dict = field(default_factory=dict)  # id(drafter) -> Calibration
+    _trust: dict = field(default_factory=dict)  # id(drafter) -> _TextTrust of the current text
     _step_s: float = 0.03  # prior for c_verify(1) until measured
     _generated: int = 0  # tokens emitted in the current generation
     _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
+    _verify_memo: dict = field(default_factory=dict)  # batch -> verify_cost, valid from plan() to observe()
 
     def __post_init__(self) -> None:
         for d in self.drafters:
@@ -239,6 +281,7 @@ class AdaptivePolicy:
         """A new text starts: pull each acceptance estimate back toward its prior, so a
         drafter that did well on the last text starts with short, cheap drafts here."""
         self._generated = 0
+        self._trust = {}
         for d in self.drafters:
             model = self._models[id(d)]
             model.successes = _NEW_TEXT_KEEP * model.successes + getattr(d, "prior_acceptance", 0.5)
@@ -246,11 +289,18 @@ class AdaptivePolicy:
 
     def verify_cost(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
-        linearly between measured sizes, else the prior shape scaled to c_verify(1)."""
-        known = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
-        if not known:
-            return self._step_s * (1 + 0.1 * (batch - 1))
-        return min(self._interpolated(known, batch), self._batch_bound(known, batch))
+        linearly between measured sizes, else the prior shape scaled to c_verify(1).
+        Remembered from one :meth:`plan` to the next :meth:`observe` (the costs change
+        only there), since a plan asks for it once per candidate length."""
+        cost = self._verify_memo.get(batch)
+        if cost is None:
+            known = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
+            if not known:
+                cost = self._step_s * (1 + 0.1 * (batch - 1))
+            else:
+                cost = min(self._interpolated(known, batch), self._batch_bound(known, batch))
+            self._verify_memo[batch] = cost
+        return cost
 
     @staticmethod
     def _interpolated(known: list, batch: int) -> float:
@@ -284,6 +334,7 @@ class AdaptivePolicy:
             target.decode([token] * batch, range(batch))
             self.verify_costs[batch] = _Average(target.decode_s - before, weight=1.0)
             target.trim(n)
+        self._verify_memo = {}
         for key, engine in draft_engines.items():
             m = len(engine.cache_tokens)
             if m + 17 > engine.n_ctx:
@@ -316,6 +367,7 @@ class AdaptivePolicy:
         ``n_context``: tokens in the context, for a draft model's catch-up cost."""
         proposals = proposals or {}
         self._proposals = proposals
+        self._verify_memo = {}  # the shared costs may have been updated by another policy of the model
         best, best_rate = (None, 0), 1.0 / self.verify_cost(1)
         for d in self.drafters:
             limit = min(k_cap, self.cap(d))
@@ -363,12 +415,25 @@ class AdaptivePolicy:
         return d.lag(n_context) * self.prefill_costs.get(id(d), 0.2 * self.draft_costs[id(d)].value)
 
     def _accept_chances(self, d, draft, k: int) -> list[float]:
+        """Per token of ``draft`` (at most ``k``), the chance it is accepted given the
+        ones before it were: its calibrated confidence scaled by this text's trust in the
+        drafter, or the drafter's acceptance estimate when it gives no confidences."""
         if draft.confidence:
-            calibrate = self._calibrations[id(d)]
-            depth = list(draft.depth or [])[:k]
-            depth += [0] * (k - len(depth))
-            return [calibrate(c, n) for c, n in zip(draft.confidence[:k], depth)]
+            trust = self._trust.get(id(d))
+            return [trust.scale(a) if trust else a for a in self._calibrated(d, draft.confidence[:k], draft.depth)]
         return [self._models[id(d)].alpha] * min(k, len(draft.tokens))
+
+    def _calibrated(self, d, confidence: Sequence[float], depth: Sequence[int] | None) -> list[float]:
+        depth = list(depth or [])[: len(confidence)]
+        depth += [0] * (len(confidence) - len(depth))
+        return list(map(self._calibrations[id(d)], confidence, depth))
+
+    def _learn_confidences(self, d, confidence: Sequence[float], depth: Sequence[int] | None,
+                           n_accepted: int) -> None:
+        """Draft tokens with these confidences (and depths) were judged: the first
+        ``n_accepted`` accepted, then one rejected unless all were accepted."""
+        self._trust.setdefault(id(d), _TextTrust()).observe(self._calibrated(d, confidence, depth), n_accepted)
+        self._calibrations[id(d)].observe(confidence, n_accepted, depth)
 
     def _best_length(self, d, draft, limit: int, cost_per_token: float) -> tuple[int, float]:
         """The length of ``draft`` (at most ``limit``) with the most expected tokens per
@@ -421,6 +486,7 @@ class AdaptivePolicy:
         the start would never be picked to show otherwise, and a draft model whose
         drafts are always cut would be chosen again and again)."""
         self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
+        self._verify_memo = {}
         self._generated += len(emitted) if emitted else 1
         made = self._proposals.get(id(drafter)) if drafter is not None else None
         if made is not None and not getattr(drafter, "free", False):
@@ -430,7 +496,7 @@ class AdaptivePolicy:
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
             if confidence:
-                self._calibrations[id(drafter)].observe(confidence[:n_drafted], n_accepted, depth)
+                self._learn_confidences(drafter, confidence[:n_drafted], depth, n_accepted)
         if emitted:
             self._judge_unverified(drafter if n_drafted > 0 else None, list(emitted))
         self._proposals = {}
@@ -453,4 +519,4 @@ class AdaptivePolicy:
             matched = next((i for i in range(judged) if draft.tokens[i] != emitted[i]), judged)
             self._models[id(d)].observe_judged(judged, matched)
             if draft.confidence:
-                self._calibrations[id(d)].observe(draft.confidence[:judged], matched, draft.depth)
+                self._learn_confidences(d, draft.confidence[:judged], draft.depth, matched)

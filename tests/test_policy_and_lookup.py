@@ -2,7 +2,7 @@
 
 import pytest
 
-from localspec.drafters import PromptLookupDrafter
+from localspec.drafters import Draft, PromptLookupDrafter
 from localspec.policy import AdaptivePolicy, FixedPolicy, expected_tokens
 from localspec.sampling import SamplingParams
 
@@ -20,6 +20,20 @@ def test_prompt_lookup_copies_what_followed_the_latest_match():
     assert propose([1, 2, 3, 9, 2, 3], 2, max_ngram=2) == [9, 2]  # the 2-gram beats the 1-gram
     assert propose([1, 2, 3, 4], 3) == []  # nothing repeats
     assert propose([1, 2, 3], 0) == []
+
+
+def test_prompt_lookup_says_how_long_a_match_its_copy_rests_on():
+    """Depth = the whole match of the copied occurrence with the context's end (not just
+    the 2-3-token key), then one more per drafted token; confidence 1/2 (one sighting)."""
+    lookup = PromptLookupDrafter()
+    draft = lookup.propose([9, 1, 2, 3, 4, 5, 6, 7, 8, 2, 3, 4], 3, GREEDY, 0.0, None)
+    assert draft.tokens == [5, 6, 7] and draft.depth == [3, 4, 5] and draft.confidence == [0.5] * 3
+    long = lookup.propose([9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4], 2, GREEDY, 0.0, None)
+    assert long.tokens == [5, 6] and long.depth == [4, 5]  # 1 2 3 4 matched, the 3-gram key extended
+    everything = lookup.propose([1, 2, 3, 1, 2, 3], 2, GREEDY, 0.0, None)
+    assert everything.tokens == [1, 2] and everything.depth == [3, 4]  # the whole context before it
+    capped = lookup.propose(list(range(40)) + list(range(40)), 1, GREEDY, 0.0, None)
+    assert capped.depth == [PromptLookupDrafter.MAX_DEPTH]
 
 
 def test_expected_tokens_formula():
@@ -86,3 +100,26 @@ def test_fixed_policy():
     assert FixedPolicy(d, 4).plan(2) == (d, 2)
     assert FixedPolicy(d, 4).plan(0) == (None, 0)
     assert FixedPolicy(None, 4).plan(10) == (None, 0)
+
+
+def test_fixed_policy_cuts_a_suffix_draft_to_max_spec_factor_times_its_match():
+    """As ArcticInference / vLLM's suffix method: a 2-token match drafts at most 2 tokens,
+    a 4-token match 4; drafts without a match length (a draft model's) are not cut."""
+    from localspec.drafters import SuffixDrafter
+
+    suffix = SuffixDrafter()
+    suffix.begin([1, 2, 3])
+    suffix.end([1, 2, 3] + list(range(100, 140)), 3)
+    suffix.begin([4, 5])
+    short = suffix.propose([4, 5, 100, 101], 8, GREEDY, 0.0, None)
+    longer = suffix.propose([100, 101, 102, 103], 8, GREEDY, 0.0, None)
+    assert len(short.tokens) == len(longer.tokens) == 8 and short.depth[0] == 2 and longer.depth[0] == 4
+    policy = FixedPolicy(suffix, 8)
+    assert policy.length(suffix, short, 8) == 2
+    assert policy.length(suffix, longer, 8) == 4
+    assert policy.length(suffix, longer, 3) == 3
+    assert FixedPolicy(suffix, 8, max_spec_factor=2.5).length(suffix, short, 8) == 5
+    assert FixedPolicy(suffix, 8, max_spec_factor=0.1).length(suffix, short, 8) == 1
+    assert FixedPolicy(suffix, 8, max_spec_factor=None).length(suffix, short, 8) == 8
+    model_draft = Draft([1, 2, 3, 4, 5], confidence=[0.9] * 5)
+    assert policy.length(FakeDrafter("draft-model", 0.7), model_draft, 5) == 5

@@ -361,3 +361,29 @@ def test_a_probe_is_no_longer_than_the_drafters_own_cap():
     policy.probe_every, policy.max_k[id(d)] = 1, 1
     policy.plan(16, {id(d): Draft([7, 8, 9], confidence=[0.0] * 3)}, 50)
     assert policy.plan(16, {id(d): Draft([7, 8, 9], confidence=[0.0] * 3)}, 51) == (d, 1)
+
+
+def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
+    """Calibrated on earlier texts where 16-token matches were always right, the policy
+    drafts such a match at once; on a text where they keep failing, this text's trust in
+    the drafter falls after a few rejected tokens, while the calibration (shared across
+    texts) has barely moved, and a new text starts trusting the calibration again."""
+    d = Free()
+    verify = lambda b: 0.030 + 0.010 * (b - 1)  # noqa: E731
+    policy = policy_for([d], verify)
+    for _ in range(200):
+        policy._calibrations[id(d)].observe([0.5] * 4, 4, depth=[16, 17, 18, 19])
+    deep = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[16, 17, 18, 19])
+    policy.new_generation()
+    assert policy.plan(8, {id(d): deep}) == (d, 4)
+    plans = []
+    for _ in range(5):
+        plans.append(policy.plan(8, {id(d): deep})[1])
+        policy.observe(d, plans[-1], 0, 0.0, verify(plans[-1] + 1), plans[-1] + 1, deep.confidence, [7],
+                       deep.depth)  # rejected, or judged against the target's token
+    assert plans[0] == 4 and plans[3] <= 1  # shorter at once: 3 misses leave 0.4 of a 0.99 chance
+    assert policy.plan(8, {id(d): deep}) == (None, 0)
+    assert policy._calibrations[id(d)](0.5, 16) > 0.9  # the calibration itself has barely moved
+    policy.observe(None, 0, 0, 0.0, 0.030, 1, None, [7])
+    policy.new_generation()
+    assert policy.plan(8, {id(d): deep}) == (d, 4)
