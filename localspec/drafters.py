@@ -370,15 +370,20 @@ class SuffixDrafter(_ModelFreeDrafter):
     outputs (``store_tokens`` tokens at most, oldest evicted first).  Of the two
     candidate drafts, the one with more expected accepted tokens wins.  Confidence per
     token = count(child) / count(parent); drafting stops below ``min_estimate``.
+    ``max_spec_factor``: at a fixed draft length (:class:`~localspec.policy.FixedPolicy`)
+    a draft is cut to this many times the match it rests on, as ArcticInference and
+    vLLM's ``suffix`` method (same name, same default); None = no cut.  The adaptive
+    policy chooses lengths itself, from confidences calibrated per match depth.
     """
 
     name = "suffix"
     prior_acceptance = 0.5
     prior_cost_s = 3e-5
 
-    def __init__(self, store_tokens: int = 100_000, min_estimate: float = 0.1):
+    def __init__(self, store_tokens: int = 100_000, min_estimate: float = 0.1, max_spec_factor: float | None = 1.0):
         self.store_tokens = store_tokens
         self.min_estimate = min_estimate
+        self.max_spec_factor = max_spec_factor
         self.reset()
 
     def reset(self) -> None:

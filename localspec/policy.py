@@ -34,9 +34,15 @@ chance that it and all before it are accepted still pays for its share of the ve
 cost on this machine (the stopping rule of SpecDec++, Huang et al. 2024,
 arXiv:2405.19715, with measured instead of assumed costs).  A draft model's own draft
 is cut the same way once its q values are known.  A drafter that reports how much
-context each token rests on (``Draft.depth``: a suffix match's length) is calibrated
-per depth as well, since a continuation seen once after a 16-token match is worth more
-than one after 2 tokens.
+context each token rests on (``Draft.depth``: a suffix or prompt-lookup match's length)
+is calibrated per depth as well, since a continuation seen once after a 16-token match
+is worth more than one after 2 tokens.
+
+The calibration is shared by all texts; each text also keeps its own trust in each
+drafter (:class:`_TextTrust`): the chances predicted for the tokens judged so far
+against how many were accepted.  A text where the calibration is wrong (math after
+code: short numeric matches that look like code's) is noticed within a few tokens, and
+the drafter's chances are scaled down for the rest of that text only.
 
 Starting a draft model that has not read the context costs its prefill.  That lag is
 charged over the tokens it could still serve: the tokens left, but no more than this
@@ -188,17 +194,16 @@ class FixedPolicy:
     reads the prompt during prompt eval (:attr:`prefill_drafters`), as llama.cpp's server
     does, since it drafts from the first round on.
 
-    A draft that says how many context tokens it matched (``Draft.depth``: a suffix
-    match) is cut to ``max_spec_factor`` times that match length (at least one token), as
+    A drafter with a ``max_spec_factor`` (the suffix drafter) has each draft cut to that
+    many times the match it rests on (``Draft.depth[0]``; at least one token), as
     ArcticInference and vLLM's ``suffix`` method do with the same name and default
-    (1.0): a 2-token match drafts 2 tokens, a 16-token match 16.  None = no cut."""
+    (1.0): a 2-token match drafts 2 tokens, a 16-token match 16."""
 
     free_drafters: tuple = ()
 
-    def __init__(self, drafter: Drafter | None, draft_max: int, max_spec_factor: float | None = 1.0):
+    def __init__(self, drafter: Drafter | None, draft_max: int):
         self.drafter = drafter
         self.draft_max = draft_max
-        self.max_spec_factor = max_spec_factor
 
     @property
     def prefill_drafters(self) -> list:
@@ -216,8 +221,9 @@ class FixedPolicy:
         return (self.drafter, k) if self.drafter is not None and k > 0 else (None, 0)
 
     def length(self, drafter, draft, k: int) -> int:
-        if draft.depth and self.max_spec_factor is not None:
-            return min(k, max(1, int(self.max_spec_factor * draft.depth[0])))
+        factor = getattr(drafter, "max_spec_factor", None)
+        if draft.depth and factor is not None:
+            return min(k, max(1, int(factor * draft.depth[0])))
         return k
 
     def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None,

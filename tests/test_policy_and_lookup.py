@@ -118,8 +118,11 @@ def test_fixed_policy_cuts_a_suffix_draft_to_max_spec_factor_times_its_match():
     assert policy.length(suffix, short, 8) == 2
     assert policy.length(suffix, longer, 8) == 4
     assert policy.length(suffix, longer, 3) == 3
-    assert FixedPolicy(suffix, 8, max_spec_factor=2.5).length(suffix, short, 8) == 5
-    assert FixedPolicy(suffix, 8, max_spec_factor=0.1).length(suffix, short, 8) == 1
-    assert FixedPolicy(suffix, 8, max_spec_factor=None).length(suffix, short, 8) == 8
+    for factor, kept in ((2.5, 5), (0.1, 1), (None, 8)):
+        suffix.max_spec_factor = factor
+        assert policy.length(suffix, short, 8) == kept
     model_draft = Draft([1, 2, 3, 4, 5], confidence=[0.9] * 5)
     assert policy.length(FakeDrafter("draft-model", 0.7), model_draft, 5) == 5
+    lookup = PromptLookupDrafter()  # a copy is proposed whole, as transformers and llama.cpp do
+    copy = lookup.propose([1, 2, 3, 4, 5, 6, 9, 2, 3], 5, GREEDY, 0.0, None)
+    assert copy.depth[0] == 2 and FixedPolicy(lookup, 8).length(lookup, copy, 5) == 5
