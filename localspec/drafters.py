@@ -240,11 +240,12 @@ class PromptLookupDrafter(_ModelFreeDrafter):
         if max_tokens <= 0 or len(context) < self.min_ngram + 1:
             return Draft.empty()
         tokens = np.asarray(context, dtype=np.int64)
-        ends, lengths = _matches_of_the_end(tokens, max(self.max_ngram, self.MAX_DEPTH))
+        ends, lengths = _matches_of_the_end(tokens, self.max_ngram)
         for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
             found = np.flatnonzero(lengths >= n)
             if found.size:
-                end, matched = int(ends[found[-1]]), min(int(lengths[found[-1]]), self.MAX_DEPTH)
+                end = int(ends[found[-1]])
+                matched = _match_length(tokens, end, self.MAX_DEPTH)
                 follow = [int(t) for t in tokens[end: end + max_tokens]]
                 return Draft(tokens=follow, confidence=[0.5] * len(follow),
                              depth=[matched + i for i in range(len(follow))])
@@ -258,6 +259,13 @@ def round_label(drafter, draft: Draft) -> str:
     if drafter is not None and (draft.tokens or not getattr(drafter, "free", False)):
         return drafter.name
     return "plain"
+
+
+def _match_length(tokens: np.ndarray, end: int, limit: int) -> int:
+    """How many tokens before ``end`` equal the last ones of ``tokens`` (at most ``limit``)."""
+    n = min(limit, end)
+    differs = np.flatnonzero(tokens[end - n: end][::-1] != tokens[len(tokens) - n:][::-1])
+    return int(differs[0]) if differs.size else n
 
 
 def _matches_of_the_end(tokens: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:

@@ -31,6 +31,8 @@ from .errors import EngineError, InvalidOptionError
 _TOP_P_HEAD = 1024
 # top-k views the vocabulary as this many strided slices (see _top_k_ids).
 _GROUPS = 32
+# up to this many candidates, the filters run in plain Python (see _few_candidates).
+_FEW = 64
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,8 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
         return Candidates.one_hot(int(np.argmax(row)))
     if params.top_k and params.top_k < row.size:
         ids = _top_k_ids(row, params.top_k)
+        if ids.size <= _FEW:
+            return _few_candidates(row[ids].tolist(), ids.tolist(), params)
     elif params.top_p == 1.0 and params.min_p > 0.0:  # min-p alone: its cut needs no normaliser
         # A float32 comparison with a slightly lower cut: a superset of what the exact
         # float64 min-p rule below keeps.
@@ -192,6 +196,32 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
         n = min(n, int(np.count_nonzero(p >= params.min_p * p[0])))
     order = np.argsort(ids[:n])
     return Candidates(ids[:n][order].astype(np.int64), p[:n][order] / p[:n].sum())
+
+
+def _few_candidates(logits: list[float], ids: list[int], params: SamplingParams) -> Candidates:
+    """The filters of :func:`row_candidates` on a few candidates (top-k's), in plain
+    Python: for 40 values that is about half the time of twenty small numpy calls."""
+    ranked = sorted(zip(logits, ids), reverse=True)  # most likely first: top-p and min-p keep a prefix
+    peak = ranked[0][0]
+    if not math.isfinite(peak) or any(z != z for z, _ in ranked):
+        raise EngineError("the model's logits hold NaN or infinity (or nothing finite): "
+                          "no distribution to sample from")
+    t = params.temperature
+    weights = [math.exp((z - peak) / t) for z, _ in ranked]  # the top one is 1
+    n = len(weights)
+    if params.top_p < 1.0:
+        cut, total = params.top_p * math.fsum(weights), 0.0
+        for i, w in enumerate(weights):
+            total += w
+            if total >= cut:
+                n = i + 1
+                break
+    if params.min_p > 0.0:
+        n = min(n, sum(1 for w in weights if w >= params.min_p))
+    kept = sorted((token, w) for (_, token), w in zip(ranked[:n], weights[:n]))
+    norm = math.fsum(w for _, w in kept)
+    return Candidates(np.array([token for token, _ in kept], dtype=np.int64),
+                      np.array([w / norm for _, w in kept], dtype=np.float64))
 
 
 def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
