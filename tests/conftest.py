@@ -63,6 +63,41 @@ def real_model(real_pair_paths):
         yield model
 
 
+VERIFY_BATCH = 5  # draft_max 4, as the greedy-equality tests use: the target decodes 5 tokens a round
+
+
+def path_noise(model, prompt_tokens, answer_tokens):
+    """The largest change of any logit between decoding ``answer_tokens`` one at a time
+    (plain decoding) and in batches of VERIFY_BATCH (verification), after the same
+    prompt: llama.cpp's numeric path noise on this machine (design notes, section 5:
+    up to 0.22 on one Xeon)."""
+    import numpy as np
+
+    engine = model.target
+    engine.reuse_prefix(prompt_tokens)
+    engine.trim(len(prompt_tokens))
+    one = np.stack([engine.decode([t], [0])[0] for t in answer_tokens])
+    engine.trim(len(prompt_tokens))
+    batched = np.concatenate([engine.decode(answer_tokens[i: i + VERIFY_BATCH],
+                                            range(len(answer_tokens[i: i + VERIFY_BATCH])))
+                              for i in range(0, len(answer_tokens), VERIFY_BATCH)])
+    return float(np.abs(one - batched).max())
+
+
+@pytest.fixture(scope="session")
+def tie_tolerance(real_model):
+    """Greedy speculative and plain output may part only where the plain run's top-2
+    logits were closer than this: twice the path noise measured here (each of the two
+    logits can move by one), on the first HumanEval prompt's first 40 tokens."""
+    from localspec.workloads import code_prompts
+
+    first = code_prompts(1)[0].messages
+    noise = path_noise(real_model, real_model.target.chat_tokens(first),
+                       real_model.chat(first, max_tokens=40, draft_max=0).tokens)
+    print(f"\npath noise {noise:.4f}: tie tolerance {2 * noise:.4f}")
+    return 2 * noise
+
+
 def _test_assets() -> Path:
     """Downloaded test files live next to (not inside) the model cache, so that they
     never show up among a user's models."""
