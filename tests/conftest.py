@@ -67,10 +67,11 @@ VERIFY_BATCH = 5  # draft_max 4, as the greedy-equality tests use: the target de
 
 
 def path_noise(model, prompt_tokens, answer_tokens):
-    """The largest change of any logit between decoding ``answer_tokens`` one at a time
-    (plain decoding) and in batches of VERIFY_BATCH (verification), after the same
-    prompt: llama.cpp's numeric path noise on this machine (design notes, section 5:
-    up to 0.22 on one Xeon)."""
+    """The largest change of a row's two best logits (the ones greedy decoding chooses
+    between, in either path) between decoding ``answer_tokens`` one at a time (plain
+    decoding) and in batches of VERIFY_BATCH (verification), after the same prompt:
+    llama.cpp's numeric path noise on this machine (design notes, section 5: up to 0.22
+    on one Xeon; the far tail of the vocabulary moves more, but never decides a token)."""
     import numpy as np
 
     engine = model.target
@@ -81,7 +82,9 @@ def path_noise(model, prompt_tokens, answer_tokens):
     batched = np.concatenate([engine.decode(answer_tokens[i: i + VERIFY_BATCH],
                                             range(len(answer_tokens[i: i + VERIFY_BATCH])))
                               for i in range(0, len(answer_tokens), VERIFY_BATCH)])
-    return float(np.abs(one - batched).max())
+    rows = np.arange(len(answer_tokens))[:, None]
+    best = np.concatenate([np.argsort(one, axis=1)[:, -2:], np.argsort(batched, axis=1)[:, -2:]], axis=1)
+    return float(np.abs(one[rows, best] - batched[rows, best]).max())
 
 
 @pytest.fixture(scope="session")
