@@ -1,6 +1,7 @@
 """The adaptive policy replayed offline on recorded greedy traces, under several machines' costs.
 
     .venv/bin/python benchmarks/replay_policy.py record   # ~10 min on 2 cores: answers + every drafter's view
+    .venv/bin/python benchmarks/replay_policy.py profile  # ~1 min: add this machine's measured costs
     .venv/bin/python benchmarks/replay_policy.py          # replay (seconds): policy vs best fixed in hindsight
 
 ``record`` (traces saved as they come) runs the default pair greedily (plain decoding, 128 new tokens) on: first
@@ -8,7 +9,10 @@ turns (HumanEval, MT-Bench), MT-Bench second turns (after the model's own first 
 three-turn HumanEval revisions, and edits of HumanEval solutions (with the original
 code as a prediction), in that order, so the suffix store holds the earlier answers as it
 would in one session.  It writes benchmarks/results/traces.json with this machine's
-measured costs (the policy's calibration) as the profile "this-machine".
+measured costs (the policy's calibration), which it also keeps in
+benchmarks/results/profiles.json under the CPU's name; ``profile`` adds the running
+machine's costs there without recording anything, so the traces replay under the costs
+of every machine measured so far.
 
 First turns whose question was already answered earlier in the run (the conversations
 start with questions the first-turn set asked) are reported as "first-turn-again".
@@ -23,6 +27,7 @@ Results: benchmarks/results/replay.{json,md}.
 
 import json
 import sys
+from datetime import date
 from pathlib import Path
 
 from localspec import replay
@@ -34,12 +39,40 @@ from localspec.workloads import (code_prompts, edit_prompts, humaneval_tasks, mt
 
 RESULTS = Path(__file__).parent / "results"
 N_TOKENS = 128
+# MT-Bench first turns recorded: prose, and the categories where drafting tends to lose
+# (math, extraction: few repeats, short answers).
+FIRST_TURN_CATEGORIES = ("writing", "roleplay", "math", "coding", "extraction")
 
 
 def greedy_answer(model, messages):
     model.reset_cache()
     r = model.chat(messages, max_tokens=N_TOKENS, strategy="none")
     return r
+
+
+def measured_profile(model, name: str) -> replay.Profile:
+    """This machine's costs, as the adaptive policy's calibration measured them."""
+    policy = model._policy(model.default_draft, greedy=True, predicted=False)
+    return replay.Profile(
+        name, {b: policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
+        policy.draft_costs[id(model.drafter)].value, policy.prefill_costs.get(id(model.drafter), 0.0),
+        f"measured by the policy's calibration on {machine_line(machine_record())}, {date.today()}")
+
+
+def save_profile(profile: replay.Profile) -> None:
+    """Keep ``profile`` in benchmarks/results/profiles.json (replacing one of the same name)."""
+    path = RESULTS / "profiles.json"
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    saved[profile.name] = vars(profile)
+    path.write_text(json.dumps(saved, indent=1) + "\n")
+    print(f"{profile.name}: c(1) {1000 * profile.verify(1):.0f} ms, c(17) {1000 * profile.verify(17):.0f} ms, "
+          f"copy ceiling x{profile.ceiling()[0]:.2f}; saved in {path}")
+
+
+def record_profile() -> None:
+    pair = resolve_pair()
+    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
+        save_profile(measured_profile(model, machine_record()["cpu"]))
 
 
 def record_all() -> None:
@@ -49,11 +82,8 @@ def record_all() -> None:
     # are recorded with a store of the earlier answers only, as a live request sees it.
     recorder = SuffixDrafter()
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
-        policy = model._policy(model.default_draft, greedy=True, predicted=False)
-        here = replay.Profile(
-            "this-machine", {b: policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
-            policy.draft_costs[id(model.drafter)].value, policy.prefill_costs.get(id(model.drafter), 0.0),
-            f"measured by the policy's calibration on {machine_line(machine_record())}")
+        here = measured_profile(model, machine_record()["cpu"])
+        save_profile(here)
         extra = {"machine": machine_record(), "profile": vars(here)}
 
         def one(messages, workload, name, prediction=None):
@@ -66,7 +96,7 @@ def record_all() -> None:
             print(f"{workload} {name}: {len(answer)} tokens", flush=True)
             return r.text
 
-        for p in code_prompts(2) + mtbench_prompts(1)[:2]:
+        for p in code_prompts(2) + mtbench_prompts(1, FIRST_TURN_CATEGORIES):
             one([{"role": "user", "content": p.text}], "first-turn", p.name)
         for conv in mtbench_second_turns(1)[:4] + revision_conversations(2):
             messages = []
@@ -88,8 +118,10 @@ def replay_all() -> None:
         if t.workload == "first-turn" and key in seen:
             t.workload = "first-turn-again"
         seen.add(key)
-    profiles = dict(replay.PROFILES)
-    profiles["this-machine"] = replay.Profile(**extra["profile"])
+    profiles = dict(replay.PROFILES)  # the design notes' machines and the assumed GPU
+    measured = RESULTS / "profiles.json"  # every machine measured with `record` or `profile`
+    if measured.is_file():
+        profiles.update({name: replay.Profile(**p) for name, p in json.loads(measured.read_text()).items()})
     workloads = sorted({t.workload for t in traces})
     rows = []
     for pname, profile in profiles.items():
@@ -127,4 +159,4 @@ def replay_all() -> None:
 
 
 if __name__ == "__main__":
-    record_all() if sys.argv[1:] == ["record"] else replay_all()
+    {"record": record_all, "profile": record_profile}.get(sys.argv[1] if sys.argv[1:] else "", replay_all)()

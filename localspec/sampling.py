@@ -306,6 +306,21 @@ def accept_sampled(
     return len(draft_tokens), p[len(draft_tokens)].sample(rng)
 
 
+class RowArgmax(Sequence):
+    """The argmax of each row of a verify batch (float32 ``(k + 1, n_vocab)``), computed
+    when first read: greedy verification stops at the first mismatch, and a freshly
+    written 152k row costs about 0.2 ms to read the first time (0.02 ms the second)."""
+
+    def __init__(self, logits: np.ndarray):
+        self.logits = logits
+
+    def __len__(self) -> int:
+        return len(self.logits)
+
+    def __getitem__(self, i: int) -> int:
+        return int(np.argmax(self.logits[i]))
+
+
 def accept_greedy(draft_tokens: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:
     """Greedy verification: keep draft tokens while they equal the target's argmax.
 

@@ -23,7 +23,8 @@ import numpy as np
 from .drafters import Draft, Drafter, round_label
 from .engine import Engine
 from .errors import ContextOverflowError, EngineError, InvalidOptionError
-from .sampling import CandidateRows, Candidates, SamplingParams, accept_greedy, accept_sampled, row_candidates, token_logprobs
+from .sampling import (CandidateRows, Candidates, RowArgmax, SamplingParams, accept_greedy, accept_sampled, row_candidates,
+                       token_logprobs)
 from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 
 
@@ -278,7 +279,7 @@ class Generation:
         logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
         sp = self.params.sampling
         if sp.greedy:
-            n, nxt = accept_greedy(draft.tokens, np.argmax(logits, axis=1))
+            n, nxt = accept_greedy(draft.tokens, RowArgmax(logits))
             p = q = None
         else:
             p = CandidateRows(logits, sp)
