@@ -83,7 +83,6 @@ def record_all() -> None:
     recorder = SuffixDrafter()
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
         here = measured_profile(model, machine_record()["cpu"])
-        save_profile(here)
         extra = {"machine": machine_record(), "profile": vars(here)}
 
         def one(messages, workload, name, prediction=None):
@@ -108,6 +107,7 @@ def record_all() -> None:
         for p, task in zip(edit_prompts(3), humaneval_tasks(3)):
             one([{"role": "user", "content": p.text}], "edit", p.name)
             one([{"role": "user", "content": p.text}], "edit+prediction", p.name, task["prompt"] + task["canonical_solution"])
+    save_profile(here)  # only once the recording is whole
 
 
 def replay_all() -> None:
@@ -158,5 +158,11 @@ def replay_all() -> None:
     print(f"\nworst adaptive / best fixed: {worst:.3f}")
 
 
+COMMANDS = {(): replay_all, ("record",): record_all, ("profile",): record_profile}
+
 if __name__ == "__main__":
-    {"record": record_all, "profile": record_profile}.get(sys.argv[1] if sys.argv[1:] else "", replay_all)()
+    command = COMMANDS.get(tuple(sys.argv[1:]))
+    if command is None:
+        print(f"usage: {sys.argv[0]} [record | profile]   (no argument: replay)", file=sys.stderr)
+        sys.exit(2)
+    command()

@@ -7,12 +7,14 @@ returns up to k tokens with the distributions they were drawn from, and
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
 
 from .engine import Engine
+from .errors import InvalidOptionError
 from .sampling import Candidates, SamplingParams, row_candidates, top_probability
 from .suffix_index import SuffixIndex
 
@@ -25,11 +27,11 @@ class Draft:
     was sampled from (ids in the target's vocabulary), or ``None`` when the drafter has no distribution (greedy, or prompt lookup):
     verification then treats each token as drawn from a one-hot q.  ``confidence`` is
     the drafter's own estimate, per token, that d_i is accepted given d_1..d_{i-1} were
-    (the draft model's q(d_i), a suffix count ratio, a prediction's match record), or
-    None when it has none; the adaptive policy calibrates it against what the target
-    accepts.  ``depth``: per token, how many context tokens the drafter matched to
-    propose it (a suffix match's length plus the draft tokens before it), or None; the
-    policy calibrates confidences per depth group.
+    (the draft model's q(d_i), a suffix count ratio, 1/2 for a prompt-lookup copy, a
+    prediction's match record), or None when it has none; the adaptive policy calibrates
+    it against what the target accepts.  ``depth``: per token, how many context tokens
+    the drafter matched to propose it (a suffix or prompt-lookup match's length plus the
+    draft tokens before it), or None; the policy calibrates confidences per depth group.
     """
 
     tokens: list[int]
@@ -389,6 +391,8 @@ class SuffixDrafter(_ModelFreeDrafter):
     prior_cost_s = 3e-5
 
     def __init__(self, store_tokens: int = 100_000, min_estimate: float = 0.1, max_spec_factor: float | None = 1.0):
+        if max_spec_factor is not None and not 0.0 < max_spec_factor < math.inf:
+            raise InvalidOptionError(f"max_spec_factor must be a positive number or None, got {max_spec_factor!r}")
         self.store_tokens = store_tokens
         self.min_estimate = min_estimate
         self.max_spec_factor = max_spec_factor

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,9 @@ def _progress_reporter(load_progress: Callable[[float], None]) -> Callable:
     return report
 
 
+_peer_patch_lock = threading.Lock()
+
+
 def load_peer_llama(path: str | Path, **kwargs):
     """llama-cpp-python's own ``Llama(path, **kwargs)``, the peer the benchmarks compare
     against, with its CPU weights placed as an :class:`Engine` places them: where
@@ -106,20 +110,24 @@ def load_peer_llama(path: str | Path, **kwargs):
         return Llama(str(path), **kwargs)
     info = check_gguf_file(Path(path))
     bindings = llama_cpp.llama_cpp  # the module Llama calls it through
-    original = bindings.llama_model_default_params
-    placements = []  # the override tables must outlive the load
+    placements = []  # the override tables, kept alive with the Llama that points at them
 
-    def params_without_amx():
-        mparams = original()
-        placements.append(backend.apply_no_amx(mparams, info, offloaded=kwargs.get("n_gpu_layers", 0) != 0
-                                               and backend.supports_gpu_offload()))
-        return mparams
+    with _peer_patch_lock:  # two loads at once would each take the other's patch for the original
+        original = bindings.llama_model_default_params
 
-    bindings.llama_model_default_params = params_without_amx
-    try:
-        return Llama(str(path), **kwargs)
-    finally:
-        bindings.llama_model_default_params = original
+        def params_without_amx():
+            mparams = original()
+            placements.append(backend.apply_no_amx(mparams, info, offloaded=kwargs.get("n_gpu_layers", 0) != 0
+                                                   and backend.supports_gpu_offload()))
+            return mparams
+
+        bindings.llama_model_default_params = params_without_amx
+        try:
+            llm = Llama(str(path), **kwargs)
+        finally:
+            bindings.llama_model_default_params = original
+    llm._localspec_no_amx_tables = placements
+    return llm
 
 
 class Engine:

@@ -79,21 +79,31 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
+_cost_changes = [0]  # bumped whenever any measured cost changes (policies of a model share them)
+
+
 @dataclass
 class _Average:
     """A measured cost in seconds, as a decayed moving average.  Once measured, one
     observation counts at most ``_STALL_CLIP`` times the estimate: a stall (the machine
     busy elsewhere) is not a cost, and a drafter made to look hopeless by one would never
-    run again to correct it."""
+    run again to correct it.  A negative or non-finite reading (a broken clock) is
+    ignored."""
 
     value: float
     weight: float = 0.0  # 0 = still the prior; a calibration counts as one observation
 
+    def __post_init__(self) -> None:
+        _cost_changes[0] += 1
+
     def add(self, x: float) -> None:
+        if not 0.0 <= x < math.inf:
+            return
         if self.weight > 0:
             x = min(x, _STALL_CLIP * self.value)
         self.weight = _DECAY * self.weight + 1.0
-        self.value += (x - self.value) / self.weight
+        self.value = x if self.weight == 1.0 else self.value + (x - self.value) / self.weight  # a prior may be NaN
+        _cost_changes[0] += 1
 
 
 @dataclass
@@ -256,7 +266,8 @@ class AdaptivePolicy:
     _step_s: float = 0.03  # prior for c_verify(1) until measured
     _generated: int = 0  # tokens emitted in the current generation
     _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
-    _verify_memo: dict = field(default_factory=dict)  # batch -> verify_cost, valid from plan() to observe()
+    _verify_memo: dict = field(default_factory=dict)  # batch -> verify_cost, while _cost_changes[0] == _memo_of
+    _memo_of: int = -1
 
     def __post_init__(self) -> None:
         for d in self.drafters:
@@ -296,15 +307,17 @@ class AdaptivePolicy:
     def verify_cost(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
         linearly between measured sizes, else the prior shape scaled to c_verify(1).
-        Remembered from one :meth:`plan` to the next :meth:`observe` (the costs change
-        only there), since a plan asks for it once per candidate length."""
+        Remembered until any measured cost changes, since a plan asks for it once per
+        candidate length."""
+        if self._memo_of != _cost_changes[0]:
+            self._verify_memo, self._memo_of = {}, _cost_changes[0]
         cost = self._verify_memo.get(batch)
         if cost is None:
             known = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
             if not known:
                 cost = self._step_s * (1 + 0.1 * (batch - 1))
             else:
-                cost = min(self._interpolated(known, batch), self._batch_bound(known, batch))
+                cost = max(1e-9, min(self._interpolated(known, batch), self._batch_bound(known, batch)))
             self._verify_memo[batch] = cost
         return cost
 
@@ -340,7 +353,6 @@ class AdaptivePolicy:
             target.decode([token] * batch, range(batch))
             self.verify_costs[batch] = _Average(target.decode_s - before, weight=1.0)
             target.trim(n)
-        self._verify_memo = {}
         for key, engine in draft_engines.items():
             m = len(engine.cache_tokens)
             if m + 17 > engine.n_ctx:
@@ -373,7 +385,6 @@ class AdaptivePolicy:
         ``n_context``: tokens in the context, for a draft model's catch-up cost."""
         proposals = proposals or {}
         self._proposals = proposals
-        self._verify_memo = {}  # the shared costs may have been updated by another policy of the model
         best, best_rate = (None, 0), 1.0 / self.verify_cost(1)
         for d in self.drafters:
             limit = min(k_cap, self.cap(d))
@@ -492,7 +503,6 @@ class AdaptivePolicy:
         the start would never be picked to show otherwise, and a draft model whose
         drafts are always cut would be chosen again and again)."""
         self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
-        self._verify_memo = {}
         self._generated += len(emitted) if emitted else 1
         made = self._proposals.get(id(drafter)) if drafter is not None else None
         if made is not None and not getattr(drafter, "free", False):

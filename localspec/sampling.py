@@ -167,7 +167,7 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
         return Candidates.one_hot(int(np.argmax(row)))
     if params.top_k and params.top_k < row.size:
         ids = _top_k_ids(row, params.top_k)
-        if ids.size <= _FEW:
+        if 0 < ids.size <= _FEW:  # none: NaN made the floor NaN; the checks below say so
             return _few_candidates(row[ids].tolist(), ids.tolist(), params)
     elif params.top_p == 1.0 and params.min_p > 0.0:  # min-p alone: its cut needs no normaliser
         # A float32 comparison with a slightly lower cut: a superset of what the exact
@@ -317,7 +317,9 @@ class RowArgmax(Sequence):
     def __len__(self) -> int:
         return len(self.logits)
 
-    def __getitem__(self, i: int) -> int:
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
         return int(np.argmax(self.logits[i]))
 
 

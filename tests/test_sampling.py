@@ -235,3 +235,9 @@ def test_min_p_alone_keeps_a_token_exactly_at_the_cut_and_bad_rows_fail_clearly(
     for bad in ([np.nan, 1.0], [np.inf, 1.0], [-np.inf, -np.inf]):
         with pytest.raises(EngineError):
             row_candidates(np.array(bad, np.float32), SamplingParams(0.7))
+    vocabulary = np.zeros(151_936, np.float32)
+    for nans, top_k in ((vocabulary.size, 40), (1, 1), (64, 40)):  # top-k's floor turns NaN: no candidates
+        row = vocabulary.copy()
+        row[:nans] = np.nan
+        with pytest.raises(EngineError):
+            row_candidates(row, SamplingParams(0.7, top_k=top_k))

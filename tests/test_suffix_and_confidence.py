@@ -387,3 +387,31 @@ def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
     policy.observe(None, 0, 0, 0.0, 0.030, 1, None, [7])
     policy.new_generation()
     assert policy.plan(8, {id(d): deep}) == (d, 4)
+
+
+def test_bad_max_spec_factors_are_refused():
+    from localspec.errors import InvalidOptionError
+
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidOptionError, match="max_spec_factor"):
+            SuffixDrafter(max_spec_factor=bad)
+    assert SuffixDrafter(max_spec_factor=None).max_spec_factor is None
+
+
+def test_costs_shared_by_two_policies_are_read_fresh_and_broken_timings_are_ignored():
+    """Policies of one model share the measured costs: what one measures, the other
+    sees at once (its remembered c(b) are dropped).  A negative or NaN timing changes
+    nothing, and a zero one does not make planning divide by zero."""
+    shared = {1: _Average(0.030, weight=1.0), 17: _Average(0.060, weight=1.0)}
+    a, b = Free(), Free()
+    first, second = AdaptivePolicy([a], verify_costs=shared), AdaptivePolicy([b], verify_costs=shared)
+    assert first.verify_cost(9) == pytest.approx(0.045)
+    second.observe(None, 0, 0, 0.0, 0.090, 9)
+    assert first.verify_cost(9) == pytest.approx(0.090)
+    for broken in (-1.0, float("nan"), float("inf")):
+        second.observe(None, 0, 0, 0.0, broken, 1)
+        second.observe(None, 0, 0, 0.0, broken, 3)
+    assert first.verify_cost(1) == pytest.approx(0.030) and 3 not in {k for k, v in shared.items() if v.weight > 0}
+    for _ in range(50):
+        second.observe(None, 0, 0, 0.0, 0.0, 1)
+    assert first.plan(8, {id(a): Draft([1, 2], confidence=[0.9, 0.9], depth=[8, 9])})[1] <= 2
