@@ -201,8 +201,8 @@ def _add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 5
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--system", help="system message")
     g.add_argument("--draft", choices=STRATEGIES, default="auto",
-                   help="drafter: auto (adaptive over the draft model, prompt lookup and a --prediction, "
-                        "default), draft-model, prompt-lookup, prediction, none")
+                   help="drafter: auto (adaptive over the draft model, suffix, prompt lookup and a "
+                        "--prediction, default), draft-model, suffix, prompt-lookup, prediction, none")
     g.add_argument("--draft-max", type=_draft_max, default=None,
                    help="most draft tokens per round, or 'auto' to choose each round (default: auto)")
     g.add_argument("--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)")
