@@ -79,7 +79,7 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-_cost_changes = [0]  # bumped whenever any measured cost changes (policies of a model share them)
+_cost_changes = [0]  # bumped whenever a measured cost changes (the policies of a model share them)
 
 
 @dataclass
@@ -266,8 +266,8 @@ class AdaptivePolicy:
     _step_s: float = 0.03  # prior for c_verify(1) until measured
     _generated: int = 0  # tokens emitted in the current generation
     _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
-    _verify_memo: dict = field(default_factory=dict)  # batch -> verify_cost, while _cost_changes[0] == _memo_of
-    _memo_of: int = -1
+    _sorted: list = field(default_factory=list)  # measured verify costs, as of _cost_changes[0] == _sorted_of
+    _sorted_of: int = -1
 
     def __post_init__(self) -> None:
         for d in self.drafters:
@@ -306,20 +306,19 @@ class AdaptivePolicy:
 
     def verify_cost(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
-        linearly between measured sizes, else the prior shape scaled to c_verify(1).
-        Remembered until any measured cost changes, since a plan asks for it once per
-        candidate length."""
-        if self._memo_of != _cost_changes[0]:
-            self._verify_memo, self._memo_of = {}, _cost_changes[0]
-        cost = self._verify_memo.get(batch)
-        if cost is None:
-            known = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
-            if not known:
-                cost = self._step_s * (1 + 0.1 * (batch - 1))
-            else:
-                cost = max(1e-9, min(self._interpolated(known, batch), self._batch_bound(known, batch)))
-            self._verify_memo[batch] = cost
-        return cost
+        linearly between measured sizes, else the prior shape scaled to c_verify(1)."""
+        known = self._measured_verify_costs()
+        if not known:
+            return self._step_s * (1 + 0.1 * (batch - 1))
+        return max(1e-9, min(self._interpolated(known, batch), self._batch_bound(known, batch)))
+
+    def _measured_verify_costs(self) -> list[tuple[int, float]]:
+        """(batch, seconds) measured so far, ascending; sorted again only after a cost
+        changed, since a plan asks for c(b) once per candidate length."""
+        if self._sorted_of != _cost_changes[0]:
+            self._sorted = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
+            self._sorted_of = _cost_changes[0]
+        return self._sorted
 
     @staticmethod
     def _interpolated(known: list, batch: int) -> float:
