@@ -9,7 +9,8 @@ top-p 0.95, min-p 0.05) the verify rows' distributions plus the acceptance rule 
 worst case, every draft token accepted so all k + 1 rows are read (a free drafter's
 one-hot q, and a draft model's own q rows, which it computes while drafting); and the
 free drafters at a 4,096-token context with a 100k-token suffix store (text with repeats:
-HumanEval prompts and solutions).  Written to benchmarks/results/loop_cost.json with the
+HumanEval prompts and solutions), and the adaptive policy's own work in a round (asking
+both free drafters, planning, observing).  Written to benchmarks/results/loop_cost.json with the
 machine record.
 """
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from localspec.doctor import machine_record
 from localspec.drafters import PromptLookupDrafter, SuffixDrafter
+from localspec.policy import AdaptivePolicy, _Average
 from localspec.sampling import CandidateRows, RowArgmax, SamplingParams, accept_greedy, accept_sampled, candidates
 
 DATA = Path(__file__).parent / "data" / "logits.npz"
@@ -69,6 +71,28 @@ def text_tokens(n: int, seed: int) -> list[int]:
     return np.resize(ids[start:], n).tolist()
 
 
+class _DraftModelStandIn:
+    name, prior_acceptance, free = "draft-model", 0.7, False
+
+
+def policy_over(suffix, lookup) -> AdaptivePolicy:
+    """The default set of drafters with costs of the shape measured on a 2-core CPU."""
+    model = _DraftModelStandIn()
+    costs = {b: _Average(0.09 * (1 + 0.2 * (b - 1)), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
+    policy = AdaptivePolicy([model, suffix, lookup], max_k={id(model): 8, id(suffix): 16, id(lookup): 16},
+                            verify_costs=costs)
+    policy.draft_costs[id(model)] = _Average(0.04, weight=1.0)
+    return policy
+
+
+def plan_and_observe(policy, context, suffix, lookup) -> None:
+    """One round of the adaptive policy's own work on two free drafts of 16 tokens (a
+    plain round follows, so both drafts are judged against the emitted token)."""
+    proposals = {id(d): d.propose(context, 16, GREEDY, 0.0, None) for d in (suffix, lookup)}
+    policy.plan(len(context), proposals, len(context))
+    policy.observe(None, 0, 0, 0.0, 0.09, 1, None, [context[-1]])
+
+
 def main() -> None:
     if sys.argv[1:] == ["--record"]:
         record()
@@ -108,6 +132,8 @@ def main() -> None:
     lookup = PromptLookupDrafter()
     result["ms"]["suffix propose (4k context, 100k store)"] = ms(lambda: suffix.propose(context, 16, GREEDY, 0.0, None))
     result["ms"]["prompt-lookup propose (4k context)"] = ms(lambda: lookup.propose(context, 16, GREEDY, 0.0, None))
+    result["ms"]["adaptive round: both free drafts, plan, observe"] = ms(
+        lambda: plan_and_observe(policy_over(suffix, lookup), context, suffix, lookup))
     result["suffix_store_tokens"] = len(suffix.store)
     for name, value in result["ms"].items():
         print(f"{name:>45}: {value:.3f} ms")

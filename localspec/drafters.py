@@ -382,8 +382,9 @@ class SuffixDrafter(_ModelFreeDrafter):
     token = count(child) / count(parent); drafting stops below ``min_estimate``.
     ``max_spec_factor``: at a fixed draft length (:class:`~localspec.policy.FixedPolicy`)
     a draft is cut to this many times the match it rests on, as ArcticInference and
-    vLLM's ``suffix`` method (same name, same default); None = no cut.  The adaptive
-    policy chooses lengths itself, from confidences calibrated per match depth.
+    vLLM's ``suffix`` method (same name, same default); None = no cut; anything but a
+    positive finite number or None raises :class:`~localspec.errors.InvalidOptionError`.
+    The adaptive policy chooses lengths itself, from confidences calibrated per match depth.
     """
 
     name = "suffix"

@@ -103,7 +103,11 @@ def load_peer_llama(path: str | Path, **kwargs):
     against, with its CPU weights placed as an :class:`Engine` places them: where
     :func:`localspec.amx_probe.amx_decision` says llama.cpp's AMX kernels crash this
     machine, ``Llama`` (which has no option for it) would die with SIGILL at its first
-    decode, so its model parameters get the same no-AMX placement for the load."""
+    decode, so its model parameters get the same no-AMX placement for the load.
+
+    ``kwargs`` go to ``Llama`` unchanged.  Raises :class:`ModelFileError` for a missing,
+    non-GGUF or truncated file where the placement is needed (it reads the file's tensor
+    list first), else whatever ``Llama`` raises (``ValueError`` for a file it cannot load)."""
     from llama_cpp import Llama
 
     if not amx_probe.amx_decision().avoid_amx:
