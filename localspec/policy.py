@@ -49,7 +49,10 @@ charged over the tokens it could still serve: the tokens left, but no more than 
 answer has produced so far (at least ``_MIN_HORIZON``), since answers that have gone on
 for n tokens tend to go on for about n more, and a 13-token answer must not pay a
 prefill meant to be spread over 64.  A draft model is probed only while its lag costs
-at most ``_PROBE_SHARE`` of the rounds between two probes.
+at most ``_PROBE_SHARE`` of the rounds between two probes.  No probe of any drafter runs
+before the text has produced ``_MIN_HORIZON`` tokens: its cost is meant to be spread over
+the rounds between two probes, and a short answer would pay it alone (one probe was 7 %
+of a 13-token extraction answer).
 """
 
 from __future__ import annotations
@@ -405,7 +408,7 @@ class AdaptivePolicy:
             if free and model.idle_rounds < self._free_probe_interval():
                 continue
             length = min(self.probe_k, k_cap, self.cap(d), len(proposals[id(d)].tokens) if free else k_cap)
-            if length >= 1 and self._probe_pays(d, n_context):
+            if length >= 1 and self._generated >= _MIN_HORIZON and self._probe_pays(d, n_context):
                 model.idle_rounds = 0
                 return d, length
         return best

@@ -86,6 +86,26 @@ def test_prompt_lookup_is_chosen_when_it_is_accepted_and_probes_come_back():
     assert any(d is model for d, _ in plans)  # re-probed after 5 idle rounds
 
 
+def test_no_probe_in_the_first_tokens_of_a_text():
+    """A probe's cost is meant to be spread over the rounds between two probes; a short
+    answer (13 tokens of an extraction) would pay it alone, so none comes before the
+    text has run _MIN_HORIZON tokens, and they come back after it."""
+    from localspec.policy import _MIN_HORIZON
+
+    d = FakeDrafter("draft-model", 0.05)  # never the best choice: only probes run it
+    policy = AdaptivePolicy([d], max_k={id(d): 8}, probe_every=2)
+    teach(policy, d, alpha=0.0, k=4, draft_s_per_token=0.001, verify_s=lambda b: 0.030 + 0.001 * (b - 1))
+    assert policy.could_win(d)
+    policy.new_generation()
+    early = []
+    for _ in range(_MIN_HORIZON):
+        early.append(policy.plan(8))
+        policy.observe(None, 0, 0, 0.0, 0.030, 1, emitted=[7])
+    assert early == [(None, 0)] * _MIN_HORIZON
+    later = [policy.plan(8) for _ in range(4)]
+    assert any(drafter is d for drafter, _ in later)
+
+
 def test_a_drafter_that_cannot_win_is_never_probed():
     d = FakeDrafter("draft-model", 0.7)
     policy = AdaptivePolicy([d], max_k={id(d): 8}, probe_every=2)
