@@ -224,31 +224,67 @@ class PromptLookupDrafter(_ModelFreeDrafter):
     to ``MAX_DEPTH`` tokens), plus the draft tokens before it: the adaptive policy
     calibrates acceptance per depth, and a copy resting on 20 matching tokens (an edit)
     is worth more than one resting on 2 (prose).
+
+    The occurrences are found in an index (each n-gram's latest end position) that
+    grows with the context, as the suffix drafter's does, instead of a search of the
+    whole context every round: 0.14-0.29 ms a round at 4,096 tokens before, growing with
+    the context.  Raises ValueError unless 1 <= ``min_ngram`` <= ``max_ngram``.
     """
 
     MAX_DEPTH = 32
 
     name = "prompt-lookup"
     prior_acceptance = 0.3
-    prior_cost_s = 1e-4  # a numpy search, per drafted token
+    prior_cost_s = 2e-5  # two dict lookups and a short backwards comparison
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self._forget()
+
+    def _forget(self) -> None:
+        self._indexed: list[int] = []  # the context the index describes
+        self._source = None  # the list it was last read from (the loop's growing context)
+        # n -> {n-gram: latest e with context[e - n:e] == n-gram}, for every e < len(_indexed)
+        self._latest = {n: {} for n in range(self.min_ngram, self.max_ngram + 1)}
+        self._ngrams = (self.min_ngram, self.max_ngram)  # what the index was built for
+
+    def begin(self, prompt) -> None:
+        self._sync(prompt)
+
+    def _sync(self, context) -> None:
+        """Index the tokens ``context`` adds to what is indexed: one dict update per n-gram
+        length and new token, so a round costs the same at 100 tokens as at 30,000.  A
+        context that does not continue the indexed one (another text) is indexed anew;
+        the same list as last time is taken to have only grown, as the loop's does."""
+        old = len(self._indexed)
+        if (len(context) < old or (self.min_ngram, self.max_ngram) != self._ngrams
+                or (context is not self._source and list(context[:old]) != self._indexed)):
+            self._forget()
+            old = 0
+        self._source = context
+        if len(context) == old:
+            return
+        tokens = self._indexed
+        tokens.extend(int(t) for t in context[old:])
+        for e in range(max(old, 1), len(tokens)):  # every end before the context's last token
+            for n, latest in self._latest.items():
+                if n <= e:
+                    latest[tuple(tokens[e - n:e])] = e
 
     def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
         if max_tokens <= 0 or len(context) < self.min_ngram + 1:
             return Draft.empty()
-        tokens = np.asarray(context, dtype=np.int64)
-        ends, lengths = _matches_of_the_end(tokens, self.max_ngram)
-        for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
-            found = np.flatnonzero(lengths >= n)
-            if found.size:
-                end = int(ends[found[-1]])
+        self._sync(context)
+        tokens = self._indexed
+        last = len(tokens)
+        for n in range(min(self.max_ngram, last - 1), self.min_ngram - 1, -1):
+            end = self._latest[n].get(tuple(tokens[last - n:]))
+            if end is not None:
                 matched = _match_length(tokens, end, self.MAX_DEPTH)
-                follow = [int(t) for t in tokens[end: end + max_tokens]]
+                follow = tokens[end: end + max_tokens]
                 return Draft(tokens=follow, confidence=[0.5] * len(follow),
                              depth=[matched + i for i in range(len(follow))])
         return Draft.empty()
@@ -263,31 +299,12 @@ def round_label(drafter, draft: Draft) -> str:
     return "plain"
 
 
-def _match_length(tokens: np.ndarray, end: int, limit: int) -> int:
+def _match_length(tokens: list[int], end: int, limit: int) -> int:
     """How many tokens before ``end`` equal the last ones of ``tokens`` (at most ``limit``)."""
-    n = min(limit, end)
-    differs = np.flatnonzero(tokens[end - n: end][::-1] != tokens[len(tokens) - n:][::-1])
-    return int(differs[0]) if differs.size else n
-
-
-def _matches_of_the_end(tokens: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every earlier place the context's end recurs: ``ends`` (ascending), positions e <
-    len(tokens) with tokens[e - 1] equal to the last token, and ``lengths``, how many
-    tokens before each e match the context's end (at most ``limit``).  One comparison
-    over the context, then only over the candidates that still match."""
-    last = len(tokens) - 1
-    if last < 1:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    ends = np.flatnonzero(tokens[:last] == tokens[last]) + 1
-    lengths = np.ones(ends.size, dtype=np.int64)
-    alive = np.arange(ends.size)
-    for j in range(1, min(limit, last)):
-        alive = alive[ends[alive] - 1 - j >= 0]
-        alive = alive[tokens[ends[alive] - 1 - j] == tokens[last - j]]
-        if not alive.size:
-            break
-        lengths[alive] += 1
-    return ends, lengths
+    n, last = 0, len(tokens) - 1
+    while n < limit and n < end and tokens[end - 1 - n] == tokens[last - n]:
+        n += 1
+    return n
 
 
 class PredictionDrafter(_ModelFreeDrafter):

@@ -50,9 +50,9 @@ answer has produced so far (at least ``_MIN_HORIZON``), since answers that have 
 for n tokens tend to go on for about n more, and a 13-token answer must not pay a
 prefill meant to be spread over 64.  A draft model is probed only while its lag costs
 at most ``_PROBE_SHARE`` of the rounds between two probes.  No probe of any drafter runs
-before the text has produced ``_MIN_HORIZON`` tokens: its cost is meant to be spread over
-the rounds between two probes, and a short answer would pay it alone (one probe was 7 %
-of a 13-token extraction answer).
+before the text has produced ``_PROBE_AFTER`` tokens: its cost is meant to be spread over
+the rounds between two probes, and a short answer would pay it alone (a 2-token probe
+costs about one extra target step on a memory-bound CPU, 7 % of a 13-token answer).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 _MIN_HORIZON = 16  # tokens a draft model's catch-up is spread over at least
 _PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_every plain steps
 _FREE_PROBE_SHARE = 0.01  # share of the time probes of one free drafter may cost
+_PROBE_AFTER = 16  # tokens a text must have produced before any drafter is probed in it
 _TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
 
 
@@ -343,18 +344,26 @@ class AdaptivePolicy:
     def calibrate(self, target, draft_engines: dict, token: int = 100) -> None:
         """Measure the target's cost for batches of 1..17 tokens and each draft model's
         cost per token, by decoding a dummy token at the end of the caches and trimming
-        it again (the cached prefix is kept).  About 1 s for the default pair on 2 CPU cores.
+        it again (the cached prefix is kept).  Each batch size is decoded twice and the
+        faster run kept: a stall (the machine busy elsewhere) is not a cost, and a batch
+        size calibrated too dear is never verified again to correct it (a stalled run
+        once gave c(17) = 957 ms against 420-456 ms in other runs, and drafts stayed
+        under 9 tokens for a whole benchmark).  About 3 s for the default pair on 2 CPU
+        cores.
 
         ``draft_engines`` maps id(drafter) -> its Engine.
         """
         n = len(target.cache_tokens)
-        for batch in (1, 1, 2, 3, 5, 9, 17):
+        for batch in (1, 2, 3, 5, 9, 17):
             if n + batch > target.n_ctx:
                 break
-            before = target.decode_s
-            target.decode([token] * batch, range(batch))
-            self.verify_costs[batch] = _Average(target.decode_s - before, weight=1.0)
-            target.trim(n)
+            runs = []
+            for _ in range(2):
+                before = target.decode_s
+                target.decode([token] * batch, range(batch))
+                runs.append(target.decode_s - before)
+                target.trim(n)
+            self.verify_costs[batch] = _Average(min(runs), weight=1.0)
         for key, engine in draft_engines.items():
             m = len(engine.cache_tokens)
             if m + 17 > engine.n_ctx:
@@ -408,7 +417,7 @@ class AdaptivePolicy:
             if free and model.idle_rounds < self._free_probe_interval():
                 continue
             length = min(self.probe_k, k_cap, self.cap(d), len(proposals[id(d)].tokens) if free else k_cap)
-            if length >= 1 and self._generated >= _MIN_HORIZON and self._probe_pays(d, n_context):
+            if length >= 1 and self._generated >= _PROBE_AFTER and self._probe_pays(d, n_context):
                 model.idle_rounds = 0
                 return d, length
         return best

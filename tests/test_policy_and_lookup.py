@@ -1,5 +1,6 @@
 """Prompt lookup and the adaptive policy's cost model, on hand-made numbers."""
 
+import numpy as np
 import pytest
 
 from localspec.drafters import Draft, PromptLookupDrafter
@@ -34,6 +35,50 @@ def test_prompt_lookup_says_how_long_a_match_its_copy_rests_on():
     assert everything.tokens == [1, 2] and everything.depth == [3, 4]  # the whole context before it
     capped = lookup.propose(list(range(40)) + list(range(40)), 1, GREEDY, 0.0, None)
     assert capped.depth == [PromptLookupDrafter.MAX_DEPTH]
+
+
+def brute_force_lookup(context, k, max_ngram=3, min_ngram=2, max_depth=32):
+    """Prompt lookup by its definition: the latest earlier end e of the longest n-gram
+    key (n from max_ngram down) equal to the context's end; depth = the whole match."""
+    last = len(context)
+    for n in range(min(max_ngram, last - 1), min_ngram - 1, -1):
+        for e in range(last - 1, n - 1, -1):
+            if context[e - n:e] == context[last - n:]:
+                depth = 0
+                while depth < min(max_depth, e) and context[e - 1 - depth] == context[last - 1 - depth]:
+                    depth += 1
+                follow = context[e:e + k]
+                return follow, [depth + i for i in range(len(follow))]
+    return [], []
+
+
+def test_prompt_lookup_index_equals_the_definition_as_the_context_grows_and_changes():
+    """The index is built token by token as the loop's context grows, and anew when a
+    context does not continue the last one; either way it proposes what the definition
+    does, on random token streams with many repeats."""
+    rng = np.random.default_rng(5)
+    lookup = PromptLookupDrafter()
+    for trial in range(40):
+        vocab = int(rng.integers(2, 12))
+        context = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(1, 30)))]
+        lookup.begin(list(context))
+        for _ in range(int(rng.integers(1, 120))):  # the same list, growing, as in the loop
+            k = int(rng.integers(1, 20))
+            draft = lookup.propose(context, k, GREEDY, 0.0, None)
+            assert (draft.tokens, draft.depth or []) == brute_force_lookup(context, k), (trial, context)
+            context.append(int(rng.integers(0, vocab)))
+        other = context[: int(rng.integers(0, len(context)))] + [int(t) for t in rng.integers(0, vocab, size=5)]
+        draft = lookup.propose(other, 8, GREEDY, 0.0, None)  # another list: checked, re-indexed if it differs
+        assert (draft.tokens, draft.depth or []) == brute_force_lookup(other, 8)
+    lookup.min_ngram = 1  # changed on a live drafter (the synthetic tests do): the index follows
+    draft = lookup.propose(context, 5, GREEDY, 0.0, None)
+    assert (draft.tokens, draft.depth or []) == brute_force_lookup(context, 5, 3, 1)
+    for ngrams in ((1, 1), (2, 4), (1, 3)):
+        lookup = PromptLookupDrafter(*reversed(ngrams))
+        for _ in range(200):
+            context = [int(t) for t in rng.integers(0, 4, size=int(rng.integers(0, 40)))]
+            draft = lookup.propose(context, 6, GREEDY, 0.0, None)
+            assert (draft.tokens, draft.depth or []) == brute_force_lookup(context, 6, ngrams[1], ngrams[0])
 
 
 def test_expected_tokens_formula():
@@ -89,8 +134,8 @@ def test_prompt_lookup_is_chosen_when_it_is_accepted_and_probes_come_back():
 def test_no_probe_in_the_first_tokens_of_a_text():
     """A probe's cost is meant to be spread over the rounds between two probes; a short
     answer (13 tokens of an extraction) would pay it alone, so none comes before the
-    text has run _MIN_HORIZON tokens, and they come back after it."""
-    from localspec.policy import _MIN_HORIZON
+    text has run _PROBE_AFTER tokens, and they come back after it."""
+    from localspec.policy import _PROBE_AFTER
 
     d = FakeDrafter("draft-model", 0.05)  # never the best choice: only probes run it
     policy = AdaptivePolicy([d], max_k={id(d): 8}, probe_every=2)
@@ -98,10 +143,10 @@ def test_no_probe_in_the_first_tokens_of_a_text():
     assert policy.could_win(d)
     policy.new_generation()
     early = []
-    for _ in range(_MIN_HORIZON):
+    for _ in range(_PROBE_AFTER):
         early.append(policy.plan(8))
         policy.observe(None, 0, 0, 0.0, 0.030, 1, emitted=[7])
-    assert early == [(None, 0)] * _MIN_HORIZON
+    assert early == [(None, 0)] * _PROBE_AFTER
     later = [policy.plan(8) for _ in range(4)]
     assert any(drafter is d for drafter, _ in later)
 
@@ -146,3 +191,31 @@ def test_fixed_policy_cuts_a_suffix_draft_to_max_spec_factor_times_its_match():
     lookup = PromptLookupDrafter()  # a copy is proposed whole, as transformers and llama.cpp do
     copy = lookup.propose([1, 2, 3, 4, 5, 6, 9, 2, 3], 5, GREEDY, 0.0, None)
     assert copy.depth[0] == 2 and FixedPolicy(lookup, 8).length(lookup, copy, 5) == 5
+
+
+class ClockedEngine:
+    """A target whose decode of b tokens takes ``cost(b)`` seconds of its clock, with
+    one stall of ``stall_s`` on the ``stall_at``-th decode (1-based)."""
+
+    def __init__(self, cost, stall_at=None, stall_s=0.0, n_ctx=4096):
+        self.cost, self.stall_at, self.stall_s, self.n_ctx = cost, stall_at, stall_s, n_ctx
+        self.cache_tokens, self.decode_s, self.calls = [1, 2, 3], 0.0, 0
+
+    def decode(self, tokens, rows=()):
+        self.calls += 1
+        self.decode_s += self.cost(len(tokens)) + (self.stall_s if self.calls == self.stall_at else 0.0)
+        self.cache_tokens += list(tokens)
+
+    def trim(self, n):
+        del self.cache_tokens[n:]
+
+
+def test_calibration_keeps_the_faster_of_two_runs_so_one_stall_is_not_taken_for_a_cost():
+    d = FakeDrafter("prompt-lookup", 0.3)
+    for stall_at in range(1, 13):  # a stall on any one of the 12 calibration decodes
+        target = ClockedEngine(cpu_like, stall_at=stall_at, stall_s=0.5)
+        policy = AdaptivePolicy([d], max_k={id(d): 16})
+        policy.calibrate(target, {})
+        assert target.cache_tokens == [1, 2, 3]  # trimmed back each time
+        assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
+            {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)})

@@ -72,8 +72,10 @@ def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strat
     through a speculative round), speculative vs plain sampling, fixed seeds, for every
     drafter and for the adaptive policy.  Prompt lookup's 1-in-6 guesses never pay here,
     so the adaptive policy is made to probe them every ``probe_every`` rounds, as it does
-    where a probe costs little (a GPU), to put its rounds through the acceptance rule."""
+    where a probe costs little (a GPU), from the first token of these 4-token answers,
+    to put its rounds through the acceptance rule."""
     monkeypatch.setattr("localspec.policy._FREE_PROBE_SHARE", 1.0)
+    monkeypatch.setattr("localspec.policy._PROBE_AFTER", 0)
     opts = dict(max_tokens=4, temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
     n_vocab = len(vocabulary()[0])
     prompt = [1] + list(range(3, n_vocab)) * 2  # every token repeats: prompt lookup always matches

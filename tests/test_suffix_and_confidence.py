@@ -211,7 +211,7 @@ def test_a_draft_model_is_probed_only_while_catching_up_is_cheap():
     for lag, probed in ((5, True), (200, False)):  # 10 ms or 400 ms of catch-up; budget 0.1 * 4 * 30 ms
         m = Model(lag=lag)
         policy = AdaptivePolicy([m], max_k={id(m): 8}, probe_every=4)
-        for _ in range(6):  # 18 tokens of this text: past _MIN_HORIZON, where probes may start
+        for _ in range(6):  # 18 tokens of this text: past _PROBE_AFTER, where probes may start
             policy.observe(None, 0, 0, 0.0, 0.030, 1)
             policy.observe(None, 0, 0, 0.0, 0.031, 2)
             policy.observe(None, 0, 0, 0.0, 0.033, 5)
