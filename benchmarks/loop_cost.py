@@ -9,7 +9,8 @@ top-p 0.95, min-p 0.05) the verify rows' distributions plus the acceptance rule 
 worst case, every draft token accepted so all k + 1 rows are read (a free drafter's
 one-hot q, and a draft model's own q rows, which it computes while drafting); and the
 free drafters at a 4,096-token context with a 100k-token suffix store (text with repeats:
-HumanEval prompts and solutions), and the adaptive policy's own work in a round (asking
+HumanEval prompts and solutions; the context gains a token before each proposal, as in
+the loop, so the drafters' indexes take it in), and the adaptive policy's own work in a round (asking
 both free drafters, planning, observing).  The greedy round and the policy's round are
 timed again with the CPU caches flushed before each run (a 512 MiB buffer written), as
 they are after a decode on the CPU, which streams the weights past them; on a GPU the
@@ -145,13 +146,24 @@ def main() -> None:
         suffix.end(chunk, 0)
     suffix.begin(context)
     lookup = PromptLookupDrafter()
-    result["ms"]["suffix propose (4k context, 100k store)"] = ms(lambda: suffix.propose(context, 16, GREEDY, 0.0, None))
-    result["ms"]["prompt-lookup propose (4k context)"] = ms(lambda: lookup.propose(context, 16, GREEDY, 0.0, None))
-    result["ms"]["adaptive round: both free drafts, plan, observe"] = ms(
-        lambda: plan_and_observe(policy_over(suffix, lookup), context, suffix, lookup))
+    stream = iter(text_tokens(1000, 2))
+
+    def grown_then_proposed(drafter):  # as in the loop: the context gained a token since the last round
+        context.append(next(stream))
+        drafter.propose(context, 16, GREEDY, 0.0, None)
+
+    lookup.begin(context)
+    result["ms"]["suffix propose (4k context, 100k store)"] = ms(lambda: grown_then_proposed(suffix))
+    result["ms"]["prompt-lookup propose (4k context)"] = ms(lambda: grown_then_proposed(lookup))
+    policy = policy_over(suffix, lookup)
+
+    def adaptive_round():
+        context.append(next(stream))
+        plan_and_observe(policy, context, suffix, lookup)
+
+    result["ms"]["adaptive round: both free drafts, plan, observe"] = ms(adaptive_round)
     cold = {"greedy k=8": lambda: accept_greedy(truth[1:9], RowArgmax(logits[:9])),
-            "adaptive round: both free drafts, plan, observe":
-                lambda: plan_and_observe(policy_over(suffix, lookup), context, suffix, lookup)}
+            "adaptive round: both free drafts, plan, observe": adaptive_round}
     for name, fn in cold.items():
         result["ms"][f"{name}, caches flushed"] = ms(fn, before=flush_caches)
     result["suffix_store_tokens"] = len(suffix.store)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import islice
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -261,14 +262,14 @@ class PromptLookupDrafter(_ModelFreeDrafter):
         the same list as last time is taken to have only grown, as the loop's does."""
         old = len(self._indexed)
         if (len(context) < old or (self.min_ngram, self.max_ngram) != self._ngrams
-                or (context is not self._source and list(context[:old]) != self._indexed)):
+                or (context is not self._source and _tail(context, 0, old) != self._indexed)):
             self._forget()
             old = 0
         self._source = context
         if len(context) == old:
             return
         tokens = self._indexed
-        tokens.extend(int(t) for t in context[old:])
+        tokens.extend(int(t) for t in _tail(context, old))
         for e in range(max(old, 1), len(tokens)):  # every end before the context's last token
             for n, latest in self._latest.items():
                 if n <= e:
@@ -297,6 +298,14 @@ def round_label(drafter, draft: Draft) -> str:
     if drafter is not None and (draft.tokens or not getattr(drafter, "free", False)):
         return drafter.name
     return "plain"
+
+
+def _tail(context, start: int, stop: int | None = None) -> list:
+    """``context[start:stop]`` as a list, for any sequence (a deque cannot be sliced)."""
+    try:
+        return list(context[start:stop])
+    except TypeError:
+        return list(islice(context, start, stop))
 
 
 def _match_length(tokens: list[int], end: int, limit: int) -> int:

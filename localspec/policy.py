@@ -50,7 +50,7 @@ answer has produced so far (at least ``_MIN_HORIZON``), since answers that have 
 for n tokens tend to go on for about n more, and a 13-token answer must not pay a
 prefill meant to be spread over 64.  A draft model is probed only while its lag costs
 at most ``_PROBE_SHARE`` of the rounds between two probes.  No probe of any drafter runs
-before the text has produced ``_PROBE_AFTER`` tokens: its cost is meant to be spread over
+before the rounds of a text have emitted ``_PROBE_AFTER`` tokens: its cost is meant to be spread over
 the rounds between two probes, and a short answer would pay it alone (a 2-token probe
 costs about one extra target step on a memory-bound CPU, 7 % of a 13-token answer).
 """
@@ -71,7 +71,7 @@ _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 _MIN_HORIZON = 16  # tokens a draft model's catch-up is spread over at least
 _PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_every plain steps
 _FREE_PROBE_SHARE = 0.01  # share of the time probes of one free drafter may cost
-_PROBE_AFTER = 16  # tokens a text must have produced before any drafter is probed in it
+_PROBE_AFTER = 16  # tokens a text's rounds must have emitted before any drafter is probed in it
 _TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
 
 
@@ -108,6 +108,19 @@ class _Average:
         self.weight = _DECAY * self.weight + 1.0
         self.value = x if self.weight == 1.0 else self.value + (x - self.value) / self.weight  # a prior may be NaN
         _cost_changes[0] += 1
+
+
+def _fastest_of_two(engine, tokens: list[int], rows) -> float | None:
+    """Seconds of the faster of two decodes of ``tokens`` at the end of ``engine``'s
+    cache (trimmed back after each), or None when neither reading is a valid time."""
+    n, runs = len(engine.cache_tokens), []
+    for _ in range(2):
+        before = engine.decode_s
+        engine.decode(tokens, rows)
+        runs.append(engine.decode_s - before)
+        engine.trim(n)
+    valid = [r for r in runs if 0.0 <= r < math.inf]
+    return min(valid) if valid else None
 
 
 @dataclass
@@ -344,11 +357,12 @@ class AdaptivePolicy:
     def calibrate(self, target, draft_engines: dict, token: int = 100) -> None:
         """Measure the target's cost for batches of 1..17 tokens and each draft model's
         cost per token, by decoding a dummy token at the end of the caches and trimming
-        it again (the cached prefix is kept).  Each batch size is decoded twice and the
-        faster run kept: a stall (the machine busy elsewhere) is not a cost, and a batch
+        it again (the cached prefix is kept).  Each batch is decoded twice and the faster
+        run kept (a reading that is negative or not finite, from a broken clock, is
+        dropped; with none left the prior stays): a stall (the machine busy elsewhere) is not a cost, and a batch
         size calibrated too dear is never verified again to correct it (a stalled run
-        once gave c(17) = 957 ms against 420-456 ms in other runs, and drafts stayed
-        under 9 tokens for a whole benchmark).  About 3 s for the default pair on 2 CPU
+        once gave c(17) = 957 ms against 420-519 ms in other runs, and a benchmark's
+        revisions, all accepted, went from 15.75 tokens a round to 5.25).  About 3 s for the default pair on 2 CPU
         cores.
 
         ``draft_engines`` maps id(drafter) -> its Engine.
@@ -357,26 +371,18 @@ class AdaptivePolicy:
         for batch in (1, 2, 3, 5, 9, 17):
             if n + batch > target.n_ctx:
                 break
-            runs = []
-            for _ in range(2):
-                before = target.decode_s
-                target.decode([token] * batch, range(batch))
-                runs.append(target.decode_s - before)
-                target.trim(n)
-            self.verify_costs[batch] = _Average(min(runs), weight=1.0)
+            seconds = _fastest_of_two(target, [token] * batch, range(batch))
+            if seconds is not None:
+                self.verify_costs[batch] = _Average(seconds, weight=1.0)
         for key, engine in draft_engines.items():
-            m = len(engine.cache_tokens)
-            if m + 17 > engine.n_ctx:
+            if len(engine.cache_tokens) + 17 > engine.n_ctx:
                 continue
-            for _ in range(2):
-                before = engine.decode_s
-                engine.decode([token], [0])
-                engine.trim(m)
-            self.draft_costs[key] = _Average(engine.decode_s - before, weight=1.0)
-            before = engine.decode_s
-            engine.decode([token] * 17, [16])
-            engine.trim(m)
-            self.prefill_costs[key] = (engine.decode_s - before) / 17
+            step = _fastest_of_two(engine, [token], [0])
+            prefill = _fastest_of_two(engine, [token] * 17, [16])
+            if step is not None:
+                self.draft_costs[key] = _Average(step, weight=1.0)
+            if prefill is not None:
+                self.prefill_costs[key] = prefill / 17
 
     def could_win(self, drafter) -> bool:
         """Whether ``drafter`` beats plain decoding at some length even if every draft

@@ -219,3 +219,31 @@ def test_calibration_keeps_the_faster_of_two_runs_so_one_stall_is_not_taken_for_
         assert target.cache_tokens == [1, 2, 3]  # trimmed back each time
         assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
             {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)})
+
+
+def test_calibration_of_a_draft_model_keeps_the_faster_run_too():
+    """A draft model calibrated too dear is never chosen or probed again (could_win is
+    False), so one stall must not set its cost per token or per prompt token."""
+    d = FakeDrafter("draft-model", 0.7)
+    for stall_at in range(1, 5):  # its two 1-token decodes, then its two 17-token ones
+        draft = ClockedEngine(lambda b: 0.003 * b, stall_at=stall_at, stall_s=0.5)
+        policy = AdaptivePolicy([d], max_k={id(d): 8})
+        policy.calibrate(ClockedEngine(cpu_like), {id(d): draft})
+        assert policy.draft_costs[id(d)].value == pytest.approx(0.003)
+        assert policy.prefill_costs[id(d)] == pytest.approx(0.003)
+        assert policy.could_win(d)
+
+
+def test_calibration_drops_readings_that_are_not_times():
+    """A clock that jumps back once gives one negative reading: the other run is kept.
+    A clock that reads NaN gives nothing: the prior stays, and calibration is retried."""
+    d = FakeDrafter("prompt-lookup", 0.3)
+    for stall_at in range(1, 13):
+        policy = AdaptivePolicy([d], max_k={id(d): 16})
+        policy.calibrate(ClockedEngine(cpu_like, stall_at=stall_at, stall_s=-1.0), {})
+        assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
+            {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)})
+    for broken in (float("nan"), float("inf")):
+        policy = AdaptivePolicy([d], max_k={id(d): 16})
+        policy.calibrate(ClockedEngine(lambda b: broken), {})
+        assert not policy.calibrated and policy.verify_cost(4) == pytest.approx(0.03 * 1.3)  # the prior
