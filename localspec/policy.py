@@ -49,10 +49,11 @@ charged over the tokens it could still serve: the tokens left, but no more than 
 answer has produced so far (at least ``_MIN_HORIZON``), since answers that have gone on
 for n tokens tend to go on for about n more, and a 13-token answer must not pay a
 prefill meant to be spread over 64.  A draft model is probed only while its lag costs
-at most ``_PROBE_SHARE`` of the rounds between two probes.  No probe of any drafter runs
-before the rounds of a text have emitted ``_PROBE_AFTER`` tokens: its cost is meant to be spread over
-the rounds between two probes, and a short answer would pay it alone (a 2-token probe
-costs about one extra target step on a memory-bound CPU, 7 % of a 13-token answer).
+at most ``_PROBE_SHARE`` of the rounds between two probes.  No probe of any drafter
+runs before the rounds of a text have emitted ``_PROBE_AFTER`` tokens: its cost is meant
+to be spread over the rounds between two probes, and a short answer would pay it alone
+(a 2-token probe costs about one extra target step on a memory-bound CPU, 7 % of a
+13-token answer).
 """
 
 from __future__ import annotations
@@ -357,13 +358,15 @@ class AdaptivePolicy:
     def calibrate(self, target, draft_engines: dict, token: int = 100) -> None:
         """Measure the target's cost for batches of 1..17 tokens and each draft model's
         cost per token, by decoding a dummy token at the end of the caches and trimming
-        it again (the cached prefix is kept).  Each batch is decoded twice and the faster
-        run kept (a reading that is negative or not finite, from a broken clock, is
-        dropped; with none left the prior stays): a stall (the machine busy elsewhere) is not a cost, and a batch
-        size calibrated too dear is never verified again to correct it (a stalled run
-        once gave c(17) = 957 ms against 420-519 ms in other runs, and a benchmark's
-        revisions, all accepted, went from 15.75 tokens a round to 5.25).  About 3 s for the default pair on 2 CPU
+        it again (the cached prefix is kept).  About 3 s for the default pair on 2 CPU
         cores.
+
+        Each batch is decoded twice and the faster run kept: a stall (the machine busy
+        elsewhere) is not a cost, and a batch size calibrated too dear is never verified
+        again to correct it (a stalled run once gave c(17) = 957 ms against 420-519 ms
+        in other runs, and a benchmark's revisions, all accepted, went from 15.75 tokens
+        a round to 5.25).  A reading that is negative or not finite (a broken clock) is
+        dropped; with none left the prior stays and :attr:`calibrated` stays False.
 
         ``draft_engines`` maps id(drafter) -> its Engine.
         """
