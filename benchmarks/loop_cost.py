@@ -10,14 +10,15 @@ worst case, every draft token accepted so all k + 1 rows are read (a free drafte
 one-hot q, and a draft model's own q rows, which it computes while drafting); and the
 free drafters at a 4,096-token context with a 100k-token suffix store (text with repeats:
 HumanEval prompts and solutions; the context gains a token before each proposal, as in
-the loop, so the drafters' indexes take it in), and the adaptive policy's own work in a round (asking
-both free drafters, planning, observing).  The greedy round and the policy's round are
+the loop, so the drafters' indexes take it in), and the adaptive policy's own work in a
+round (asking both free drafters, planning, observing).  The greedy round and the policy's round are
 timed again with the CPU caches flushed before each run (a 512 MiB buffer written), as
 they are after a decode on the CPU, which streams the weights past them; on a GPU the
 weights stay in its own memory.  Written to benchmarks/results/loop_cost.json with the
 machine record.
 """
 
+import functools
 import json
 import statistics
 import sys
@@ -78,13 +79,15 @@ def text_tokens(n: int, seed: int) -> list[int]:
     return np.resize(ids[start:], n).tolist()
 
 
-_EVICTION = np.ones(FLUSH_BYTES // 8)
+@functools.cache
+def _eviction_buffer() -> np.ndarray:
+    return np.ones(FLUSH_BYTES // 8)
 
 
 def flush_caches() -> None:
     """Write a buffer larger than the CPU's caches, as a CPU decode does when it streams
     the model's weights past them: the next round starts with cold caches."""
-    _EVICTION[::8] += 1.0  # one write per 64-byte line
+    _eviction_buffer()[::8] += 1.0  # one write per 64-byte line
 
 
 class _DraftModelStandIn:
