@@ -368,7 +368,10 @@ class AdaptivePolicy:
         a round to 5.25).  A reading that is negative or not finite (a broken clock) is
         dropped; with none left the prior stays and :attr:`calibrated` stays False.
 
-        ``draft_engines`` maps id(drafter) -> its Engine.
+        ``draft_engines`` maps id(drafter) -> its Engine.  Costs are stored in seconds
+        (per batch in ``verify_costs``, per token in ``draft_costs`` and
+        ``prefill_costs``).  Batch sizes that do not fit the context are skipped; an
+        :class:`~localspec.errors.EngineError` from a decode comes through unchanged.
         """
         n = len(target.cache_tokens)
         for batch in (1, 2, 3, 5, 9, 17):
