@@ -166,6 +166,7 @@ def _run_one(model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: 
         "tokens_per_s": len(r.tokens) / s.total_s if s.total_s else 0.0,
         "decode_tokens_per_s": s.tokens_per_s,
         "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
+        "drafted_tokens": s.drafted_tokens, "accepted_tokens": s.accepted_tokens,
         "ttft_s": s.ttft_s, "overhead_share": s.overhead_s / max(s.total_s - s.ttft_s, 1e-9),
         "overhead_ms_per_round": s.overhead_ms_per_round,
         "rounds_by_drafter": s.rounds_by_drafter,
@@ -207,7 +208,10 @@ def workload_group(workload: str) -> str:
 
 def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
     """Median speed-up over plain (paired by prompt, temperature and repetition) per
-    workload, temperature and strategy, plus medians of the other figures; with the
+    workload, temperature and strategy, plus medians of the other figures but acceptance,
+    which is pooled over the runs (their accepted over their drafted tokens) where the rows
+    count them, since a rate's median over runs of a few drafted tokens each swings with
+    one token (older rows without counts: the median of their rates); with the
     machine's copy ``ceiling``, each speed-up's share of the way to it, (s - 1) / (ceiling - 1).
 
     The speed-up compares decode speed (tokens after the first over the time after the
@@ -239,10 +243,22 @@ def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
                     "speedup": s,
                     "share_of_ceiling": (s - 1) / (ceiling - 1) if s is not None and ceiling and ceiling > 1 else None,
                     "overhead_ms_per_round": med("overhead_ms_per_round"),
-                    "acceptance_rate": med("acceptance_rate"), "mean_accepted_length": med("mean_accepted_length"),
+                    "acceptance_rate": _pooled_acceptance(rs) if _counted(rs) else med("acceptance_rate"),
+                    "mean_accepted_length": med("mean_accepted_length"),
                     "ttft_s": med("ttft_s"), "overhead_share_max": max((r["overhead_share"] for r in rs
                                                                         if r["overhead_share"] is not None), default=None)})
     return out
+
+
+def _counted(rows: list[dict]) -> bool:
+    return all(r.get("drafted_tokens") is not None for r in rows)
+
+
+def _pooled_acceptance(rows: list[dict]) -> float:
+    """Accepted over drafted tokens of all ``rows`` together (llama.cpp's n_accept / n_draft):
+    a run that drafted 60 tokens weighs more than one that drafted 5."""
+    drafted = sum(r["drafted_tokens"] for r in rows)
+    return sum(r["accepted_tokens"] for r in rows) / drafted if drafted else 0.0
 
 
 def _speedup_of(row: dict, rows: list[dict]) -> float | None:

@@ -29,6 +29,16 @@ def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
     assert "| edit | 0.0 | lookup | 10.0 | 20.0 | 0.50 |" in table
 
 
+def test_acceptance_is_pooled_over_runs_that_count_their_tokens():
+    few, many = row("code", "HumanEval/0", "lookup", 30.0, acc=1.0), row("code", "HumanEval/0", "lookup", 30.0, rep=1, acc=0.5)
+    few.update(drafted_tokens=5, accepted_tokens=5)
+    many.update(drafted_tokens=60, accepted_tokens=30)
+    rows = [row("code", "HumanEval/0", "plain", 20.0), row("code", "HumanEval/0", "plain", 20.0, rep=1), few, many]
+    summary = {s["strategy"]: s for s in summarize(rows)}
+    assert summary["lookup"]["acceptance_rate"] == pytest.approx(35 / 65)  # the median of the two rates is 0.75
+    assert summary["plain"]["acceptance_rate"] is None  # plain rows carry no counts here: the median of None rates
+
+
 def test_workloads_come_from_real_sources():
     edits = edit_prompts(2)
     assert edits[0].text.startswith(EDIT_REQUESTS[0]) and "def has_close_elements" in edits[0].text
