@@ -39,6 +39,7 @@ from localspec.workloads import (code_prompts, edit_prompts, humaneval_tasks, mt
 
 RESULTS = Path(__file__).parent / "results"
 N_TOKENS = 128
+ACCEPTANCE_K = 8  # the fixed draft length `localspec bench` compares the free drafters at
 # MT-Bench first turns recorded: prose, and the categories where drafting tends to lose
 # (math, extraction: few repeats, short answers).
 FIRST_TURN_CATEGORIES = ("writing", "roleplay", "math", "coding", "extraction")
@@ -149,13 +150,35 @@ def replay_all() -> None:
                      f"×{r['best_fixed_speedup']:.2f} | {r['adaptive_over_best']:.2f} | ×{r['ceiling']:.2f} | "
                      f"{100 * r['share_of_ceiling']:.0f} % |")
     lines += ["", "Profiles:"] + [f"- {n}: {p.source}" for n, p in profiles.items()]
+    acceptance = acceptance_rows(traces, workloads)
+    lines += ["", f"Greedy acceptance at a fixed k = {ACCEPTANCE_K} (the suffix drafter's drafts cut to the match they rest on, "
+              "as `localspec bench` runs it): accepted / drafted tokens, and tokens per target step.", "",
+              "| workload | prompt lookup | suffix | suffix ≥ lookup |", "|---|---|---|---|"]
+    for a in acceptance:
+        lines.append(f"| {a['workload']} | {a['prompt-lookup']:.0%}, {a['prompt-lookup_per_step']:.2f} | "
+                     f"{a['suffix']:.0%}, {a['suffix_per_step']:.2f} | {'yes' if a['suffix'] >= a['prompt-lookup'] else 'no'} |")
     text = "\n".join(lines)
     print(text)
     (RESULTS / "replay.md").write_text(text + "\n")
-    (RESULTS / "replay.json").write_text(json.dumps({"rows": rows, "profiles": {n: vars(p) for n, p in profiles.items()}},
+    (RESULTS / "replay.json").write_text(json.dumps({"rows": rows, "acceptance": acceptance, "profiles": {n: vars(p) for n, p in profiles.items()}},
                                                     indent=1) + "\n")
     worst = min(r["adaptive_over_best"] for r in rows)
     print(f"\nworst adaptive / best fixed: {worst:.3f}")
+
+
+def acceptance_rows(traces, workloads) -> list[dict]:
+    """Per workload, prompt lookup's and the suffix drafter's greedy acceptance at k =
+    ``ACCEPTANCE_K`` over all its answers, and tokens emitted per target step."""
+    rows = []
+    for w in workloads:
+        row = {"workload": w}
+        for name, factor in (("prompt-lookup", None), ("suffix", SuffixDrafter().max_spec_factor)):
+            counts = [replay.fixed_acceptance(t, name, ACCEPTANCE_K, factor) for t in traces if t.workload == w]
+            drafted, accepted, rounds = (sum(c[i] for c in counts) for i in range(3))
+            row[name] = accepted / drafted if drafted else 0.0
+            row[f"{name}_per_step"] = (accepted + rounds) / rounds if rounds else 1.0
+        rows.append(row)
+    return rows
 
 
 COMMANDS = {(): replay_all, ("record",): record_all, ("profile",): record_profile}

@@ -257,6 +257,23 @@ def replay_fixed(trace: Trace, profile: Profile, drafter: str, k: int) -> float:
     return (len(answer) - 1) * profile.verify(1) / time_s
 
 
+def fixed_acceptance(trace: Trace, drafter: str, k: int, max_spec_factor: float | None = None) -> tuple[int, int, int]:
+    """(drafted, accepted, rounds) of a free drafter at a fixed draft length k along the
+    greedy answer, each draft cut to ``max_spec_factor`` times the match it rests on (as
+    :class:`~localspec.policy.FixedPolicy` cuts the suffix drafter's; None = no cut).
+    Accepted over drafted is the drafter's acceptance rate on this text."""
+    answer, j, drafted, accepted, rounds = trace.answer, 1, 0, 0, 0
+    while j < len(answer):
+        tokens, _, depth = (list(trace.free[drafter][j]) + [[]])[:3]
+        keep = min(k, len(answer) - j)
+        if max_spec_factor is not None and depth:
+            keep = min(keep, max(1, int(max_spec_factor * depth[0])))
+        n = _accepted(tokens[:keep], answer, j)
+        drafted, accepted, rounds = drafted + len(tokens[:keep]), accepted + n, rounds + 1
+        j += n + 1
+    return drafted, accepted, rounds
+
+
 def best_fixed(traces: list[Trace], profile: Profile) -> tuple[str, int, float]:
     """The fixed (drafter, k) with the best total decode time over ``traces``, and its
     speed-up (total plain time over total time)."""

@@ -251,6 +251,18 @@ def test_replay_of_a_fixed_drafter_adds_up_exactly():
     assert replay_fixed(trace, profile, "prompt-lookup", 4) == pytest.approx(1.0)  # never proposes
 
 
+def test_fixed_acceptance_counts_drafted_and_accepted_tokens_and_cuts_to_the_match():
+    from localspec.replay import Trace, fixed_acceptance
+
+    answer = [10, 11, 12, 13, 14, 15, 16]
+    wrong_third = [([], [], [])] + [(answer[j:j + 2] + [99, 98], [0.5] * 4, [1, 2, 3, 4]) for j in range(1, 7)]
+    trace = Trace("w", "t", 5, answer, {"suffix": wrong_third})
+    # j=1: 4 drafted, 2 kept (+ the correction) -> j=4: 3 drafted (3 left), 2 kept -> j=7
+    assert fixed_acceptance(trace, "suffix", 8) == (7, 4, 2)
+    # cut to 1 x a 1-token match: 1 drafted, 1 kept each round, two tokens a step
+    assert fixed_acceptance(trace, "suffix", 8, max_spec_factor=1.0) == (3, 3, 3)
+
+
 def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model():
     from localspec.replay import PROFILES, best_fixed, replay
 
