@@ -17,7 +17,7 @@ import numpy as np
 from .engine import Engine
 from .errors import InvalidOptionError
 from .sampling import Candidates, SamplingParams, row_candidates, top_probability
-from .suffix_index import SuffixIndex
+from .suffix_index import KEYS, SuffixIndex
 
 
 @dataclass
@@ -440,7 +440,7 @@ class SuffixDrafter(_ModelFreeDrafter):
         self._sync(prompt)
 
     def _sync(self, context) -> None:
-        new = context[len(self._indexed):]
+        new = _tail(context, len(self._indexed))
         if new:
             self.request.append(new)
             self._indexed.extend(int(t) for t in new)
@@ -449,8 +449,9 @@ class SuffixDrafter(_ModelFreeDrafter):
         if max_tokens <= 0:
             return Draft.empty()
         self._sync(context)
-        here = self.request.lookup(context, max_tokens, self.min_estimate)
-        before = self.store.lookup(context, max_tokens, self.min_estimate)
+        recent = _tail(context, max(0, len(context) - max(KEYS)))  # all a lookup reads
+        here = self.request.lookup(recent, max_tokens, self.min_estimate)
+        before = self.store.lookup(recent, max_tokens, self.min_estimate)
         best = here if here.expected_accepted >= before.expected_accepted else before
         if not best.tokens:
             return Draft.empty()
@@ -459,7 +460,7 @@ class SuffixDrafter(_ModelFreeDrafter):
 
     def end(self, context, n_prompt) -> None:
         self._sync(context)
-        output = list(context[n_prompt:])
+        output = _tail(context, n_prompt)
         if output:
             self.store.append(output)
             self.store.end_sequence()

@@ -261,7 +261,10 @@ def fixed_acceptance(trace: Trace, drafter: str, k: int, max_spec_factor: float 
     """(drafted, accepted, rounds) of a free drafter at a fixed draft length k along the
     greedy answer, each draft cut to ``max_spec_factor`` times the match it rests on (as
     :class:`~localspec.policy.FixedPolicy` cuts the suffix drafter's; None = no cut).
-    Accepted over drafted is the drafter's acceptance rate on this text."""
+    Accepted over drafted is the drafter's acceptance rate on this text.  Raises
+    ValueError for k < 0 and KeyError for a drafter the trace did not record."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
     answer, j, drafted, accepted, rounds = trace.answer, 1, 0, 0, 0
     while j < len(answer):
         tokens, _, depth = (list(trace.free[drafter][j]) + [[]])[:3]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 KEYS = (2, 3, 4, 8, 16)  # k-gram lengths indexed; the longest that matches wins
 # 3 is there so a match is never shorter than prompt lookup's (3- then 2-grams): on the
-# recorded edits it raised greedy acceptance from 91 to 94 %.
+# replay's recorded edits it raised greedy acceptance at k = 8 from 88 to 90 %.
 MAX_OCCURRENCES = 32  # most recent occurrences a lookup follows
 _END = -1  # between sequences in the buffer
 
@@ -70,8 +70,10 @@ class SuffixIndex:
         return self.n_tokens
 
     def append(self, tokens) -> None:
-        """Add tokens to the open sequence, indexing every k-gram they complete."""
+        """Add tokens (any iterable of ids) to the open sequence, indexing every k-gram
+        they complete."""
         buf, base, start = self._buf, self._base, self._start
+        before = len(buf)
         for token in tokens:
             buf.append(int(token))
             end = base + len(buf)  # absolute position after the new token
@@ -84,7 +86,7 @@ class SuffixIndex:
                     table[key] = [end]
                 else:
                     positions.append(end)
-        self.n_tokens += len(tokens)
+        self.n_tokens += len(buf) - before
 
     def end_sequence(self) -> None:
         """Close the open sequence; evict the oldest ones while over ``max_tokens``."""
@@ -131,7 +133,8 @@ class SuffixIndex:
             positions = self._tables[k].get(hash(tuple(context[n - k:])))
             if not positions:
                 continue
-            draft = self._walk(positions[-MAX_OCCURRENCES:], max_tokens, min_estimate, k)
+            # one more than followed: the context's own occurrence, if among them, is dropped
+            draft = self._walk(positions[-MAX_OCCURRENCES - 1:], max_tokens, min_estimate, k)
             if draft.tokens:
                 return draft
         return SuffixDraft([], [], 0)
@@ -140,7 +143,7 @@ class SuffixIndex:
         tokens: list[int] = []
         estimates: list[float] = []
         open_end = self._base + len(self._buf)  # where the open sequence (the context) ends
-        live = [p for p in positions if self._base <= p < open_end]
+        live = [p for p in positions if self._base <= p < open_end][-MAX_OCCURRENCES:]
         while live and len(tokens) < max_tokens:
             counts: dict[int, int] = {}
             for p in live:

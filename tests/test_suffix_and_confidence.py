@@ -35,6 +35,38 @@ def test_the_open_sequence_is_searched_but_its_own_end_is_not_a_continuation():
     assert ix.lookup([5, 6, 7, 5, 6, 7], 4).tokens == [5, 6, 7]
 
 
+def test_lookup_follows_the_32_latest_occurrences_besides_the_contexts_own():
+    from localspec.suffix_index import MAX_OCCURRENCES
+
+    ix = SuffixIndex()
+    ix.append([5, 6, 1] * MAX_OCCURRENCES + [5, 6])  # 32 earlier "5 6", each followed by 1, and the context's own
+    draft = ix.lookup([5, 6], 1)
+    assert draft.tokens == [1] and draft.estimates == pytest.approx([MAX_OCCURRENCES / (MAX_OCCURRENCES + 1)])
+
+
+def test_index_takes_any_iterable_and_counts_its_tokens():
+    ix = SuffixIndex()
+    ix.append(t for t in [1, 2, 3, 1, 2])
+    ix.append(())
+    assert len(ix) == 5 and ix.lookup([1, 2], 2).tokens == [3, 1]
+
+
+def test_suffix_drafter_takes_numpy_and_deque_contexts_as_it_takes_lists():
+    from collections import deque
+
+    import numpy as np
+
+    prompt = [7, 0, 7, 3, 0, 7]
+    drafts = []
+    for kind in (list, np.array, deque):
+        d = SuffixDrafter()
+        d.begin(kind(prompt))
+        drafts.append(d.propose(kind(prompt + [0]), 4, GREEDY, 0.0, None).tokens)
+        d.end(kind(prompt + [0, 7, 3]), len(prompt))
+        assert len(d.store) == 3 and d._indexed == prompt + [0, 7, 3]
+    assert drafts[0] == drafts[1] == drafts[2] and drafts[0]
+
+
 def test_store_is_bounded_first_in_first_out_and_forgets_evicted_text():
     ix = SuffixIndex(max_tokens=12)
     for i in range(5):
