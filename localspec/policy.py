@@ -54,6 +54,16 @@ runs before the rounds of a text have emitted ``_PROBE_AFTER`` tokens: its cost 
 to be spread over the rounds between two probes, and a short answer would pay it alone
 (a 2-token probe costs about one extra target step on a memory-bound CPU, 7 % of a
 13-token answer).
+
+Plain decoding is probed too: after ``_PLAIN_PROBE_EVERY`` rounds without a one-token
+verify, one round is plain, so c_verify(1) is measured again.  Otherwise a c(1)
+measured during a stall (the machine busy elsewhere) makes every draft look cheap, the
+policy drafts every round, and nothing ever measures c(1) again to correct it.  Only
+where the best draft promises less than ``_STALL_CLIP`` times plain's rate: a c(1) off
+by up to that factor could then change the choice; above it (copying on a GPU, 13
+tokens a round) the probe would cost a round's gain and change nothing.  While the
+readings come in more than 10 % under the estimate, the next marginal round is plain
+again, so a stalled c(1) is corrected within a few rounds, not a few hundred.
 """
 
 from __future__ import annotations
@@ -74,6 +84,8 @@ _PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_ev
 _FREE_PROBE_SHARE = 0.01  # share of the time probes of one free drafter may cost
 _PROBE_AFTER = 16  # tokens a text's rounds must have emitted before any drafter is probed in it
 _TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
+_PLAIN_PROBE_EVERY = 128  # rounds without a one-token verify after which one plain round re-measures c(1)
+_FALLING = 0.9  # a plain probe reading under this share of the c(1) estimate calls for another
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -283,6 +295,7 @@ class AdaptivePolicy:
     _trust: dict = field(default_factory=dict)  # id(drafter) -> _TextTrust of the current text
     _step_s: float = 0.03  # prior for c_verify(1) until measured
     _generated: int = 0  # tokens emitted in the current generation
+    _since_plain: int = 0  # rounds since the last one-token verify (a measurement of c(1))
     _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
     _sorted: list = field(default_factory=list)  # measured verify costs, as of _cost_changes[0] == _sorted_of
     _sorted_of: int = -1
@@ -408,7 +421,8 @@ class AdaptivePolicy:
         ``n_context``: tokens in the context, for a draft model's catch-up cost."""
         proposals = proposals or {}
         self._proposals = proposals
-        best, best_rate = (None, 0), 1.0 / self.verify_cost(1)
+        plain_rate = 1.0 / self.verify_cost(1)
+        best, best_rate = (None, 0), plain_rate
         for d in self.drafters:
             limit = min(k_cap, self.cap(d))
             if id(d) in proposals:
@@ -417,6 +431,9 @@ class AdaptivePolicy:
                 k, rate = self._best_blind(d, limit, n_context, k_cap)
             if k and rate > best_rate:
                 best, best_rate = (d, k), rate
+        if best[0] is not None and self._since_plain >= _PLAIN_PROBE_EVERY and best_rate < _STALL_CLIP * plain_rate:
+            self._since_plain = 0
+            return None, 0
         for d in self.drafters:
             model = self._models[id(d)]
             if d is best[0]:
@@ -525,6 +542,7 @@ class AdaptivePolicy:
         a drafter keeps learning what its confidence is worth (else one undervalued at
         the start would never be picked to show otherwise, and a draft model whose
         drafts are always cut would be chosen again and again)."""
+        self._count_plain_rounds(batch, verify_s)
         self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
         self._generated += len(emitted) if emitted else 1
         made = self._proposals.get(id(drafter)) if drafter is not None else None
@@ -539,6 +557,17 @@ class AdaptivePolicy:
         if emitted:
             self._judge_unverified(drafter if n_drafted > 0 else None, list(emitted))
         self._proposals = {}
+
+    def _count_plain_rounds(self, batch: int, verify_s: float) -> None:
+        """Rounds since c(1) was last measured; a one-token verify well below the
+        estimate (the estimate was taken in a stall) leaves plain probes due until
+        readings stop falling."""
+        if batch != 1:
+            self._since_plain += 1
+            return
+        known = self.verify_costs.get(1)
+        falling = known is not None and known.weight > 0 and verify_s < _FALLING * known.value
+        self._since_plain = _PLAIN_PROBE_EVERY if falling else 0
 
     def _observe_model_draft(self, drafter, made, n_verified: int, draft_s: float) -> None:
         """A draft model ran this round: its cost per token made (the draft may have

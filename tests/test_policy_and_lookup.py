@@ -151,6 +151,30 @@ def test_no_probe_in_the_first_tokens_of_a_text():
     assert any(drafter is d for drafter, _ in later)
 
 
+def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
+    """c(1) calibrated in a stall (3x its true 30 ms) makes a 40 %-accepted draft model
+    look better than plain; drafting every round would never measure c(1) again."""
+    from localspec.policy import _PLAIN_PROBE_EVERY, _Average
+
+    d = FakeDrafter("draft-model", 0.4)
+    verify = {b: _Average(cpu_like(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
+    verify[1] = _Average(0.090, weight=1.0)
+    policy = AdaptivePolicy([d], max_k={id(d): 8}, probe_every=10**6, verify_costs=verify)
+    policy.draft_costs[id(d)] = _Average(0.010, weight=1.0)
+    plans = []
+    for i in range(_PLAIN_PROBE_EVERY + 40):
+        drafter, k = policy.plan(8)
+        plans.append(drafter)
+        if drafter is None:
+            policy.observe(None, 0, 0, 0.0, cpu_like(1), 1)
+        else:
+            policy.observe(d, k, 1 if i % 5 < 2 else 0, 0.010 * k, cpu_like(k + 1), k + 1)
+    assert plans[0] is d  # the stalled c(1) has it drafting
+    assert None not in plans[:_PLAIN_PROBE_EVERY]
+    assert plans[-10:] == [None] * 10  # measured again, plain wins and stays
+    assert policy.verify_cost(1) < 0.036
+
+
 def test_a_drafter_that_cannot_win_is_never_probed():
     d = FakeDrafter("draft-model", 0.7)
     policy = AdaptivePolicy([d], max_k={id(d): 8}, probe_every=2)
