@@ -432,8 +432,7 @@ class AdaptivePolicy:
             if k and rate > best_rate:
                 best, best_rate = (d, k), rate
         if best[0] is not None and self._since_plain >= _PLAIN_PROBE_EVERY and best_rate < _STALL_CLIP * plain_rate:
-            self._since_plain = 0
-            return None, 0
+            return None, 0  # observe() counts again from this one-token verify
         for d in self.drafters:
             model = self._models[id(d)]
             if d is best[0]:
