@@ -38,11 +38,14 @@ context each token rests on (``Draft.depth``: a suffix or prompt-lookup match's 
 is calibrated per depth as well, since a continuation seen once after a 16-token match
 is worth more than one after 2 tokens.
 
-The calibration is shared by all texts; each text also keeps its own trust in each
-drafter (:class:`_TextTrust`): the chances predicted for the tokens judged so far
-against how many were accepted.  A text where the calibration is wrong (math after
-code: short numeric matches that look like code's) is noticed within a few tokens, and
-the drafter's chances are scaled down for the rest of that text only.
+The calibration is shared by all texts and follows the recent ones (each observation
+keeps 0.93 of a cell's past: about 14 tokens' memory, tuned in the offline replay
+against 0.98); each text also keeps its own trust in each drafter, per depth group
+(:class:`_TextTrust`): the chances predicted for the tokens judged so far against how
+many were accepted.  A text where the calibration is wrong (prose after code: a
+4-token match that code would copy on and prose leaves) is noticed within a few
+tokens, and the drafter's chances at that depth are scaled down for the rest of that
+text only.
 
 Starting a draft model that has not read the context costs its prefill.  That lag is
 charged over the tokens it could still serve: the tokens left, but no more than this
@@ -165,32 +168,42 @@ class _DrafterModel:
 
 @dataclass
 class _TextTrust:
-    """How one drafter's calibrated chances hold up on the current text: the chances
-    predicted for its draft tokens that were judged (verified, or compared with what the
-    target emitted), and how many of them were accepted.  The factor f, accepted over
-    predicted with ``_TRUST_PRIOR`` tokens' worth of belief in the calibration added to
-    both, rescales its chances for the rest of the text (:meth:`scale`): a text unlike
-    the ones the calibration learnt from (math after code, a copy that stopped
-    matching) is noticed within a few tokens, drafts and judged proposals alike."""
+    """How one drafter's calibrated chances hold up on the current text, per depth group
+    (:attr:`Calibration.DEPTHS`): the chances predicted for its draft tokens that were
+    judged (verified, or compared with what the target emitted), and how many of them
+    were accepted.  The factor f of a group, accepted over predicted with
+    ``_TRUST_PRIOR`` tokens' worth of belief in the calibration added to both, rescales
+    that group's chances for the rest of the text (:meth:`scale`): a text unlike the
+    ones the calibration learnt from (prose after code: a 4-token match that a copy in
+    code would follow, and prose leaves) is noticed within a few tokens, drafts and
+    judged proposals alike.  Per group, since the short matches judged every round are
+    calibrated on their own and would otherwise outvote the one long draft that failed."""
 
-    predicted: float = 0.0
-    accepted: float = 0.0
+    predicted: dict = field(default_factory=dict)  # depth group -> chances predicted
+    accepted: dict = field(default_factory=dict)  # depth group -> tokens accepted
 
-    @property
-    def factor(self) -> float:
-        return (self.accepted + _TRUST_PRIOR) / (self.predicted + _TRUST_PRIOR)
+    def factor(self, group: int) -> float:
+        return (self.accepted.get(group, 0.0) + _TRUST_PRIOR) / (self.predicted.get(group, 0.0) + _TRUST_PRIOR)
 
-    def scale(self, chance: float) -> float:
+    def scale(self, chance: float, group: int = 0) -> float:
         """Below par (f < 1) the chance itself is scaled, a f: three misses of drafts
         calibrated at 0.99 leave 0.4, where scaling the odds would leave 0.97.  Above
         par the odds are, a f / (1 - a + a f), which stays below 1."""
-        f = self.factor
+        f = self.factor(group)
         return chance * f if f <= 1.0 else chance * f / (1.0 - chance + chance * f)
 
-    def observe(self, chances: Sequence[float], n_accepted: int) -> None:
-        """The first ``n_accepted`` draft tokens were accepted, the next (if any) was not."""
-        self.predicted += sum(chances[: n_accepted + 1])
-        self.accepted += min(n_accepted, len(chances))
+    def observe(self, chances: Sequence[float], n_accepted: int, groups: Sequence[int]) -> None:
+        """The first ``n_accepted`` draft tokens were accepted, the next (if any) was not;
+        ``groups``: each token's depth group."""
+        for i, (chance, group) in enumerate(zip(chances[: n_accepted + 1], groups)):
+            self.predicted[group] = self.predicted.get(group, 0.0) + chance
+            self.accepted[group] = self.accepted.get(group, 0.0) + (1.0 if i < n_accepted else 0.0)
+
+
+def _depth_groups(depth: Sequence[int] | None, n: int) -> list[int]:
+    """Each of the first ``n`` draft tokens' depth group (0 for tokens without a depth)."""
+    depth = list(depth or [])[:n]
+    return [bisect_right(Calibration.DEPTHS, x) for x in depth] + [0] * (n - len(depth))
 
 
 class Calibration:
@@ -202,7 +215,7 @@ class Calibration:
 
     BINS = 10
     DEPTHS = (4, 8, 16)  # upper bounds of the depth groups but the last
-    DECAY = 0.98
+    DECAY = 0.93  # per observation: a cell remembers about 14 tokens (module docstring)
 
     def __init__(self):
         groups = len(self.DEPTHS) + 1
@@ -476,7 +489,10 @@ class AdaptivePolicy:
         drafter, or the drafter's acceptance estimate when it gives no confidences."""
         if draft.confidence:
             trust = self._trust.get(id(d))
-            return [trust.scale(a) if trust else a for a in self._calibrated(d, draft.confidence[:k], draft.depth)]
+            chances = self._calibrated(d, draft.confidence[:k], draft.depth)
+            if trust is None:
+                return chances
+            return [trust.scale(a, g) for a, g in zip(chances, _depth_groups(draft.depth, len(chances)))]
         return [self._models[id(d)].alpha] * min(k, len(draft.tokens))
 
     def _calibrated(self, d, confidence: Sequence[float], depth: Sequence[int] | None) -> list[float]:
@@ -488,7 +504,8 @@ class AdaptivePolicy:
                            n_accepted: int) -> None:
         """Draft tokens with these confidences (and depths) were judged: the first
         ``n_accepted`` accepted, then one rejected unless all were accepted."""
-        self._trust.setdefault(id(d), _TextTrust()).observe(self._calibrated(d, confidence, depth), n_accepted)
+        self._trust.setdefault(id(d), _TextTrust()).observe(self._calibrated(d, confidence, depth), n_accepted,
+                                                           _depth_groups(depth, len(confidence)))
         self._calibrations[id(d)].observe(confidence, n_accepted, depth)
 
     def _best_length(self, d, draft, limit: int, cost_per_token: float) -> tuple[int, float]:

@@ -410,8 +410,9 @@ def test_a_probe_is_no_longer_than_the_drafters_own_cap():
 def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
     """Calibrated on earlier texts where 16-token matches were always right, the policy
     drafts such a match at once; on a text where they keep failing, this text's trust in
-    the drafter falls after a few rejected tokens, while the calibration (shared across
-    texts) has barely moved, and a new text starts trusting the calibration again."""
+    the drafter falls after a few rejected tokens, faster than the calibration (shared
+    across texts, it follows them too, by a decay of 0.93 a token), and a new text starts
+    from the calibration again, with shorter drafts than before."""
     d = Free()
     verify = lambda b: 0.030 + 0.010 * (b - 1)  # noqa: E731
     policy = policy_for([d], verify)
@@ -427,10 +428,38 @@ def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
                        deep.depth)  # rejected, or judged against the target's token
     assert plans[0] == 4 and plans[3] <= 1  # shorter at once: 3 misses leave 0.4 of a 0.99 chance
     assert policy.plan(8, {id(d): deep}) == (None, 0)
-    assert policy._calibrations[id(d)](0.5, 16) > 0.9  # the calibration itself has barely moved
+    calibrated = policy._calibrations[id(d)](0.5, 16)
+    assert 0.6 < calibrated < 0.8  # five misses: 0.93 ** 5
+    assert policy._accept_chances(d, deep, 1)[0] < 0.5 * calibrated  # this text's trust fell faster
     policy.observe(None, 0, 0, 0.0, 0.030, 1, None, [7])
     policy.new_generation()
+    assert policy.plan(8, {id(d): deep}) == (d, 2)
+
+
+def test_a_failed_deep_draft_is_not_outvoted_by_the_short_matches_that_held():
+    """This text's trust is kept per depth group: short matches judged every round that
+    hold better than calibrated (prose often repeats two or three words) must not cancel
+    the evidence of a 16-token match that failed at once (prose leaves a quote where code
+    would copy on).  With one trust for all depths, ten short hits outweighed the miss and
+    the next deep draft was still taken at a chance of 1."""
+    d = Free()
+    policy = policy_for([d], cpu_like_verify)
+    cal = policy._calibrations[id(d)]
+    for i in range(200):
+        cal.observe([0.5] * 4, 4, depth=[16, 17, 18, 19])
+        cal.observe([0.5], i % 2, depth=[2])
+    deep = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[16, 17, 18, 19])
+    short = Draft([5], confidence=[0.5], depth=[2])
+    policy.new_generation()
+    for _ in range(10):  # short proposals, each right
+        drafter, k = policy.plan(8, {id(d): short})
+        policy.observe(drafter, k, k, 0.0, cpu_like_verify(k + 1), k + 1, short.confidence[:k], [5][:k] + [9],
+                       short.depth)
     assert policy.plan(8, {id(d): deep}) == (d, 4)
+    policy.observe(d, 4, 0, 0.0, cpu_like_verify(5), 5, deep.confidence, [7], deep.depth)
+    assert cal(0.5, 16) > 0.9
+    assert policy._accept_chances(d, deep, 1)[0] < 0.7  # (0 + 2) / (0.93 + 2) of the calibrated chance
+    assert policy._accept_chances(d, short, 1)[0] > cal(0.5, 2)  # the short matches keep their credit
 
 
 def test_bad_max_spec_factors_are_refused():
