@@ -44,6 +44,15 @@ class Draft:
     def empty(cls) -> "Draft":
         return cls(tokens=[])
 
+    def through_first(self, is_end) -> "Draft":
+        """The draft up to and including its first token for which ``is_end(token)`` is
+        true (an end-of-generation token: the target stops there, so nothing drafted
+        after it can ever be emitted); the whole draft when there is none."""
+        for i, token in enumerate(self.tokens):
+            if is_end(token):
+                return self.truncated(i + 1)
+        return self
+
     def truncated(self, k: int) -> "Draft":
         """The first ``k`` tokens (with their rows and confidences)."""
         if k >= len(self.tokens):

@@ -206,6 +206,7 @@ class Engine:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._piece_cache: dict[int, bytes] = {}
+        self._eog_cache: dict[int, bool] = {}
         self.cache_tokens: list[int] = []  # what the KV cache holds, position i = token i
         self.decode_s = 0.0  # seconds spent inside llama_decode since load
 
@@ -261,7 +262,15 @@ class Engine:
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        eog = self._eog_cache.get(token)
+        if eog is None:
+            eog = self._eog_cache[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        return eog
+
+    def eog_tokens(self) -> list[int]:
+        """Every end-of-generation token id of the vocabulary, ascending (a scan of
+        ``n_vocab`` ids, about 0.1 s for 152k)."""
+        return [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
 
     def token_text(self, token: int) -> str:
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")

@@ -74,7 +74,9 @@ class Trace:
     ``free[name][j]`` = (tokens, confidences, depths) proposed after ``prompt + answer[:j]``
     (depths absent in traces recorded before drafts had them);
     ``draft_next[j]`` / ``draft_conf[j]``: the draft model's choice for answer[j] and its
-    probability, having read ``prompt + answer[:j]``."""
+    probability, having read ``prompt + answer[:j]``; ``eog``: the target's
+    end-of-generation token ids, where every replayed draft ends as live (empty in traces
+    recorded before drafts were cut there)."""
 
     workload: str
     name: str
@@ -83,6 +85,7 @@ class Trace:
     free: dict = field(default_factory=dict)
     draft_next: list[int] = field(default_factory=list)
     draft_conf: list[float] = field(default_factory=list)
+    eog: list[int] = field(default_factory=list)
 
 
 def record(model, prompt_tokens: list[int], answer: list[int], workload: str, name: str,
@@ -93,7 +96,7 @@ def record(model, prompt_tokens: list[int], answer: list[int], workload: str, na
     not this one (default: the model's own, which already holds ``answer`` if the model
     produced it: its drafts would then copy the answer from itself).  The suffix store
     then holds this answer as an earlier output, as after a live request."""
-    trace = Trace(workload, name, len(prompt_tokens), list(answer))
+    trace = Trace(workload, name, len(prompt_tokens), list(answer), eog=model.target.eog_tokens())
     drafters = {"prompt-lookup": model.lookup, "suffix": suffix if suffix is not None else model.suffix}
     if prediction:
         model.prediction.set_prediction(prediction, len(prompt_tokens))
@@ -167,10 +170,12 @@ def _accepted(tokens: list[int], answer: list[int], j: int) -> int:
     return n
 
 
-def _free_draft(entry) -> Draft:
-    """A recorded free draft (tokens, confidences[, depths]) as the drafter made it."""
-    tokens, confidence, depth = (list(entry) + [[]])[:3]
-    return Draft(list(tokens), confidence=list(confidence or []) or None, depth=list(depth or []) or None)
+def _free_draft(trace: Trace, drafter: str, j: int) -> Draft:
+    """The recorded free draft (tokens, confidences[, depths]) at j, ended at its first
+    end-of-generation token as the live loop ends it."""
+    tokens, confidence, depth = (list(trace.free[drafter][j]) + [[]])[:3]
+    draft = Draft(list(tokens), confidence=list(confidence or []) or None, depth=list(depth or []) or None)
+    return draft.through_first(set(trace.eog).__contains__) if trace.eog else draft
 
 
 def _draft_model_draft(trace: Trace, j: int, k: int) -> Draft:
@@ -214,7 +219,7 @@ def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float 
     while j < len(answer):
         k_cap = len(answer) - j  # tokens left, as live (each drafter's own cap is at most MAX_K)
         n_context = trace.n_prompt + j
-        proposals = {id(s): _free_draft(trace.free[s.name][j]) for s in stands if s.free}
+        proposals = {id(s): _free_draft(trace, s.name, j) for s in stands if s.free}
         drafter, k = policy.plan(k_cap, proposals, n_context)
         draft, draft_s, catch_up_s = Draft([]), 0.0, 0.0
         if drafter is not None:
@@ -249,7 +254,7 @@ def replay_fixed(trace: Trace, profile: Profile, drafter: str, k: int) -> float:
             draft = _draft_model_draft(trace, j, kk).tokens
             time_s += max(0, n_context - seen) * profile.draft_prefill_s + kk * profile.draft_s
         else:
-            draft = trace.free[drafter][j][0][:kk]
+            draft = _free_draft(trace, drafter, j).tokens[:kk]
         n = _accepted(draft, answer, j)
         time_s += profile.verify(len(draft) + 1)
         seen = n_context + n
@@ -267,7 +272,8 @@ def fixed_acceptance(trace: Trace, drafter: str, k: int, max_spec_factor: float 
         raise ValueError(f"k must be >= 0, got {k}")
     answer, j, drafted, accepted, rounds = trace.answer, 1, 0, 0, 0
     while j < len(answer):
-        tokens, _, depth = (list(trace.free[drafter][j]) + [[]])[:3]
+        recorded = _free_draft(trace, drafter, j)
+        tokens, depth = recorded.tokens, recorded.depth
         keep = min(k, len(answer) - j)
         if max_spec_factor is not None and depth:
             keep = min(keep, max(1, int(max_spec_factor * depth[0])))

@@ -246,15 +246,18 @@ class Generation:
 
     def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator):
         """Ask the free drafters for drafts, the policy for (drafter, k), then draft if
-        that drafter was not asked yet.  Returns (drafter, draft, cost in seconds of
-        drafting, catching up on skipped tokens excluded)."""
+        that drafter was not asked yet.  Every draft ends at its first end-of-generation
+        token (a copy from the prompt runs into the chat template's ``<|im_end|>``; the
+        tokens after it can never be emitted, and verifying them costs).  Returns
+        (drafter, draft, cost in seconds of drafting, catching up on skipped tokens
+        excluded)."""
         dp, sp = self.params.draft, self.params.sampling
         proposals, costs = {}, {}
         for d in self.policy.free_drafters:
             cap = min(k_cap, self.policy.cap(d))
             if cap > 0:
                 start = time.perf_counter()
-                proposals[id(d)] = d.propose(context, cap, sp, dp.p_min, draft_rng)
+                proposals[id(d)] = d.propose(context, cap, sp, dp.p_min, draft_rng).through_first(self.target.is_eog)
                 costs[id(d)] = time.perf_counter() - start
         drafter, k = self.policy.plan(k_cap, proposals, len(context))
         if drafter is None or k < max(1, dp.draft_min):
@@ -264,7 +267,7 @@ class Generation:
             cost_s = costs[id(drafter)]
         else:
             start, lag = time.perf_counter(), drafter.catch_up_s
-            draft = drafter.propose(context, k, sp, dp.p_min, draft_rng)
+            draft = drafter.propose(context, k, sp, dp.p_min, draft_rng).through_first(self.target.is_eog)
             cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
             k = self.policy.length(drafter, draft, k)
         draft = draft.truncated(k)

@@ -222,3 +222,29 @@ def test_a_trace_is_recorded_without_its_own_answer_in_the_suffix_store(target_g
                    if len(tokens) >= 4 and tokens == answer[j:j + len(tokens)])
     assert copied(own) >= len(answer) - 8
     assert copied(clean) < copied(own) - 5
+
+
+def test_a_draft_ends_at_its_first_end_of_generation_token(target_gguf):
+    """Tokens drafted after an end-of-generation token can never be emitted (the target
+    stops there), so the loop cuts every draft just after it: a copy from the prompt that
+    runs on into the chat template's <|im_end|> is not verified past it."""
+    from localspec.drafters import Draft, _ModelFreeDrafter
+    from localspec.policy import FixedPolicy
+    from localspec.speculative import DraftParams, Generation, GenerationParams
+
+    class Copier(_ModelFreeDrafter):
+        name, prior_acceptance = "prompt-lookup", 0.5
+
+        def propose(self, context, max_tokens, params, p_min, rng):
+            return Draft([5, 2, 6, 7][:max_tokens])  # 2 is the synthetic vocabulary's EOS
+
+    engine = Engine(target_gguf, EngineConfig(n_ctx=256))
+    assert engine.is_eog(2) and not engine.is_eog(5) and engine.eog_tokens() == [2]
+    batches, decode = [], engine.decode
+    engine.decode = lambda tokens, rows=(), copy=True: batches.append(len(tokens)) or decode(tokens, rows, copy)
+    copier = Copier()
+    params = GenerationParams(max_tokens=20, draft=DraftParams(draft_max=4, strategy="prompt-lookup"))
+    result = Generation(engine, [copier], FixedPolicy(copier, 4), engine.tokenize(PROMPT), params).run()
+    engine.close()
+    assert max(batches[1:]) == 3 and batches.count(3) >= 5  # [t, 5, EOS] (less where max_tokens cuts), never 6, 7
+    assert result.stats.drafted_tokens <= 2 * result.stats.rounds

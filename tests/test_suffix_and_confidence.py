@@ -293,6 +293,9 @@ def test_fixed_acceptance_counts_drafted_and_accepted_tokens_and_cuts_to_the_mat
     assert fixed_acceptance(trace, "suffix", 8) == (7, 4, 2)
     # cut to 1 x a 1-token match: 1 drafted, 1 kept each round, two tokens a step
     assert fixed_acceptance(trace, "suffix", 8, max_spec_factor=1.0) == (3, 3, 3)
+    # 99 is an end-of-generation token: drafts end at it, as live (3 drafted, then 3 left)
+    trace.eog = [99]
+    assert fixed_acceptance(trace, "suffix", 8) == (6, 4, 2)
 
 
 def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model():
