@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmark every drafting strategy against plain decoding")
     mode = bench.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true",
-                      help="fewer prompts and strategies (one repetition: 13-15 minutes on 2 cores)")
+                      help="fewer prompts and strategies (one repetition: 4-15 minutes on 2 cores)")
     mode.add_argument("--smoke", action="store_true", help="a two-minute check that every part runs")
     bench.add_argument("--reps", type=int, default=None, help="repetitions (median is reported)")
     bench.add_argument("--strategies", default=None, metavar="NAMES",

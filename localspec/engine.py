@@ -250,6 +250,7 @@ class Engine:
         """The bytes a token stands for in generated text (special tokens give b"")."""
         piece = self._piece_cache.get(token)
         if piece is None:
+            self._check_open()
             n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
             if n < 0:
                 buf = ctypes.create_string_buffer(-n)
@@ -264,15 +265,18 @@ class Engine:
         """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""
         eog = self._eog_cache.get(token)
         if eog is None:
+            self._check_open()
             eog = self._eog_cache[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
         return eog
 
     def eog_tokens(self) -> list[int]:
         """Every end-of-generation token id of the vocabulary, ascending (a scan of
-        ``n_vocab`` ids, about 0.1 s for 152k)."""
+        ``n_vocab`` ids, about 0.1 s for 152k).  EngineError once closed."""
+        self._check_open()
         return [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
 
     def token_text(self, token: int) -> str:
+        self._check_open()
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
 
     def chat_tokens(self, messages: list[dict]) -> list[int]:

@@ -79,6 +79,11 @@ def test_closed_model_raises(target_gguf):
         m.chat("hi")
     with pytest.raises(EngineError):
         next(stream)
+    engine = m.target  # the vocabulary is freed with the model: no read of it after close
+    for call in (engine.eog_tokens, lambda: engine.is_eog(7), lambda: engine.token_text(7),
+                 lambda: engine.token_bytes(7)):
+        with pytest.raises(EngineError, match="closed"):
+            call()
 
 
 @pytest.mark.parametrize("patch", ["huge string", "huge array", "alignment 0", "many dims"])

@@ -82,11 +82,12 @@ def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strat
     n = 1200
 
     def collect(model):
-        rows = []
+        rows, drafted = [], 0
         for seed in range(n):
             r = model.generate(prompt, seed=seed, **opts)
             rows.append(r.tokens[1:3])
-        return np.array(rows)
+            drafted += r.stats.drafted_tokens
+        return np.array(rows), drafted
 
     with SpeculativeModel(target_gguf, other_gguf, n_ctx=1024, p_min=0.0, draft_max=draft_max,
                           strategy=strategy) as spec:
@@ -94,11 +95,11 @@ def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strat
         if strategy == "suffix":  # earlier answers in the store: the suffix drafter's material
             for seed in range(10_000, 10_300):
                 spec.generate(prompt, seed=seed, strategy="none", **opts)
-        spec_tokens = collect(spec)
-        drafted = sum(spec.generate(prompt, seed=s, **opts).stats.drafted_tokens for s in range(20))
-        assert drafted > 0
+        spec_tokens, drafted = collect(spec)
+        assert drafted > 0  # the sample went through speculative rounds (counted over all of it:
+        # the adaptive policy's probes depend on costs timed on a shared machine)
     with SpeculativeModel(target_gguf, None, n_ctx=1024, strategy="none") as plain:
-        plain_tokens = collect(plain)
+        plain_tokens, _ = collect(plain)
     for pos in range(2):
         cats = np.union1d(spec_tokens[:, pos], plain_tokens[:, pos])
         table = np.array([[np.sum(x[:, pos] == c) for c in cats] for x in (spec_tokens, plain_tokens)])
