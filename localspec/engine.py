@@ -262,7 +262,8 @@ class Engine:
         return piece
 
     def is_eog(self, token: int) -> bool:
-        """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""
+        """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...); remembered per
+        id, since the loop asks for every drafted token.  EngineError once closed."""
         eog = self._eog_cache.get(token)
         if eog is None:
             self._check_open()
@@ -271,11 +272,13 @@ class Engine:
 
     def eog_tokens(self) -> list[int]:
         """Every end-of-generation token id of the vocabulary, ascending (a scan of
-        ``n_vocab`` ids, about 0.1 s for 152k).  EngineError once closed."""
+        ``n_vocab`` ids: 0.08-0.1 s for Qwen2.5's 151,936 on a 2-core AMD EPYC).
+        EngineError once closed."""
         self._check_open()
         return [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
 
     def token_text(self, token: int) -> str:
+        """The vocabulary's text of ``token`` (special tokens by name); EngineError once closed."""
         self._check_open()
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
 

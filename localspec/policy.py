@@ -185,7 +185,7 @@ class _TextTrust:
     def factor(self, group: int) -> float:
         return (self.accepted.get(group, 0.0) + _TRUST_PRIOR) / (self.predicted.get(group, 0.0) + _TRUST_PRIOR)
 
-    def scale(self, chance: float, group: int = 0) -> float:
+    def scale(self, chance: float, group: int) -> float:
         """Below par (f < 1) the chance itself is scaled, a f: three misses of drafts
         calibrated at 0.99 leave 0.4, where scaling the odds would leave 0.97.  Above
         par the odds are, a f / (1 - a + a f), which stays below 1."""
@@ -200,10 +200,10 @@ class _TextTrust:
             self.accepted[group] = self.accepted.get(group, 0.0) + (1.0 if i < n_accepted else 0.0)
 
 
-def _depth_groups(depth: Sequence[int] | None, n: int) -> list[int]:
-    """Each of the first ``n`` draft tokens' depth group (0 for tokens without a depth)."""
+def _padded_depths(depth: Sequence[int] | None, n: int) -> list[int]:
+    """The first ``n`` draft tokens' depths (:attr:`Draft.depth`), 0 where a token has none."""
     depth = list(depth or [])[:n]
-    return [bisect_right(Calibration.DEPTHS, x) for x in depth] + [0] * (n - len(depth))
+    return depth + [0] * (n - len(depth))
 
 
 class Calibration:
@@ -222,8 +222,13 @@ class Calibration:
         self.accepted = [[2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)] for _ in range(groups)]
         self.reached = [[2.0] * self.BINS for _ in range(groups)]
 
+    @classmethod
+    def group(cls, depth: int) -> int:
+        """The depth group of a token resting on ``depth`` context tokens (0 to 3)."""
+        return bisect_right(cls.DEPTHS, depth)
+
     def _cell(self, confidence: float, depth: int) -> tuple[int, int]:
-        group = bisect_right(self.DEPTHS, depth)
+        group = self.group(depth)
         if not 0.0 < confidence < math.inf:  # NaN and inf too: a broken estimate claims nothing
             return group, 0
         return group, min(self.BINS - 1, int(min(confidence, 1.0) * self.BINS))
@@ -488,24 +493,26 @@ class AdaptivePolicy:
         ones before it were: its calibrated confidence scaled by this text's trust in the
         drafter, or the drafter's acceptance estimate when it gives no confidences."""
         if draft.confidence:
+            confidence = draft.confidence[:k]
+            depths = _padded_depths(draft.depth, len(confidence))
+            chances = self._calibrated(d, confidence, depths)
             trust = self._trust.get(id(d))
-            chances = self._calibrated(d, draft.confidence[:k], draft.depth)
             if trust is None:
                 return chances
-            return [trust.scale(a, g) for a, g in zip(chances, _depth_groups(draft.depth, len(chances)))]
+            return [trust.scale(a, Calibration.group(x)) for a, x in zip(chances, depths)]
         return [self._models[id(d)].alpha] * min(k, len(draft.tokens))
 
-    def _calibrated(self, d, confidence: Sequence[float], depth: Sequence[int] | None) -> list[float]:
-        depth = list(depth or [])[: len(confidence)]
-        depth += [0] * (len(confidence) - len(depth))
-        return list(map(self._calibrations[id(d)], confidence, depth))
+    def _calibrated(self, d, confidence: Sequence[float], depths: Sequence[int]) -> list[float]:
+        """Calibrated chances of tokens with these confidences and depths (one each)."""
+        return list(map(self._calibrations[id(d)], confidence, depths))
 
     def _learn_confidences(self, d, confidence: Sequence[float], depth: Sequence[int] | None,
                            n_accepted: int) -> None:
         """Draft tokens with these confidences (and depths) were judged: the first
         ``n_accepted`` accepted, then one rejected unless all were accepted."""
-        self._trust.setdefault(id(d), _TextTrust()).observe(self._calibrated(d, confidence, depth), n_accepted,
-                                                           _depth_groups(depth, len(confidence)))
+        depths = _padded_depths(depth, len(confidence))
+        self._trust.setdefault(id(d), _TextTrust()).observe(self._calibrated(d, confidence, depths), n_accepted,
+                                                           [Calibration.group(x) for x in depths])
         self._calibrations[id(d)].observe(confidence, n_accepted, depth)
 
     def _best_length(self, d, draft, limit: int, cost_per_token: float) -> tuple[int, float]:

@@ -175,7 +175,7 @@ def _free_draft(trace: Trace, drafter: str, j: int) -> Draft:
     end-of-generation token as the live loop ends it."""
     tokens, confidence, depth = (list(trace.free[drafter][j]) + [[]])[:3]
     draft = Draft(list(tokens), confidence=list(confidence or []) or None, depth=list(depth or []) or None)
-    return draft.through_first(set(trace.eog).__contains__) if trace.eog else draft
+    return draft.through_first(trace.eog.__contains__) if trace.eog else draft
 
 
 def _draft_model_draft(trace: Trace, j: int, k: int) -> Draft:
