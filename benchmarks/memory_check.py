@@ -1,4 +1,4 @@
-"""The pair memory estimate (``localspec.memory``, GGUF metadata only) against what loading
+"""The pair memory estimate (``localspec.models.memory``, GGUF metadata only) against what loading
 the default pair really adds to this process's resident set (Linux ``VmRSS``).
 
     .venv/bin/python benchmarks/memory_check.py [--n-ctx 4096]
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.doctor import machine_line, machine_record
-from localspec.memory import gib, pair_memory
+from localspec.llama.report import machine_line, machine_record
+from localspec.models.memory import gib, pair_memory
 
 
 def rss_bytes() -> int:
@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=4096)
     args = ap.parse_args()
     pair = resolve_pair()
-    est = pair_memory(pair.target, pair.draft, args.n_ctx, offload=False)
+    est = pair_memory(pair.target, pair.draft, args.n_ctx)
     before = rss_bytes()
     with SpeculativeModel(pair.target, pair.draft, n_ctx=args.n_ctx) as m:
         m.chat([{"role": "user", "content": "Write a Python function that reverses a string."}],

@@ -32,9 +32,9 @@ from pathlib import Path
 
 from localspec import replay
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.doctor import machine_line, machine_record
-from localspec.drafters import SuffixDrafter
-from localspec.workloads import (code_prompts, edit_prompts, humaneval_tasks, mtbench_prompts, mtbench_second_turns,
+from localspec.llama.report import machine_line, machine_record
+from localspec.decoding.drafters import SuffixDrafter
+from localspec.bench.workloads import (code_prompts, edit_prompts, humaneval_tasks, mtbench_prompts, mtbench_second_turns,
                                  revision_conversations)
 
 RESULTS = Path(__file__).parent / "results"

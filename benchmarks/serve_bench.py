@@ -8,7 +8,7 @@
    adaptive default) through ``localspec serve`` and through ``SpeculativeModel.chat``,
    interleaved; end-to-end t/s = completion tokens / wall seconds, as each caller sees it.
 2. Edits with Predicted Outputs: HumanEval solutions with a small requested change
-   (``localspec.workloads.edit_prompts``), temperature 0, the original code sent as
+   (``localspec.bench.workloads.edit_prompts``), temperature 0, the original code sent as
    ``prediction``; decode speed-up over plain decoding of the same request (llama.cpp
    ``timings``: predicted_n / predicted_ms), and as a share of this machine's copy
    ceiling max_b b*c(1)/c(b) from the target's calibrated verify costs c(b).
@@ -44,10 +44,10 @@ import openai
 import uvicorn
 
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.bench import copy_ceiling
-from localspec.doctor import machine_line, machine_record
-from localspec.server import ServerConfig, create_app
-from localspec.workloads import code_prompts, edit_prompts, humaneval_tasks
+from localspec.bench.runner import copy_ceiling
+from localspec.llama.report import machine_line, machine_record
+from localspec.server.app import ServerConfig, create_app
+from localspec.bench.workloads import code_prompts, edit_prompts, humaneval_tasks
 
 N_TOKENS = 128
 

@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.doctor import machine_record
-from localspec.engine import default_threads
-from localspec.workloads import code_prompts
+from localspec.llama.report import machine_record
+from localspec.llama.engine import default_threads
+from localspec.bench.workloads import code_prompts
 
 N_TOKENS, DRAFT_MAX, P_MIN = 128, 4, 0.75
 

@@ -309,6 +309,6 @@ def _same(a, b) -> bool:
 
 
 def _default_pair_name() -> str:
-    from localspec.catalog import load_catalog
+    from localspec.models.catalog import load_catalog
 
     return load_catalog().default_pair

@@ -1,7 +1,7 @@
 """``localspec serve``'s app from the window: the loaded pair on 127.0.0.1:PORT.
 
 Requests from outside run in the window's model thread, queued with the window's own
-answers (:class:`localspec.server.ModelWorker` with ``run_in``), so the pair is never
+answers (:class:`localspec.server.worker.ModelWorker` with ``run_in``), so the pair is never
 used by two threads at once; uvicorn runs in a thread of its own.
 """
 
@@ -12,8 +12,8 @@ import time
 
 import uvicorn
 
-from localspec.server import ModelWorker, ServerConfig, create_app
-from localspec.serve_cli import check_port_free
+from localspec.server.app import ServerConfig, check_port_free, create_app
+from localspec.server.worker import ModelWorker
 
 HOST = "127.0.0.1"
 

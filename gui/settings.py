@@ -26,7 +26,7 @@ OVERFLOW_CHOICES = {"stop": "Stop at the limit", "drop-oldest": "Drop the oldest
 class Settings:
     """Everything the side panel sets.
 
-    ``target`` / ``draft``: model specs for :func:`localspec.discovery.model_ref` (catalogue
+    ``target`` / ``draft``: model specs for :func:`localspec.models.discovery.model_ref` (catalogue
     name or GGUF path); ``draft`` "" means no draft.  ``draft_max``: "auto" or a
     number of tokens as text.  ``seed`` -1 draws a fresh seed.  ``max_tokens`` and
     ``n_ctx`` are tokens; ``gpu_layers*`` -1 means all layers.

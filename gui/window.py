@@ -363,7 +363,7 @@ class MainWindow(QMainWindow):
 
     def _warn_about_the_build(self) -> None:
         """The doctor's one-line warning when this machine's GPU goes unused (once per process)."""
-        from localspec.doctor import warn_gpu_once
+        from localspec.llama.report import warn_gpu_once
 
         warn_gpu_once(lambda line: self.show_error(line.removeprefix("localspec: ")))
 
@@ -391,10 +391,11 @@ class MainWindow(QMainWindow):
 
     def update_memory_estimate(self) -> None:
         """The pair's memory estimate at the chosen context: a coloured badge, the numbers
-        on hover (see :mod:`localspec.memory`).  A model not downloaded yet has its header
+        on hover (see :mod:`localspec.models.memory`).  A model not downloaded yet has its header
         read from the Hub in a thread; the badge says so meanwhile, and a result for a pair
         or context no longer chosen is dropped."""
-        from localspec.memory import pair_memory_of_refs
+        from localspec.llama.backend import memory_budget
+        from localspec.models.memory import pair_memory_of_refs
 
         target, draft = self.picker.current_target(), self.picker.current_draft()
         chosen = self.panel.apply_to(Settings())
@@ -405,7 +406,8 @@ class MainWindow(QMainWindow):
         if target is None:
             self.memory_badge.setText("")
             return
-        estimate = functools.partial(pair_memory_of_refs, target, draft, chosen.n_ctx, offload=chosen.gpu_layers != 0)
+        estimate = functools.partial(pair_memory_of_refs, target, draft, chosen.n_ctx,
+                                     budget=memory_budget(offload=chosen.gpu_layers != 0))
         if all(ref is None or ref.downloaded for ref in (target, draft)):
             self._show_memory_estimate(key, _estimate_or_problem(estimate))
             return
@@ -422,7 +424,7 @@ class MainWindow(QMainWindow):
             pass
 
     def _show_memory_estimate(self, key, est) -> None:
-        from localspec.memory import gib
+        from localspec.models.memory import gib
 
         if key != self._memory_key or self._closed:
             return

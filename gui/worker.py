@@ -38,7 +38,7 @@ class ChatWorker(QObject):
         super().__init__()
         self._model = None
         self._model_lock = threading.Lock()  # held while the model is replaced or freed
-        self.server_worker = None  # a localspec.server.ModelWorker whose jobs run here (the serve switch)
+        self.server_worker = None  # a localspec.server.worker.ModelWorker whose jobs run here (the serve switch)
         self._lock = threading.Lock()  # guards _generation / _stopped between threads
         self._generation = None
         self._stopped: set[int] = set()

@@ -8,8 +8,8 @@
             print(event.text, end="")
 """
 
-from .api import SpeculativeModel, chat, load, resolve_pair
-from .errors import (
+from localspec.api import SpeculativeModel, chat, load, resolve_pair
+from localspec.errors import (
     CatalogError,
     ContextOverflowError,
     DownloadError,
@@ -20,8 +20,8 @@ from .errors import (
     ModelFileError,
     UnsupportedModelError,
 )
-from .speculative import Generation
-from .stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
+from localspec.decoding.loop import Generation
+from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 
 __version__ = "0.1.0"
 

@@ -8,18 +8,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .catalog import PairEntry, load_catalog
-from .compat import check_compatibility
-from .drafters import DraftModelDrafter, PredictionDrafter, PromptLookupDrafter, SuffixDrafter
-from .engine import Engine, EngineConfig
-from .errors import EngineError, IncompatibleDraftError, InvalidOptionError
-from .gguf_info import check_gguf_file
-from .discovery import ModelRef, ensure_local, model_ref, pick_draft, recommended_pair
-from .hub import ProgressFn
-from .sampling import SamplingParams
-from .policy import AdaptivePolicy, FixedPolicy
-from .speculative import DraftParams, Generation, GenerationParams
-from .stats import GenerationResult
+from localspec.models.catalog import PairEntry, load_catalog
+from localspec.models.compat import check_compatibility
+from localspec.decoding.drafters import DraftModelDrafter, PredictionDrafter, PromptLookupDrafter, SuffixDrafter
+from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.owner import LlamaThread
+from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
+from localspec.models.gguf_info import check_gguf_file
+from localspec.models.discovery import ModelRef, ensure_local, model_ref, pick_draft, recommended_pair
+from localspec.models.hub import ProgressFn
+from localspec.decoding.sampling import SamplingParams
+from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
+from localspec.decoding.loop import DraftParams, Generation, GenerationParams
+from localspec.decoding.stats import GenerationResult
 
 Messages = list[dict]
 
@@ -38,8 +39,8 @@ def resolve_pair(target: str | Path | None = None, draft: str | Path | None = "a
 
     ``target``: None (the default pair), a pair or model name from ``models.toml``,
     ``REPO:FILE``, ``REPO:QUANT`` or a path to a GGUF file (see
-    :func:`localspec.discovery.model_ref`).  ``draft``: "auto" (the named pair's draft,
-    else :func:`localspec.discovery.pick_draft`), None / "none" (no draft model), or a
+    :func:`localspec.models.discovery.model_ref`).  ``draft``: "auto" (the named pair's draft,
+    else :func:`localspec.models.discovery.pick_draft`), None / "none" (no draft model), or a
     name or path as for ``target``.  ``progress`` and ``cancel`` go to the downloads.
     Raises ModelFileError for a path that does not exist, CatalogError, DownloadError.
     """
@@ -62,11 +63,13 @@ def resolve_pair(target: str | Path | None = None, draft: str | Path | None = "a
 class SpeculativeModel:
     """A target model with an optional draft model, loaded once and reused.
 
-    Use as a context manager or call :meth:`close`.  Not thread-safe: drive one
-    instance from one thread at a time.  ``draft_max`` / ``draft_min`` / ``p_min`` /
+    Use as a context manager or call :meth:`close`.  Any thread may call it: every llama.cpp
+    call of the pair runs on the pair's own thread (``owner``, a
+    :class:`~localspec.llama.owner.LlamaThread`).  One generation runs at a time; starting a
+    second while one is being stepped in another thread raises EngineError.  ``draft_max`` / ``draft_min`` / ``p_min`` /
     ``strategy`` set here are the defaults for every call; each call may override them.
     Prompt lookup is always available as a drafter; the draft model when ``draft`` is
-    given.  ``draft_max="auto"`` lets :class:`~localspec.policy.AdaptivePolicy` pick
+    given.  ``draft_max="auto"`` lets :class:`~localspec.decoding.policy.AdaptivePolicy` pick
     each round's drafter and length, learning costs across calls.
     ``load_progress(role, fraction)`` reports loading: role "target" then "draft",
     fraction 0.0 to 1.0 of that model's weights read.  ``suffix_store_tokens``: how many
@@ -97,17 +100,23 @@ class SpeculativeModel:
                 raise IncompatibleDraftError(
                     f"{self.draft_path.name} cannot draft for {self.target_path.name}: "
                     + "; ".join(verdict.reasons), verdict.reasons)
-        self.target = Engine(self.target_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-                                                            n_threads=n_threads), verbose=verbose,
-                             load_progress=_for_role(load_progress, "target"))
+        self.owner = LlamaThread()
+        try:
+            self.target = Engine(self.target_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
+                                                                n_threads=n_threads), verbose=verbose,
+                                 load_progress=_for_role(load_progress, "target"), owner=self.owner)
+        except BaseException:
+            self.owner.stop()
+            raise
         self.drafter = None
         if self.draft_path is not None:
             try:
                 engine = Engine(self.draft_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers_draft,
                                                               n_threads=n_threads), verbose=verbose,
-                                load_progress=_for_role(load_progress, "draft"))
+                                load_progress=_for_role(load_progress, "draft"), owner=self.owner)
             except BaseException:
                 self.target.close()
+                self.owner.stop()
                 raise
             self.drafter = DraftModelDrafter(engine, self.target.n_vocab, self.target.is_eog)
         self.lookup = PromptLookupDrafter()
@@ -150,7 +159,7 @@ class SpeculativeModel:
                                     draft_costs=self._draft_costs)
             if not policy.calibrated:
                 engines = {id(self.drafter): self.drafter.engine} if self.drafter is not None else {}
-                policy.calibrate(self.target, engines)
+                self.owner.run(policy.calibrate, self.target, engines)
             self._adaptive[key] = policy
         return self._adaptive[key]
 
@@ -186,7 +195,7 @@ class SpeculativeModel:
                 ("auto", "draft-model", "prompt-lookup", "prediction", "none"); defaults
                 from :meth:`__init__`.  ``prediction``: text the answer is expected to
                 repeat (OpenAI's Predicted Outputs), drafted from by
-                :class:`~localspec.drafters.PredictionDrafter`; the stats count its
+                :class:`~localspec.decoding.drafters.PredictionDrafter`; the stats count its
                 tokens under ``drafted_by_drafter["prediction"]`` /
                 ``accepted_by_drafter["prediction"]``.  ``logprobs``: None, or 0 to 20
                 alternatives per token (see :class:`GenerationParams`).
@@ -213,7 +222,7 @@ class SpeculativeModel:
             if self._active is not None and not self._active.finished:
                 self._active.supersede()
             generation = Generation(self.target, self.drafters, policy, tokens, params, started_at=started,
-                                    lock=self._step_lock)
+                                    lock=self._step_lock, owner=self.owner)
             self.prediction.set_prediction(predicted, len(tokens))
             self._active = generation
         finally:
@@ -260,20 +269,26 @@ class SpeculativeModel:
 
     def reset_cache(self) -> None:
         """Empty both KV caches (the next call evaluates its whole prompt)."""
-        self.target.trim(0)
+        self.owner.run(self._trim_both, 0)
+
+    def _trim_both(self, n_keep: int) -> None:
+        self.target.trim(n_keep)
         if self.drafter is not None:
-            self.drafter.engine.trim(0)
+            self.drafter.engine.trim(n_keep)
 
     # --- lifetime ---------------------------------------------------------------------
 
     def close(self) -> None:
         """Free both models; any later call raises EngineError ("the model is closed")."""
+        if self._closed:
+            return
         self._closed = True
         if self._active is not None:
             self._active.supersede()
         if self.drafter is not None:
             self.drafter.close()
         self.target.close()
+        self.owner.stop()
 
     def __enter__(self) -> "SpeculativeModel":
         return self

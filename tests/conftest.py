@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from localspec.synthetic import write_model  # noqa: E402
+from localspec.llama.synthetic import write_model  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +92,7 @@ def tie_tolerance(real_model):
     """Greedy speculative and plain output may part only where the plain run's top-2
     logits were closer than this: twice the path noise measured here (each of the two
     logits can move by one), on the first HumanEval prompt's first 40 tokens."""
-    from localspec.workloads import code_prompts
+    from localspec.bench.workloads import code_prompts
 
     first = code_prompts(1)[0].messages
     noise = path_noise(real_model, real_model.target.chat_tokens(first),

@@ -2,8 +2,8 @@
 
 import pytest
 
-from localspec.bench import markdown, summarize
-from localspec.workloads import EDIT_REQUESTS, edit_prompts, mtbench_prompts
+from localspec.bench.runner import markdown, summarize
+from localspec.bench.workloads import EDIT_REQUESTS, edit_prompts, mtbench_prompts
 
 
 def row(workload, prompt, strategy, tps, temp=0.0, rep=0, acc=None):
@@ -23,7 +23,7 @@ def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
     assert summary[("code", "lookup")]["acceptance_rate"] == pytest.approx(0.6)
     assert summary[("edit", "lookup")]["speedup"] == pytest.approx(0.5)
     assert summary[("code", "plain")]["speedup"] == 1.0
-    from localspec.doctor import machine_record
+    from localspec.llama.report import machine_record
 
     table = markdown({"machine": machine_record(2), "config": {}, "peers": {}, "summary": list(summary.values())})
     assert "| edit | 0.0 | lookup | 10.0 | 20.0 | 0.50 |" in table
@@ -47,7 +47,7 @@ def test_workloads_come_from_real_sources():
 
 
 def test_multi_turn_workloads_carry_their_own_history():
-    from localspec.workloads import REVISION_REQUESTS, measured_turns, mtbench_second_turns, revision_conversations
+    from localspec.bench.workloads import REVISION_REQUESTS, measured_turns, mtbench_second_turns, revision_conversations
 
     conversation = revision_conversations(1)[0]
     prompts = measured_turns(conversation, lambda messages: f"answer after {len(messages)} messages")
@@ -60,7 +60,7 @@ def test_multi_turn_workloads_carry_their_own_history():
 
 
 def test_strategies_are_chosen_by_their_result_names_with_plain_always_first():
-    from localspec.bench import chosen_strategies
+    from localspec.bench.runner import chosen_strategies
     from localspec.errors import InvalidOptionError
 
     chosen = chosen_strategies("adaptive, suffix k=8,adaptive")
@@ -74,7 +74,7 @@ def test_the_quick_run_asks_every_workload_once_with_four_strategies():
     """--quick keeps each workload (first turns of four MT-Bench categories, a second turn,
     a revision, an edit, a code prompt) and the strategies the adaptive one is judged
     against; without a model the conversations' measured turns are not built."""
-    from localspec.bench import BenchConfig, prompts_for
+    from localspec.bench.runner import BenchConfig, prompts_for
 
     config = BenchConfig.quick()
     prompts = prompts_for(config)

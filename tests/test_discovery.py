@@ -9,11 +9,11 @@ from huggingface_hub import constants
 
 from localspec import cli
 from localspec.api import load
-from localspec.compat import check_compatibility
-from localspec.discovery import drafts_for, list_models, local_ggufs, model_ref, pick_draft
+from localspec.models.compat import check_compatibility
+from localspec.models.discovery import drafts_for, list_models, local_ggufs, model_ref, pick_draft
 from localspec.errors import DownloadError, ModelFileError
-from localspec.gguf_info import check_gguf_file
-from localspec.synthetic import vocabulary, write_model
+from localspec.models.gguf_info import check_gguf_file
+from localspec.llama.synthetic import vocabulary, write_model
 
 # --- real files -------------------------------------------------------------------------
 

@@ -6,10 +6,10 @@ import sys
 import pytest
 
 from localspec.api import SpeculativeModel, load
-from localspec.compat import check_compatibility
+from localspec.models.compat import check_compatibility
 from localspec.errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
-from localspec.gguf_info import check_gguf_file
-from localspec.synthetic import vocabulary, write_model
+from localspec.models.gguf_info import check_gguf_file
+from localspec.llama.synthetic import vocabulary, write_model
 
 
 @pytest.fixture

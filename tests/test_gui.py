@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -e '.[test]')")
 
-from localspec.synthetic import write_model  # noqa: E402
+from localspec.llama.synthetic import write_model  # noqa: E402
 
 from localspec import discovery  # noqa: E402
 from gui.message import Message, Segment  # noqa: E402

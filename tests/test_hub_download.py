@@ -10,8 +10,8 @@ from huggingface_hub import constants
 
 from hub_server import FakeHub, serve
 from localspec import hub
-from localspec.catalog import ModelEntry
-from localspec.discovery import model_ref
+from localspec.models.catalog import ModelEntry
+from localspec.models.discovery import model_ref
 from localspec.errors import DownloadCancelled, DownloadError, InvalidOptionError
 
 REPO = "acme/Tiny-GGUF"

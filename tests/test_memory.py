@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 
 from localspec.errors import ModelFileError
-from localspec.memory import PairMemory, ModelMemory, model_memory, pair_memory
-from localspec.gguf_info import check_gguf_file
-from localspec.synthetic import N_EMBD, N_HEAD, N_LAYER, vocabulary
+from localspec.models.memory import PairMemory, ModelMemory, model_memory, pair_memory
+from localspec.models.gguf_info import check_gguf_file
+from localspec.llama.synthetic import N_EMBD, N_HEAD, N_LAYER, vocabulary
 
 
 def test_the_estimate_is_the_hand_computed_sum(target_gguf, other_gguf):
@@ -19,7 +19,7 @@ def test_the_estimate_is_the_hand_computed_sum(target_gguf, other_gguf):
     m = model_memory(check_gguf_file(target_gguf), n_ctx)
     assert (m.weights, m.kv_cache, m.compute) == (target_gguf.stat().st_size, kv, compute)
     assert model_memory(check_gguf_file(target_gguf), n_ctx, "q8_0").kv_cache == int(kv / 2 * 34 / 32)
-    pair = pair_memory(target_gguf, other_gguf, n_ctx, offload=False)
+    pair = pair_memory(target_gguf, other_gguf, n_ctx)
     assert pair.total == m.total + model_memory(check_gguf_file(other_gguf), n_ctx).total
     assert pair.where == "RAM" and pair.available > 0 and pair.verdict == "fits"
     assert "KV cache" in pair.describe() and "fits" in pair.describe()
@@ -36,7 +36,7 @@ def test_verdicts(available, verdict):
 
 
 def test_per_layer_head_counts_and_bad_sizes(tmp_path):
-    from localspec.gguf_info import GGUFInfo
+    from localspec.models.gguf_info import GGUFInfo
 
     info = GGUFInfo(tmp_path / "m.gguf", 3, metadata={"general.architecture": "llama", "llama.block_count": 2,
                                                           "llama.embedding_length": 64, "llama.attention.head_count": 4,
@@ -57,13 +57,13 @@ def test_per_layer_head_counts_and_bad_sizes(tmp_path):
 # --- before download: the header read from the Hub with range requests ------------------------
 
 from localspec import hub  # noqa: E402
-from localspec.discovery import ModelRef  # noqa: E402
-from localspec.memory import pair_memory_of_refs  # noqa: E402
+from localspec.models.discovery import ModelRef  # noqa: E402
+from localspec.models.memory import pair_memory_of_refs  # noqa: E402
 from test_hub_download import entry_for, fake_hub  # noqa: E402,F401
 
 
 def header_length(path) -> int:
-    from localspec.gguf_info import _Bounded, _read
+    from localspec.models.gguf_info import _Bounded, _read
 
     with open(path, "rb") as f:
         _read(_Bounded(f, path.stat().st_size), path)
@@ -86,15 +86,15 @@ def hub_ref(fake, content, repo="acme/Tiny-GGUF", file="t-q4_k_m.gguf") -> Model
 def test_before_download_the_estimate_reads_only_the_header_from_the_hub(fake_hub, small_blocks, target_gguf, other_gguf):
     content = target_gguf.read_bytes()
     target = hub_ref(fake_hub, content)
-    est = pair_memory_of_refs(target, ModelRef(name=other_gguf.name, path=other_gguf), 2048, offload=False)
+    est = pair_memory_of_refs(target, ModelRef(name=other_gguf.name, path=other_gguf), 2048)
     assert not est.partial and "header read from the Hub before download" in est.describe()
-    on_disk = pair_memory(target_gguf, other_gguf, 2048, offload=False)
+    on_disk = pair_memory(target_gguf, other_gguf, 2048)
     assert [m.total for m in est.models] == [m.total for m in on_disk.models]  # weights = the Hub's size
     served = fake_hub.bytes_served(target.entry.file)
     assert header_length(target_gguf) <= served <= header_length(target_gguf) + 2 * 4096
     assert served < len(content) / 20
     before = len(fake_hub.requests)
-    pair_memory_of_refs(target, None, 4096, offload=False)  # another context: the header is kept
+    pair_memory_of_refs(target, None, 4096)  # another context: the header is kept
     assert len(fake_hub.requests) == before
 
 
@@ -110,7 +110,7 @@ def test_a_header_that_cannot_be_read_leaves_the_file_size_and_says_why(fake_hub
     content = target_gguf.read_bytes()
     ref = hub_ref(fake_hub, content)
     setup(fake_hub, content, monkeypatch)
-    est = pair_memory_of_refs(ref, None, 2048, offload=False)
+    est = pair_memory_of_refs(ref, None, 2048)
     assert est.partial and est.models[0].total == len(content)
     assert problem in est.describe() and "file size only" in est.describe()
     assert fake_hub.bytes_served(ref.entry.file) <= header_length(target_gguf) + 2 * 4096  # never the weights
@@ -125,7 +125,7 @@ def test_hostile_headers_and_servers_end_fast_without_the_weights(fake_hub, smal
     huge_string = (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 12) + b"general.name"
                    + struct.pack("<IQ", 8, 200 << 20))  # a string claiming 200 MiB
     ref = hub_ref(fake_hub, huge_string + bytes(300 << 10), file="huge.gguf")
-    est = pair_memory_of_refs(ref, None, 2048, offload=False)
+    est = pair_memory_of_refs(ref, None, 2048)
     assert est.partial and "claims 209715200 bytes" in est.describe()
     assert fake_hub.bytes_served("huge.gguf") <= 2 * 4096
     other = ModelRef(name="t", entry=entry_for(fake_hub, file="t.gguf", content=target_gguf.read_bytes()))

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from localspec.drafters import Draft, PromptLookupDrafter
-from localspec.policy import AdaptivePolicy, FixedPolicy, expected_tokens
-from localspec.sampling import SamplingParams
+from localspec.decoding.drafters import Draft, PromptLookupDrafter
+from localspec.decoding.policy import AdaptivePolicy, FixedPolicy, expected_tokens
+from localspec.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -135,7 +135,7 @@ def test_no_probe_in_the_first_tokens_of_a_text():
     """A probe's cost is meant to be spread over the rounds between two probes; a short
     answer (13 tokens of an extraction) would pay it alone, so none comes before the
     text has run _PROBE_AFTER tokens, and they come back after it."""
-    from localspec.policy import _PROBE_AFTER
+    from localspec.decoding.policy import _PROBE_AFTER
 
     d = FakeDrafter("draft-model", 0.05)  # never the best choice: only probes run it
     policy = AdaptivePolicy([d], max_k={id(d): 8}, probe_every=2)
@@ -154,7 +154,7 @@ def test_no_probe_in_the_first_tokens_of_a_text():
 def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
     """c(1) calibrated in a stall (3x its true 30 ms) makes a 40 %-accepted draft model
     look better than plain; drafting every round would never measure c(1) again."""
-    from localspec.policy import _PLAIN_PROBE_EVERY, _Average
+    from localspec.decoding.policy import _PLAIN_PROBE_EVERY, _Average
 
     d = FakeDrafter("draft-model", 0.4)
     verify = {b: _Average(cpu_like(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
@@ -194,7 +194,7 @@ def test_fixed_policy():
 def test_fixed_policy_cuts_a_suffix_draft_to_max_spec_factor_times_its_match():
     """As ArcticInference / vLLM's suffix method: a 2-token match drafts at most 2 tokens,
     a 4-token match 4; drafts without a match length (a draft model's) are not cut."""
-    from localspec.drafters import SuffixDrafter
+    from localspec.decoding.drafters import SuffixDrafter
 
     suffix = SuffixDrafter()
     suffix.begin([1, 2, 3])

@@ -14,9 +14,9 @@ import pytest
 
 from localspec import amx_probe, backend, doctor, machine
 from localspec.cli import main
-from localspec.engine import Engine, EngineConfig, load_peer_llama
+from localspec.llama.engine import Engine, EngineConfig, load_peer_llama
 from localspec.errors import InvalidOptionError
-from localspec.gguf_info import check_gguf_file
+from localspec.models.gguf_info import check_gguf_file
 
 SIGILL_CHILD = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)"]
 

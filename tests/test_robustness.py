@@ -12,8 +12,8 @@ import pytest
 
 from localspec.api import SpeculativeModel
 from localspec.errors import EngineError, InvalidOptionError, ModelFileError
-from localspec.gguf_info import check_gguf_file
-from localspec.synthetic import write_model
+from localspec.models.gguf_info import check_gguf_file
+from localspec.llama.synthetic import write_model
 
 PROMPT = "hello world the code"
 

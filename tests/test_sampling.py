@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from localspec.errors import InvalidOptionError
-from localspec.sampling import (
+from localspec.decoding.sampling import (
     Candidates,
     SamplingParams,
     accept_greedy,
@@ -213,7 +213,7 @@ def test_sampling_from_candidates_equals_the_dense_inverse_cdf():
 def test_top_k_by_column_maxima_is_exact(n_vocab, k):
     """The strided column-maxima search finds exactly the k largest logits, on vocabularies
     that the slices do and do not divide, with a tail, and with heavy ties below the cut."""
-    from localspec.sampling import _top_k_ids
+    from localspec.decoding.sampling import _top_k_ids
 
     rng = np.random.default_rng(n_vocab)
     for trial in range(20):
@@ -227,7 +227,7 @@ def test_top_k_by_column_maxima_is_exact(n_vocab, k):
 
 def test_min_p_alone_keeps_a_token_exactly_at_the_cut_and_bad_rows_fail_clearly():
     from localspec.errors import EngineError
-    from localspec.sampling import row_candidates
+    from localspec.decoding.sampling import row_candidates
 
     row = np.array([0.28422242403030396, -0.015350802801549435], np.float32)
     sp = SamplingParams(temperature=0.1, top_k=0, top_p=1.0, min_p=0.05)

@@ -14,8 +14,9 @@ import pytest
 import uvicorn
 
 from localspec.api import SpeculativeModel
-from localspec.server import Job, ModelWorker, ServerConfig, create_app
-from localspec.workloads import edit_prompts, humaneval_tasks
+from localspec.server.app import ServerConfig, create_app
+from localspec.server.worker import Job, ModelWorker
+from localspec.bench.workloads import edit_prompts, humaneval_tasks
 from test_real_pair import top2_gap_of_plain_step
 
 KEY = "test-key"
@@ -355,7 +356,7 @@ def test_a_worker_run_by_another_thread_frees_a_place_when_it_cannot_be_asked(re
     """ModelWorker(run_in=...): a job whose run_in call fails is taken back out of the
     queue, and after close() new jobs are refused."""
     import asyncio as aio
-    from localspec.server import APIError
+    from localspec.server.errors import APIError
 
     calls = []
 

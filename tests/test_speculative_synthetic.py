@@ -5,10 +5,10 @@ import pytest
 from scipy import stats
 
 from localspec.api import SpeculativeModel
-from localspec.engine import Engine, EngineConfig
+from localspec.llama.engine import Engine, EngineConfig
 from localspec.errors import ContextOverflowError
-from localspec.stats import TokenSource
-from localspec.synthetic import vocabulary
+from localspec.decoding.stats import TokenSource
+from localspec.llama.synthetic import vocabulary
 
 PROMPT = "hello world the code"
 
@@ -74,8 +74,8 @@ def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strat
     so the adaptive policy is made to probe them every ``probe_every`` rounds, as it does
     where a probe costs little (a GPU), from the first token of these 4-token answers,
     to put its rounds through the acceptance rule."""
-    monkeypatch.setattr("localspec.policy._FREE_PROBE_SHARE", 1.0)
-    monkeypatch.setattr("localspec.policy._PROBE_AFTER", 0)
+    monkeypatch.setattr("localspec.decoding.policy._FREE_PROBE_SHARE", 1.0)
+    monkeypatch.setattr("localspec.decoding.policy._PROBE_AFTER", 0)
     opts = dict(max_tokens=4, temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
     n_vocab = len(vocabulary()[0])
     prompt = [1] + list(range(3, n_vocab)) * 2  # every token repeats: prompt lookup always matches
@@ -206,8 +206,8 @@ def test_a_trace_is_recorded_without_its_own_answer_in_the_suffix_store(target_g
     with that store would copy the answer from itself at every position (the replay's
     suffix figures were inflated so until 2026-12-01).  A recorder's own store holds the
     earlier answers only, and takes this one in afterwards."""
-    from localspec.drafters import SuffixDrafter
-    from localspec.replay import record
+    from localspec.decoding.drafters import SuffixDrafter
+    from localspec.decoding.replay import record
 
     with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as m:
         prompt = m.target.tokenize(PROMPT)
@@ -229,11 +229,11 @@ def test_a_draft_ends_at_its_first_end_of_generation_token(target_gguf):
     """Tokens drafted after an end-of-generation token can never be emitted (the target
     stops there), so the loop cuts every draft just after it: a copy from the prompt that
     runs on into the chat template's <|im_end|> is not verified past it."""
-    from localspec.drafters import Draft, _ModelFreeDrafter
-    from localspec.policy import FixedPolicy
-    from localspec.speculative import DraftParams, Generation, GenerationParams
+    from localspec.decoding.drafters.base import Draft, ModelFreeDrafter
+    from localspec.decoding.policy import FixedPolicy
+    from localspec.decoding.loop import DraftParams, Generation, GenerationParams
 
-    class Copier(_ModelFreeDrafter):
+    class Copier(ModelFreeDrafter):
         name, prior_acceptance = "prompt-lookup", 0.5
 
         def propose(self, context, max_tokens, params, p_min, rng):

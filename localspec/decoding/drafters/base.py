@@ -1,0 +1,134 @@
+"""The drafter interface: a :class:`Draft` and the two verbs every drafter has.
+
+A drafter has two verbs (as transformers' ``CandidateGenerator``): :meth:`Drafter.propose`
+returns up to k tokens with the distributions they were drawn from, and
+:meth:`Drafter.feedback` learns how the round ended, so it can trim its own state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import islice
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from localspec.decoding.sampling import Candidates, SamplingParams
+
+
+@dataclass
+class Draft:
+    """Proposed tokens d_1..d_k.
+
+    ``probs`` is k :class:`~localspec.decoding.sampling.Candidates`, the i-th the distribution d_i
+    was sampled from (ids in the target's vocabulary), or ``None`` when the drafter has no distribution (greedy, or prompt lookup):
+    verification then treats each token as drawn from a one-hot q.  ``confidence`` is
+    the drafter's own estimate, per token, that d_i is accepted given d_1..d_{i-1} were
+    (the draft model's q(d_i), a suffix count ratio, 1/2 for a prompt-lookup copy, a
+    prediction's match record), or None when it has none; the adaptive policy calibrates
+    it against what the target accepts.  ``depth``: per token, how many context tokens
+    the drafter matched to propose it (a suffix or prompt-lookup match's length plus the
+    draft tokens before it), or None; the policy calibrates confidences per depth group.
+    """
+
+    tokens: list[int]
+    probs: list[Candidates] | None = None
+    confidence: list[float] | None = None
+    depth: list[int] | None = None
+
+    @classmethod
+    def empty(cls) -> "Draft":
+        return cls(tokens=[])
+
+    def through_first(self, is_end) -> "Draft":
+        """The draft up to and including its first token for which ``is_end(token)`` is
+        true (an end-of-generation token: the target stops there, so nothing drafted
+        after it can ever be emitted); the whole draft when there is none."""
+        for i, token in enumerate(self.tokens):
+            if is_end(token):
+                return self.truncated(i + 1)
+        return self
+
+    def truncated(self, k: int) -> "Draft":
+        """The first ``k`` tokens (with their rows and confidences)."""
+        if k >= len(self.tokens):
+            return self
+        return Draft(self.tokens[:k], None if self.probs is None else self.probs[:k],
+                     None if self.confidence is None else self.confidence[:k],
+                     None if self.depth is None else self.depth[:k])
+
+
+class Drafter(Protocol):
+    name: str  # "draft-model", "prompt-lookup", "suffix", "prediction"
+    decode_s: float  # seconds spent in the drafter's own model since it was created
+    catch_up_s: float  # part of decode_s spent catching up on tokens it had not seen
+    prior_acceptance: float  # a first guess of its per-token acceptance
+    free: bool  # proposing costs next to nothing (no model): the policy may ask every round
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """A generation starts from ``prompt`` (token ids)."""
+
+    def end(self, context: Sequence[int], n_prompt: int) -> None:
+        """The generation finished: ``context`` is its prompt (``n_prompt`` tokens) and output."""
+
+    def lag(self, n_context: int) -> int:
+        """Context tokens it must still read before it can draft (a draft model's catch-up)."""
+
+    def propose(self, context: Sequence[int], max_tokens: int, params: SamplingParams,
+                p_min: float, rng: np.random.Generator) -> Draft:
+        """Propose up to ``max_tokens`` tokens to follow ``context`` (all ids so far,
+        the last one not yet verified by the target)."""
+
+    def feedback(self, context: Sequence[int], n_drafted: int, n_accepted: int) -> None:
+        """``context`` now holds everything emitted; ``n_accepted`` of ``n_drafted`` kept."""
+
+    def close(self) -> None: ...
+
+
+class ModelFreeDrafter:
+    """Defaults for drafters without a model of their own: free to ask, nothing to read
+    or trim, nothing to free."""
+
+    decode_s = 0.0
+    catch_up_s = 0.0
+    free = True
+
+    def feedback(self, context, n_drafted, n_accepted) -> None:
+        pass
+
+    def begin(self, prompt) -> None:
+        pass
+
+    def end(self, context, n_prompt) -> None:
+        pass
+
+    def lag(self, n_context: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def round_label(drafter, draft: Draft) -> str:
+    """Whose round it was, for the stats: the drafter's when it drafted, or when it ran a
+    model of its own even if nothing of that draft was verified (its time was spent);
+    else "plain"."""
+    if drafter is not None and (draft.tokens or not getattr(drafter, "free", False)):
+        return drafter.name
+    return "plain"
+
+
+def context_slice(context, start: int, stop: int | None = None) -> list:
+    """``context[start:stop]`` as a list, for any sequence (a deque cannot be sliced)."""
+    try:
+        return list(context[start:stop])
+    except TypeError:
+        return list(islice(context, start, stop))
+
+
+def match_length(tokens: list[int], end: int, limit: int) -> int:
+    """How many tokens before ``end`` equal the last ones of ``tokens`` (at most ``limit``)."""
+    n, last = 0, len(tokens) - 1
+    while n < limit and n < end and tokens[end - 1 - n] == tokens[last - n]:
+        n += 1
+    return n

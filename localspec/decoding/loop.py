@@ -1,0 +1,401 @@
+"""The speculative decoding loop: draft, verify in one target decode, accept, trim.
+
+Algorithm: Leviathan et al. 2022 (arXiv:2211.17192) and Chen et al. 2023
+(arXiv:2302.01318); the acceptance rules live in :mod:`localspec.decoding.sampling`.
+
+Invariant between rounds: the target's KV cache holds the context except its last
+token ``t`` (emitted, not yet decoded).  A round decodes ``[t, d_1..d_k]`` with logits
+on all k + 1 rows, keeps ``t, d_1..d_n``, removes the rest from the cache, and emits
+``d_1..d_n`` plus one token from the target (a correction or the bonus).  With no
+drafter, or k = 0, the same round is plain decoding.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from localspec.decoding.drafters import Draft, Drafter, round_label
+from localspec.llama.engine import Engine
+from localspec.llama.owner import LlamaThread
+from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
+from localspec.decoding.sampling import (CandidateRows, Candidates, RowArgmax, SamplingParams, accept_greedy, accept_sampled, row_candidates,
+                       token_logprobs)
+from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
+
+
+STRATEGIES = ("auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none")
+
+
+@dataclass(frozen=True)
+class DraftParams:
+    """draft_max: most tokens drafted per round, or "auto": the adaptive policy chooses
+    each round's drafter and length (0 included) from costs measured on this machine.
+    draft_min: a shorter draft is dropped (the round runs plain).  p_min: the draft model
+    stops once its top probability falls below it.  strategy: "auto" (every available
+    drafter), "draft-model", "prompt-lookup", "suffix", "prediction" (the caller's
+    predicted output only) or "none".  Names and meaning as llama.cpp's
+    ``--draft-max``, ``--draft-min``, ``--draft-p-min``.  Raises InvalidOptionError when
+    out of range."""
+
+    draft_max: int | str = "auto"
+    draft_min: int = 0
+    p_min: float = 0.75
+    strategy: str = "auto"
+
+    @property
+    def adaptive(self) -> bool:
+        return self.draft_max == "auto"
+
+    def __post_init__(self) -> None:
+        if not self.adaptive and (isinstance(self.draft_max, bool) or not isinstance(self.draft_max, int)
+                                  or self.draft_max < 0):
+            raise InvalidOptionError(f"draft_max must be 'auto' or an integer >= 0, got {self.draft_max!r}")
+        if isinstance(self.draft_min, bool) or not isinstance(self.draft_min, int) or self.draft_min < 0:
+            raise InvalidOptionError(f"draft_min must be an integer >= 0, got {self.draft_min!r}")
+        if not self.adaptive and self.draft_min > self.draft_max:
+            raise InvalidOptionError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})")
+        if isinstance(self.p_min, bool) or not isinstance(self.p_min, (int, float)) or not 0.0 <= self.p_min <= 1.0:
+            raise InvalidOptionError(f"p_min must be a number in [0, 1], got {self.p_min!r}")
+        if self.strategy not in STRATEGIES:
+            raise InvalidOptionError(f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """max_tokens: most tokens to generate.  stop: strings that end the generation
+    (not included in the text).  seed: None draws a fresh one.  logprobs: None, or the
+    number (0 to 20) of most likely alternatives each :class:`TokenEvent` reports with
+    its own log-probability (natural log, the target's raw distribution, before
+    temperature and filters)."""
+
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    draft: DraftParams = field(default_factory=DraftParams)
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    logprobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise InvalidOptionError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidOptionError(f"stop strings must be non-empty strings, got {self.stop!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise InvalidOptionError(f"seed must be a non-negative integer, or None / -1 for a random one, got {self.seed!r}")
+        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
+                                          or not 0 <= self.logprobs <= 20):
+            raise InvalidOptionError(f"logprobs must be an integer from 0 to 20, got {self.logprobs!r}")
+
+
+class Generation:
+    """An iterator of :class:`TokenEvent`; when it is exhausted, ``result`` holds the
+    :class:`GenerationResult`.  ``cancel()`` (from any thread) ends it after the
+    current round with finish_reason "cancelled".
+
+    A model runs one generation at a time: starting another on the same model
+    supersedes this one (its next step raises EngineError), and stepping it from a
+    second thread while a step is running raises EngineError instead of corrupting
+    the KV cache.
+
+    Each step runs one whole round on ``owner`` (the pair's llama.cpp thread; the
+    target's own by default) and hands back that round's events, so a caller on another
+    thread pays one hand-off per round."""
+
+    def __init__(self, target: Engine, drafters: Sequence[Drafter], policy, prompt_tokens: Sequence[int],
+                 params: GenerationParams, started_at: float | None = None, lock: threading.Lock | None = None,
+                 owner: LlamaThread | None = None):
+        if len(prompt_tokens) == 0:
+            raise InvalidOptionError("the prompt is empty")
+        if len(prompt_tokens) >= target.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt has {len(prompt_tokens)} tokens; the context holds {target.n_ctx} "
+                "(raise n_ctx or shorten the prompt)"
+            )
+        self.target = target
+        self.drafters = list(drafters)
+        self.policy = policy
+        self.prompt_tokens = list(prompt_tokens)
+        self.params = params
+        self.result: GenerationResult | None = None
+        self._started_at = started_at if started_at is not None else time.perf_counter()
+        self._cancelled = False
+        self._superseded = False
+        self._step_lock = lock if lock is not None else threading.Lock()
+        self._owner = owner or target.owner
+        self._events = self._run()
+        self._ready: deque[TokenEvent] = deque()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def supersede(self) -> None:
+        self._superseded = True
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        return self
+
+    def __next__(self) -> TokenEvent:
+        if self._superseded and not self.finished:
+            raise EngineError("this generation was superseded by a newer call on the same model")
+        if self._ready:
+            return self._ready.popleft()
+        if not self._step_lock.acquire(blocking=False):
+            raise EngineError("the model is busy with another generation in another thread")
+        try:
+            self._owner.run(self._next_round)
+        finally:
+            self._step_lock.release()
+        if not self._ready:
+            raise StopIteration
+        return self._ready.popleft()
+
+    def _next_round(self) -> None:
+        """Take the events of the next round (on the owner thread); none once finished."""
+        for event in self._events:
+            if event is _ROUND_END:
+                if self._ready:
+                    return
+                continue
+            self._ready.append(event)
+
+    def run(self) -> GenerationResult:
+        for _ in self:
+            pass
+        return self.result
+
+    def _run(self) -> Iterator[TokenEvent]:
+        params, target = self.params, self.target
+        self.policy.new_generation()
+        for d in self.drafters:
+            d.begin(self.prompt_tokens)
+        seeds = np.random.SeedSequence(params.seed).spawn(2)
+        rng, draft_rng = np.random.default_rng(seeds[0]), np.random.default_rng(seeds[1])
+        stats = GenerationStats(prompt_tokens=len(self.prompt_tokens))
+        out = _TextAssembler(target, params.stop)
+
+        # Prompt eval: reuse the cached prefix, decode the rest, sample the first token.
+        context = list(self.prompt_tokens)
+        reused = min(target.reuse_prefix(context), len(context) - 1)
+        target.trim(reused)
+        stats.prompt_cached_tokens = reused
+        t0 = target.decode_s
+        logits = self._prefill(context[reused:])
+        stats.prompt_eval_s = target.decode_s - t0
+        if logits is not None and not self._cancelled:
+            for d in self.policy.prefill_drafters:  # prompt time too: a draft model drafting from round 1
+                before = d.decode_s
+                d.prefill(context)
+                stats.prompt_eval_s += d.decode_s - before
+        if logits is None:  # cancelled while reading the prompt
+            stats.total_s = time.perf_counter() - self._started_at
+            self.result = GenerationResult(text="", tokens=[], sources=[], finish_reason="cancelled", stats=stats)
+            return
+        token, p_token = self._choose(logits[0], rng)
+        stats.ttft_s = time.perf_counter() - self._started_at
+        verify_start = target.decode_s
+        draft_start = sum(d.decode_s for d in self.drafters)
+
+        round_no = 0
+        emitted = [(token, TokenSource.TARGET, p_token, None, self._logprobs(logits, 0, token))]
+        finish = None
+        while True:
+            for tok, source, p_t, p_d, lp in emitted:
+                context.append(tok)
+                stats.generated_tokens += 1
+                finish = out.add(tok, source)
+                event = TokenEvent(tok, out.take_delta(), source, round_no, p_t, p_d, *lp)
+                if event.text or finish is None:
+                    yield event
+                if finish is None and stats.generated_tokens >= params.max_tokens:
+                    finish = "length"
+                if finish:
+                    break
+            yield _ROUND_END
+            if finish is None and self._cancelled:
+                finish = "cancelled"
+            room = target.n_ctx - len(target.cache_tokens) - 1  # free cells after t
+            if finish is None and room < 1:
+                finish = "context"
+            if finish is not None:
+                break
+
+            round_no += 1
+            k_cap = min(params.max_tokens - stats.generated_tokens - 1, room - 1)
+            drafter, draft, draft_cost_s = self._propose(context, k_cap, draft_rng)
+            verify_before = target.decode_s
+            n_accepted, emitted = self._verify(context[-1], draft, rng)
+            target.trim(len(context) + n_accepted)
+            self.policy.observe(drafter, len(draft.tokens), n_accepted, draft_cost_s,
+                                target.decode_s - verify_before, len(draft.tokens) + 1, draft.confidence,
+                                [t for t, *_ in emitted], draft.depth)
+            stats.record_round(len(draft.tokens), n_accepted, round_label(drafter, draft))
+            kept = context + draft.tokens[:n_accepted]
+            for d in self.drafters:
+                d.feedback(kept, len(draft.tokens), n_accepted)
+
+        for d in self.drafters:
+            d.feedback(context, 0, 0)
+            d.end(context, len(self.prompt_tokens))
+        stats.draft_s = sum(d.decode_s for d in self.drafters) - draft_start
+        stats.verify_s = target.decode_s - verify_start
+        stats.total_s = time.perf_counter() - self._started_at
+        text = out.finish()
+        if text:
+            yield TokenEvent(-1, text, TokenSource.TARGET, round_no)
+        self.result = GenerationResult(
+            text=out.text, tokens=out.tokens, sources=out.sources, finish_reason=finish, stats=stats
+        )
+
+    def _prefill(self, pending: list[int]) -> np.ndarray | None:
+        """Decode the prompt batch by batch, so ``cancel()`` takes effect within one batch
+        (``n_batch`` tokens); the logits after the last token, or None when cancelled."""
+        step = self.target.n_batch
+        while len(pending) > step:
+            self.target.decode(pending[:step])
+            pending = pending[step:]
+            if self._cancelled:
+                return None
+        return self.target.decode(pending, [len(pending) - 1])
+
+    def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator):
+        """Ask the free drafters for drafts, the policy for (drafter, k), then draft if
+        that drafter was not asked yet.  Every draft ends at its first end-of-generation
+        token (a copy from the prompt runs into the chat template's ``<|im_end|>``; the
+        tokens after it can never be emitted, and verifying them costs).  Returns
+        (drafter, draft, cost in seconds of drafting, catching up on skipped tokens
+        excluded)."""
+        dp, sp = self.params.draft, self.params.sampling
+        proposals, costs = {}, {}
+        for d in self.policy.free_drafters:
+            cap = min(k_cap, self.policy.cap(d))
+            if cap > 0:
+                start = time.perf_counter()
+                proposals[id(d)] = d.propose(context, cap, sp, dp.p_min, draft_rng).through_first(self.target.is_eog)
+                costs[id(d)] = time.perf_counter() - start
+        drafter, k = self.policy.plan(k_cap, proposals, len(context))
+        if drafter is None or k < max(1, dp.draft_min):
+            return None, Draft.empty(), 0.0
+        draft = proposals.get(id(drafter))
+        if draft is not None:
+            cost_s = costs[id(drafter)]
+        else:
+            start, lag = time.perf_counter(), drafter.catch_up_s
+            draft = drafter.propose(context, k, sp, dp.p_min, draft_rng).through_first(self.target.is_eog)
+            cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
+            k = self.policy.length(drafter, draft, k)
+        draft = draft.truncated(k)
+        if len(draft.tokens) < max(1, dp.draft_min):
+            return drafter, Draft.empty(), cost_s
+        return drafter, draft, cost_s
+
+    def _verify(self, last: int, draft: Draft, rng: np.random.Generator):
+        """One target decode of [last, d_1..d_k]; returns (n_accepted, emitted tokens)
+        with each emitted token as (id, source, p_target, p_draft)."""
+        k = len(draft.tokens)
+        logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
+        sp = self.params.sampling
+        if sp.greedy:
+            n, nxt = accept_greedy(draft.tokens, RowArgmax(logits))
+            p = q = None
+        else:
+            p = CandidateRows(logits, sp)
+            q = draft.probs
+            n, nxt = accept_sampled(draft.tokens, p, q, rng)
+        emitted = [(d, TokenSource.ACCEPTED, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
+                   for i, d in enumerate(draft.tokens[:n])]
+        source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
+        emitted.append((nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None,
+                        self._logprobs(logits, n, nxt)))
+        return n, emitted
+
+    def _logprobs(self, logits: np.ndarray, row: int, token: int) -> tuple:
+        """(logprob of ``token``, its top alternatives) from the target's own row, or
+        (None, None) when not asked for."""
+        if self.params.logprobs is None:
+            return None, None
+        return token_logprobs(logits[row], token, self.params.logprobs)
+
+    def _choose(self, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, float | None]:
+        sp = self.params.sampling
+        if sp.greedy:
+            return int(np.argmax(logits)), None
+        probs = row_candidates(logits, sp)
+        token = probs.sample(rng)
+        return token, probs.prob(token)
+
+
+_ROUND_END = object()  # marks the end of one round's events inside Generation._run
+
+
+def _prob(probs: Sequence[Candidates] | None, row: int, token: int) -> float | None:
+    return None if probs is None else probs[row].prob(token)
+
+
+class _TextAssembler:
+    """Turns emitted tokens into text: complete UTF-8 only, end-of-generation tokens and
+    stop strings end it, and text that may be the start of a stop string is held back."""
+
+    def __init__(self, engine: Engine, stop: Sequence[str]):
+        self.engine = engine
+        self.stop = tuple(stop)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.full = ""
+        self.sent = 0  # characters of `full` already handed out
+        self.end: int | None = None  # final length of the text once stopped
+        self.tokens: list[int] = []
+        self.sources: list[TokenSource] = []
+
+    @property
+    def text(self) -> str:
+        return self.full[: self.end] if self.end is not None else self.full
+
+    def add(self, token: int, source: TokenSource) -> str | None:
+        """Add one token; return "stop" when the generation must end here."""
+        if self.engine.is_eog(token):
+            self.end = len(self.full)
+            return "stop"
+        self.tokens.append(token)
+        self.sources.append(source)
+        before = len(self.full)
+        self.full += self.decoder.decode(self.engine.token_bytes(token))
+        for s in self.stop:
+            i = self.full.find(s, max(0, before - len(s) + 1))
+            if i >= 0 and (self.end is None or i < self.end):
+                self.end = i
+        return "stop" if self.end is not None else None
+
+    def take_delta(self) -> str:
+        limit = self.end if self.end is not None else len(self.full) - self._held_back()
+        delta = self.full[self.sent:limit]
+        self.sent = max(self.sent, limit)
+        return delta
+
+    def _held_back(self) -> int:
+        """Length of the longest tail of the text that is a proper prefix of a stop string."""
+        held = 0
+        for s in self.stop:
+            for n in range(min(len(s) - 1, len(self.full)), held, -1):
+                if self.full.endswith(s[:n]):
+                    held = n
+                    break
+        return held
+
+    def finish(self) -> str:
+        """Flush what is left (held-back text, an incomplete UTF-8 tail)."""
+        if self.end is None:
+            self.full += self.decoder.decode(b"", final=True)
+            self.end = len(self.full)
+        delta = self.full[self.sent:self.end]
+        self.sent = self.end
+        return delta

@@ -1,0 +1,613 @@
+"""Choosing each round's drafter and draft length.
+
+:class:`FixedPolicy` drafts ``draft_max`` tokens every round with one drafter (what
+llama.cpp does).  :class:`AdaptivePolicy` (``draft_max="auto"``) picks, every round,
+the drafter and length k (0 = plain decoding) that maximise expected tokens per second:
+
+    expected tokens of a round   E(k) = (1 - a^(k+1)) / (1 - a)
+    cost of a round              C(k) = k * c_draft + c_verify(k + 1)
+
+where a is the drafter's per-token acceptance probability (Leviathan et al. 2022,
+arXiv:2211.17192, section 3.1 and eq. 1, with i.i.d. acceptance), c_draft its cost per
+drafted token and c_verify(b) the target's cost for a batch of b tokens.  All three are
+measured on the running machine, as exponential moving averages over the rounds seen so
+far, starting from a calibration when the policy is created; a plain round is
+E(0) / C(0) = 1 / c_verify(1).  A draft model left unused for ``probe_every`` rounds
+is tried once with a short draft, so a change in the text (prose to code, a quoted
+passage) is noticed, unless it could not beat plain decoding even with every draft
+token accepted (a draft model too slow for this machine is then never run).
+
+Drafters that cost next to nothing (``free``: suffix, prediction, prompt lookup) are
+asked every round, and their actual drafts are judged by their own per-token
+confidence c_i, calibrated against what the target accepted at that confidence
+(:class:`Calibration`).  A free draft not verified is still compared with what the
+target emitted, so these drafters keep learning without probes; one is probed only as
+often as a probe costs ``_FREE_PROBE_SHARE`` of the time (every ``probe_every`` rounds
+where a short verify costs little more than one token, a few times less often on a
+compute-bound CPU, where a 2-token probe costs over two target steps).
+With a_i = calibrated(c_i),
+
+    E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i
+
+and the length kept is the k maximising E(k) / C(k): each token is drafted while the
+chance that it and all before it are accepted still pays for its share of the verify
+cost on this machine (the stopping rule of SpecDec++, Huang et al. 2024,
+arXiv:2405.19715, with measured instead of assumed costs).  A draft model's own draft
+is cut the same way once its q values are known.  A drafter that reports how much
+context each token rests on (``Draft.depth``: a suffix or prompt-lookup match's length)
+is calibrated per depth as well, since a continuation seen once after a 16-token match
+is worth more than one after 2 tokens.
+
+The calibration is shared by all texts and follows the recent ones (each observation
+keeps 0.93 of a cell's past: about 14 tokens' memory, tuned in the offline replay
+against 0.98); each text also keeps its own trust in each drafter, per depth group
+(:class:`_TextTrust`): the chances predicted for the tokens judged so far against how
+many were accepted.  A text where the calibration is wrong (prose after code: a
+4-token match that code would copy on and prose leaves) is noticed within a few
+tokens, and the drafter's chances at that depth are scaled down for the rest of that
+text only.
+
+Starting a draft model that has not read the context costs its prefill.  That lag is
+charged over the tokens it could still serve: the tokens left, but no more than this
+answer has produced so far (at least ``_MIN_HORIZON``), since answers that have gone on
+for n tokens tend to go on for about n more, and a 13-token answer must not pay a
+prefill meant to be spread over 64.  A draft model is probed only while its lag costs
+at most ``_PROBE_SHARE`` of the rounds between two probes.  No probe of any drafter
+runs before the rounds of a text have emitted ``_PROBE_AFTER`` tokens: its cost is meant
+to be spread over the rounds between two probes, and a short answer would pay it alone
+(a 2-token probe costs about one extra target step on a memory-bound CPU, 7 % of a
+13-token answer).
+
+Plain decoding is probed too: after ``_PLAIN_PROBE_EVERY`` rounds without a one-token
+verify, one round is plain, so c_verify(1) is measured again.  Otherwise a c(1)
+measured during a stall (the machine busy elsewhere) makes every draft look cheap, the
+policy drafts every round, and nothing ever measures c(1) again to correct it.  Only
+where the best draft promises less than ``_STALL_CLIP`` times plain's rate: a c(1) off
+by up to that factor could then change the choice; above it (copying on a GPU, 13
+tokens a round) the probe would cost a round's gain and change nothing.  While the
+readings come in more than 10 % under the estimate, the next marginal round is plain
+again, so a stalled c(1) is corrected within a few rounds, not a few hundred.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from localspec.decoding.drafters import Drafter
+
+_DECAY = 0.8  # weight of the past in every moving average, per observation
+_NEW_TEXT_KEEP = 0.25  # share of acceptance evidence a new generation keeps; the rest is the prior
+_STALL_CLIP = 3.0  # one verify counts at most this many times the current estimate (a stall is not a cost)
+_BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
+_MIN_HORIZON = 16  # tokens a draft model's catch-up is spread over at least
+_PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_every plain steps
+_FREE_PROBE_SHARE = 0.01  # share of the time probes of one free drafter may cost
+_PROBE_AFTER = 16  # tokens a text's rounds must have emitted before any drafter is probed in it
+_TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
+_PLAIN_PROBE_EVERY = 128  # rounds without a one-token verify after which one plain round re-measures c(1)
+_FALLING = 0.9  # a plain probe reading under this share of the c(1) estimate calls for another
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected tokens emitted by a round drafting k tokens with acceptance ``alpha``
+    (accepted draft tokens plus the target's correction or bonus token)."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+_cost_changes = [0]  # bumped whenever a measured cost changes (the policies of a model share them)
+
+
+@dataclass
+class _Average:
+    """A measured cost in seconds, as a decayed moving average.  Once measured, one
+    observation counts at most ``_STALL_CLIP`` times the estimate: a stall (the machine
+    busy elsewhere) is not a cost, and a drafter made to look hopeless by one would never
+    run again to correct it.  A negative or non-finite reading (a broken clock) is
+    ignored."""
+
+    value: float
+    weight: float = 0.0  # 0 = still the prior; a calibration counts as one observation
+
+    def __post_init__(self) -> None:
+        _cost_changes[0] += 1
+
+    def add(self, x: float) -> None:
+        if not 0.0 <= x < math.inf:
+            return
+        if self.weight > 0:
+            x = min(x, _STALL_CLIP * self.value)
+        self.weight = _DECAY * self.weight + 1.0
+        self.value = x if self.weight == 1.0 else self.value + (x - self.value) / self.weight  # a prior may be NaN
+        _cost_changes[0] += 1
+
+
+def _fastest_of_two(engine, tokens: list[int], rows) -> float | None:
+    """Seconds of the faster of two decodes of ``tokens`` at the end of ``engine``'s
+    cache (trimmed back after each), or None when neither reading is a valid time."""
+    n, runs = len(engine.cache_tokens), []
+    for _ in range(2):
+        before = engine.decode_s
+        engine.decode(tokens, rows)
+        runs.append(engine.decode_s - before)
+        engine.trim(n)
+    valid = [r for r in runs if 0.0 <= r < math.inf]
+    return min(valid) if valid else None
+
+
+@dataclass
+class _DrafterModel:
+    """Per-drafter acceptance estimate (decayed successes / trials) and idle count."""
+
+    successes: float = 1.0  # prior acceptance = successes / trials, worth two trials
+    trials: float = 2.0
+    idle_rounds: int = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.successes / self.trials
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        if n_drafted == 0:
+            return
+        self.successes = _DECAY * self.successes + n_accepted
+        self.trials = _DECAY * self.trials + n_accepted + (1 if n_accepted < n_drafted else 0)
+
+    def observe_judged(self, n_judged: int, n_matched: int) -> None:
+        """A draft not verified, compared with the ``n_judged`` tokens the target emitted
+        instead: ``n_matched`` equal, then a mismatch unless all judged tokens matched."""
+        if n_judged == 0:
+            return
+        self.successes = _DECAY * self.successes + n_matched
+        self.trials = _DECAY * self.trials + n_matched + (1 if n_matched < n_judged else 0)
+
+
+@dataclass
+class _TextTrust:
+    """How one drafter's calibrated chances hold up on the current text, per depth group
+    (:attr:`Calibration.DEPTHS`): the chances predicted for its draft tokens that were
+    judged (verified, or compared with what the target emitted), and how many of them
+    were accepted.  The factor f of a group, accepted over predicted with
+    ``_TRUST_PRIOR`` tokens' worth of belief in the calibration added to both, rescales
+    that group's chances for the rest of the text (:meth:`scale`): a text unlike the
+    ones the calibration learnt from (prose after code: a 4-token match that a copy in
+    code would follow, and prose leaves) is noticed within a few tokens, drafts and
+    judged proposals alike.  Per group, since the short matches judged every round are
+    calibrated on their own and would otherwise outvote the one long draft that failed."""
+
+    predicted: dict = field(default_factory=dict)  # depth group -> chances predicted
+    accepted: dict = field(default_factory=dict)  # depth group -> tokens accepted
+
+    def factor(self, group: int) -> float:
+        return (self.accepted.get(group, 0.0) + _TRUST_PRIOR) / (self.predicted.get(group, 0.0) + _TRUST_PRIOR)
+
+    def scale(self, chance: float, group: int) -> float:
+        """Below par (f < 1) the chance itself is scaled, a f: three misses of drafts
+        calibrated at 0.99 leave 0.4, where scaling the odds would leave 0.97.  Above
+        par the odds are, a f / (1 - a + a f), which stays below 1."""
+        f = self.factor(group)
+        return chance * f if f <= 1.0 else chance * f / (1.0 - chance + chance * f)
+
+    def observe(self, chances: Sequence[float], n_accepted: int, groups: Sequence[int]) -> None:
+        """The first ``n_accepted`` draft tokens were accepted, the next (if any) was not;
+        ``groups``: each token's depth group."""
+        for i, (chance, group) in enumerate(zip(chances[: n_accepted + 1], groups)):
+            self.predicted[group] = self.predicted.get(group, 0.0) + chance
+            self.accepted[group] = self.accepted.get(group, 0.0) + (1.0 if i < n_accepted else 0.0)
+
+
+def _padded_depths(depth: Sequence[int] | None, n: int) -> list[int]:
+    """The first ``n`` draft tokens' depths (:attr:`Draft.depth`), 0 where a token has none."""
+    depth = list(depth or [])[:n]
+    return depth + [0] * (n - len(depth))
+
+
+class Calibration:
+    """What a drafter's confidence is worth: the observed acceptance of draft tokens by
+    confidence bin (10 bins over [0, 1]) and depth group (the context tokens a token
+    rests on: < 4, < 8, < 16, 16 or more; one group for drafters without depths), as
+    decayed counts.  The prior for a bin is its own centre, worth two observations, so
+    an uncalibrated drafter is taken at its word."""
+
+    BINS = 10
+    DEPTHS = (4, 8, 16)  # upper bounds of the depth groups but the last
+    DECAY = 0.93  # per observation: a cell remembers about 14 tokens (module docstring)
+
+    def __init__(self):
+        groups = len(self.DEPTHS) + 1
+        self.accepted = [[2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)] for _ in range(groups)]
+        self.reached = [[2.0] * self.BINS for _ in range(groups)]
+
+    @classmethod
+    def group(cls, depth: int) -> int:
+        """The depth group of a token resting on ``depth`` context tokens (0 to 3)."""
+        return bisect_right(cls.DEPTHS, depth)
+
+    def _cell(self, confidence: float, depth: int) -> tuple[int, int]:
+        group = self.group(depth)
+        if not 0.0 < confidence < math.inf:  # NaN and inf too: a broken estimate claims nothing
+            return group, 0
+        return group, min(self.BINS - 1, int(min(confidence, 1.0) * self.BINS))
+
+    def __call__(self, confidence: float, depth: int = 0) -> float:
+        g, b = self._cell(confidence, depth)
+        return self.accepted[g][b] / self.reached[g][b]
+
+    def observe(self, confidence: Sequence[float], n_accepted: int, depth: Sequence[int] | None = None) -> None:
+        """Tokens 1..n_accepted were accepted; token n_accepted + 1 (if in ``confidence``)
+        was not; the ones after it were never judged.  ``depth``: per token, as
+        :attr:`~localspec.decoding.drafters.Draft.depth` (None: all in the first group)."""
+        for i, c in enumerate(confidence[: n_accepted + 1]):
+            g, b = self._cell(c, depth[i] if depth and i < len(depth) else 0)
+            self.accepted[g][b] = self.DECAY * self.accepted[g][b] + (1.0 if i < n_accepted else 0.0)
+            self.reached[g][b] = self.DECAY * self.reached[g][b] + 1.0
+
+
+class FixedPolicy:
+    """One drafter, ``draft_max`` tokens every round (clamped by the loop).  A draft model
+    reads the prompt during prompt eval (:attr:`prefill_drafters`), as llama.cpp's server
+    does, since it drafts from the first round on.
+
+    A drafter with a ``max_spec_factor`` (the suffix drafter) has each draft cut to that
+    many times the match it rests on (``Draft.depth[0]``; at least one token), as
+    ArcticInference and vLLM's ``suffix`` method do with the same name and default
+    (1.0): a 2-token match drafts 2 tokens, a 16-token match 16."""
+
+    free_drafters: tuple = ()
+
+    def __init__(self, drafter: Drafter | None, draft_max: int):
+        self.drafter = drafter
+        self.draft_max = draft_max
+
+    @property
+    def prefill_drafters(self) -> list:
+        d = self.drafter
+        return [d] if d is not None and not getattr(d, "free", False) and self.draft_max > 0 else []
+
+    def new_generation(self) -> None:
+        pass
+
+    def cap(self, drafter) -> int:
+        return self.draft_max
+
+    def plan(self, k_cap: int, proposals: dict | None = None, n_context: int = 0) -> tuple[Drafter | None, int]:
+        k = min(self.draft_max, k_cap)
+        return (self.drafter, k) if self.drafter is not None and k > 0 else (None, 0)
+
+    def length(self, drafter, draft, k: int) -> int:
+        factor = getattr(drafter, "max_spec_factor", None)
+        if draft.depth and factor is not None:
+            return min(k, max(1, int(factor * draft.depth[0])))
+        return k
+
+    def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None,
+                emitted=None, depth=None) -> None:
+        pass
+
+
+@dataclass
+class AdaptivePolicy:
+    """Cost-model choice of drafter and length per round; see the module docstring.
+
+    ``drafters`` are the candidates; ``max_k`` caps each one's draft length.  Costs
+    start from a prior (a draft token costs half a target step; a batch of b costs
+    1 + 0.1 (b - 1) target steps) and are replaced by measurements as they come.
+    ``verify_costs`` (batch size -> seconds) and ``draft_costs`` (id(drafter) -> seconds
+    per token) may be shared between policies of one model: costs belong to the machine,
+    acceptance to the text and sampling settings.
+    """
+
+    drafters: Sequence[Drafter]
+    max_k: dict = field(default_factory=dict)
+    probe_every: int = 32
+    probe_k: int = 2
+    verify_costs: dict = field(default_factory=dict)  # batch size -> _Average of seconds
+    draft_costs: dict = field(default_factory=dict)  # id(drafter) -> _Average of seconds per token
+    prefill_costs: dict = field(default_factory=dict)  # id(drafter) -> seconds per prompt token read
+    _models: dict = field(default_factory=dict)  # id(drafter) -> _DrafterModel
+    _calibrations: dict = field(default_factory=dict)  # id(drafter) -> Calibration
+    _trust: dict = field(default_factory=dict)  # id(drafter) -> _TextTrust of the current text
+    _step_s: float = 0.03  # prior for c_verify(1) until measured
+    _generated: int = 0  # tokens emitted in the current generation
+    _since_plain: int = 0  # rounds since the last one-token verify (a measurement of c(1))
+    _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
+    _sorted: list = field(default_factory=list)  # measured verify costs, as of _cost_changes[0] == _sorted_of
+    _sorted_of: int = -1
+
+    def __post_init__(self) -> None:
+        for d in self.drafters:
+            alpha = getattr(d, "prior_acceptance", 0.5)
+            self.draft_costs.setdefault(id(d), _Average(getattr(d, "prior_cost_s", 0.5 * self._step_s)))
+            self._models[id(d)] = _DrafterModel(successes=2.0 * alpha, trials=2.0)
+            self._calibrations[id(d)] = Calibration()
+
+    @property
+    def prefill_drafters(self) -> tuple:
+        """None: the draft model may never start on a text, so its prefill is charged when
+        it is first chosen (see :meth:`_best_blind`), not paid up front."""
+        return ()
+
+    @property
+    def free_drafters(self) -> list:
+        """Drafters cheap enough to ask every round; :meth:`plan` judges their drafts."""
+        return [d for d in self.drafters if getattr(d, "free", False)]
+
+    def cap(self, drafter) -> int:
+        return self.max_k.get(id(drafter), 8)
+
+    @property
+    def calibrated(self) -> bool:
+        return bool(self.verify_costs)
+
+    def new_generation(self) -> None:
+        """A new text starts: pull each acceptance estimate back toward its prior, so a
+        drafter that did well on the last text starts with short, cheap drafts here."""
+        self._generated = 0
+        self._trust = {}
+        for d in self.drafters:
+            model = self._models[id(d)]
+            model.successes = _NEW_TEXT_KEEP * model.successes + getattr(d, "prior_acceptance", 0.5)
+            model.trials = _NEW_TEXT_KEEP * model.trials + 1.0
+
+    def verify_cost(self, batch: int) -> float:
+        """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
+        linearly between measured sizes, else the prior shape scaled to c_verify(1)."""
+        known = self._measured_verify_costs()
+        if not known:
+            return self._step_s * (1 + 0.1 * (batch - 1))
+        return max(1e-9, min(self._interpolated(known, batch), self._batch_bound(known, batch)))
+
+    def _measured_verify_costs(self) -> list[tuple[int, float]]:
+        """(batch, seconds) measured so far, ascending; sorted again only after a cost
+        changed, since a plan asks for c(b) once per candidate length."""
+        if self._sorted_of != _cost_changes[0]:
+            self._sorted = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
+            self._sorted_of = _cost_changes[0]
+        return self._sorted
+
+    @staticmethod
+    def _interpolated(known: list, batch: int) -> float:
+        for (b0, c0), (b1, c1) in zip(known, known[1:]):
+            if b0 <= batch <= b1:
+                return c0 + (c1 - c0) * (batch - b0) / (b1 - b0)
+        b_edge, c_edge = known[0] if batch < known[0][0] else known[-1]
+        base = known[0][1] / (1 + 0.1 * (known[0][0] - 1))
+        return max(c_edge + base * 0.1 * (batch - b_edge), 1e-6)
+
+    @staticmethod
+    def _batch_bound(known: list, batch: int) -> float:
+        """A batch of b never costs more than b single steps (plus a margin): a stalled
+        measurement (the machine busy elsewhere) must not make drafting look hopeless,
+        since a drafter never run again would never correct it."""
+        b1, c1 = known[0]
+        return _BATCH_MARGIN * batch * c1 / b1 if b1 == 1 else float("inf")
+
+    def calibrate(self, target, draft_engines: dict, token: int = 100) -> None:
+        """Measure the target's cost for batches of 1..17 tokens and each draft model's
+        cost per token, by decoding a dummy token at the end of the caches and trimming
+        it again (the cached prefix is kept).  About 3 s for the default pair on 2 CPU
+        cores.
+
+        Each batch is decoded twice and the faster run kept: a stall (the machine busy
+        elsewhere) is not a cost, and a batch size calibrated too dear is never verified
+        again to correct it (a stalled run once gave c(17) = 957 ms against 420-519 ms
+        in other runs, and a benchmark's revisions, all accepted, went from 15.75 tokens
+        a round to 5.25).  A reading that is negative or not finite (a broken clock) is
+        dropped; with none left the prior stays and :attr:`calibrated` stays False.
+
+        ``draft_engines`` maps id(drafter) -> its Engine.  Costs are stored in seconds
+        (per batch in ``verify_costs``, per token in ``draft_costs`` and
+        ``prefill_costs``).  Batch sizes that do not fit the context are skipped; an
+        :class:`~localspec.errors.EngineError` from a decode comes through unchanged.
+        """
+        n = len(target.cache_tokens)
+        for batch in (1, 2, 3, 5, 9, 17):
+            if n + batch > target.n_ctx:
+                break
+            seconds = _fastest_of_two(target, [token] * batch, range(batch))
+            if seconds is not None:
+                self.verify_costs[batch] = _Average(seconds, weight=1.0)
+        for key, engine in draft_engines.items():
+            if len(engine.cache_tokens) + 17 > engine.n_ctx:
+                continue
+            step = _fastest_of_two(engine, [token], [0])
+            prefill = _fastest_of_two(engine, [token] * 17, [16])
+            if step is not None:
+                self.draft_costs[key] = _Average(step, weight=1.0)
+            if prefill is not None:
+                self.prefill_costs[key] = prefill / 17
+
+    def could_win(self, drafter) -> bool:
+        """Whether ``drafter`` beats plain decoding at some length even if every draft
+        token were accepted; one that cannot is never probed."""
+        cost = self.draft_costs[id(drafter)].value
+        limit = self.max_k.get(id(drafter), 8)
+        plain = 1.0 / self.verify_cost(1)
+        return any((k + 1) / (k * cost + self.verify_cost(k + 1)) > plain
+                   for k in range(1, limit + 1))
+
+    def plan(self, k_cap: int, proposals: dict | None = None, n_context: int = 0) -> tuple[Drafter | None, int]:
+        """(drafter, k) for the next round, k <= ``k_cap`` tokens; (None, 0) = plain.
+
+        ``proposals`` maps id(drafter) -> :class:`~localspec.decoding.drafters.Draft` already made
+        by the free drafters; those are judged by their calibrated confidences (k is then
+        a length of that draft), the others by their acceptance estimate.
+        ``n_context``: tokens in the context, for a draft model's catch-up cost."""
+        proposals = proposals or {}
+        self._proposals = proposals
+        plain_rate = 1.0 / self.verify_cost(1)
+        best, best_rate = (None, 0), plain_rate
+        for d in self.drafters:
+            limit = min(k_cap, self.cap(d))
+            if id(d) in proposals:
+                k, rate = self._best_length(d, proposals[id(d)], limit, self.draft_costs[id(d)].value)
+            else:
+                k, rate = self._best_blind(d, limit, n_context, k_cap)
+            if k and rate > best_rate:
+                best, best_rate = (d, k), rate
+        if best[0] is not None and self._since_plain >= _PLAIN_PROBE_EVERY and best_rate < _STALL_CLIP * plain_rate:
+            return None, 0  # observe() counts again from this one-token verify
+        for d in self.drafters:
+            model = self._models[id(d)]
+            if d is best[0]:
+                model.idle_rounds = 0
+                continue
+            model.idle_rounds += 1
+            if model.idle_rounds < self.probe_every:
+                continue
+            free = id(d) in proposals
+            if free and model.idle_rounds < self._free_probe_interval():
+                continue
+            length = min(self.probe_k, k_cap, self.cap(d), len(proposals[id(d)].tokens) if free else k_cap)
+            if length >= 1 and self._generated >= _PROBE_AFTER and self._probe_pays(d, n_context):
+                model.idle_rounds = 0
+                return d, length
+        return best
+
+    def _free_probe_interval(self) -> float:
+        """Rounds between two probes of a free drafter, so that each costs at most
+        ``_FREE_PROBE_SHARE`` of the time: its drafts are judged every round anyway
+        (see :meth:`observe`), a probe only verifies tokens past the first."""
+        c1 = self.verify_cost(1)
+        return (self.verify_cost(self.probe_k + 1) - c1) / (_FREE_PROBE_SHARE * c1)
+
+    def _probe_pays(self, d, n_context: int) -> bool:
+        """A probe is worth running: the drafter could win, and catching up on the
+        context (a draft model that sat out) costs at most ``_PROBE_SHARE`` of the plain
+        rounds it has sat out since the last probe."""
+        budget = _PROBE_SHARE * self.probe_every * self.verify_cost(1)
+        return self.could_win(d) and self._lag_s(d, n_context) <= budget
+
+    def _lag_s(self, d, n_context: int) -> float:
+        """Seconds ``d`` needs to read the context it has not seen (0 for free drafters)."""
+        if not hasattr(d, "lag"):
+            return 0.0
+        return d.lag(n_context) * self.prefill_costs.get(id(d), 0.2 * self.draft_costs[id(d)].value)
+
+    def _accept_chances(self, d, draft, k: int) -> list[float]:
+        """Per token of ``draft`` (at most ``k``), the chance it is accepted given the
+        ones before it were: its calibrated confidence scaled by this text's trust in the
+        drafter, or the drafter's acceptance estimate when it gives no confidences."""
+        if draft.confidence:
+            confidence = draft.confidence[:k]
+            depths = _padded_depths(draft.depth, len(confidence))
+            chances = self._calibrated(d, confidence, depths)
+            trust = self._trust.get(id(d))
+            if trust is None:
+                return chances
+            return [trust.scale(a, Calibration.group(x)) for a, x in zip(chances, depths)]
+        return [self._models[id(d)].alpha] * min(k, len(draft.tokens))
+
+    def _calibrated(self, d, confidence: Sequence[float], depths: Sequence[int]) -> list[float]:
+        """Calibrated chances of tokens with these confidences and depths (one each)."""
+        return list(map(self._calibrations[id(d)], confidence, depths))
+
+    def _learn_confidences(self, d, confidence: Sequence[float], depth: Sequence[int] | None,
+                           n_accepted: int) -> None:
+        """Draft tokens with these confidences (and depths) were judged: the first
+        ``n_accepted`` accepted, then one rejected unless all were accepted."""
+        depths = _padded_depths(depth, len(confidence))
+        self._trust.setdefault(id(d), _TextTrust()).observe(self._calibrated(d, confidence, depths), n_accepted,
+                                                           [Calibration.group(x) for x in depths])
+        self._calibrations[id(d)].observe(confidence, n_accepted, depth)
+
+    def _best_length(self, d, draft, limit: int, cost_per_token: float) -> tuple[int, float]:
+        """The length of ``draft`` (at most ``limit``) with the most expected tokens per
+        second, and that rate; (0, 0.0) for an empty draft."""
+        best_k, best_rate = 0, 0.0
+        expected, run = 1.0, 1.0
+        for k, a in enumerate(self._accept_chances(d, draft, limit), start=1):
+            run *= a
+            expected += run
+            rate = expected / (k * cost_per_token + self.verify_cost(k + 1))
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k, best_rate
+
+    def _best_blind(self, d, limit: int, n_context: int, k_cap: int) -> tuple[int, float]:
+        """Length and rate for a drafter not yet asked, from its acceptance estimate; a
+        draft model's catch-up (its prefill of the context) is charged over the tokens it
+        could still serve (see the module docstring)."""
+        alpha, cost = self._models[id(d)].alpha, self.draft_costs[id(d)].value
+        lag_s = self._lag_s(d, n_context)
+        horizon = max(1, min(k_cap, max(self._generated, _MIN_HORIZON)))
+        best_k, best_rate = 0, 0.0
+        for k in range(1, limit + 1):
+            expected = expected_tokens(alpha, k)
+            rate = expected / (k * cost + self.verify_cost(k + 1) + lag_s * expected / horizon)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k, best_rate
+
+    def length(self, drafter, draft, k: int) -> int:
+        """How much of a draft just made by a non-free drafter to verify, now that its
+        confidences are known (its drafting cost is spent): 0 when none of it pays."""
+        self._proposals[id(drafter)] = draft  # judged in observe() if none of it is verified
+        if not draft.tokens:
+            return 0
+        kept, rate = self._best_length(drafter, draft, min(k, len(draft.tokens)), 0.0)
+        return kept if rate > 1.0 / self.verify_cost(1) else 0
+
+    def observe(self, drafter, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float,
+                batch: int, confidence: Sequence[float] | None = None,
+                emitted: Sequence[int] | None = None, depth: Sequence[int] | None = None) -> None:
+        """Learn from a finished round: ``draft_s`` seconds spent drafting (catch-up
+        excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens,
+        ``confidence`` the verified draft's per-token confidences (if it had them),
+        ``emitted`` the tokens the round produced (accepted draft tokens, then the
+        target's own), ``depth`` the verified draft's depths (if it had them).  The
+        drafts not verified this round (the free drafts not picked, a draft model's
+        draft cut to nothing) are judged against ``emitted`` too, as far as it goes, so
+        a drafter keeps learning what its confidence is worth (else one undervalued at
+        the start would never be picked to show otherwise, and a draft model whose
+        drafts are always cut would be chosen again and again)."""
+        self._count_plain_rounds(batch, verify_s)
+        self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
+        self._generated += len(emitted) if emitted else 1
+        made = self._proposals.get(id(drafter)) if drafter is not None else None
+        if made is not None and not getattr(drafter, "free", False):
+            self._observe_model_draft(drafter, made, n_drafted, draft_s)
+        elif n_drafted > 0:
+            self.draft_costs[id(drafter)].add(draft_s / n_drafted)
+        if drafter is not None and n_drafted > 0:
+            self._models[id(drafter)].observe(n_drafted, n_accepted)
+            if confidence:
+                self._learn_confidences(drafter, confidence[:n_drafted], depth, n_accepted)
+        if emitted:
+            self._judge_unverified(drafter if n_drafted > 0 else None, list(emitted))
+        self._proposals = {}
+
+    def _count_plain_rounds(self, batch: int, verify_s: float) -> None:
+        """Rounds since c(1) was last measured; a one-token verify well below the
+        estimate (the estimate was taken in a stall) leaves plain probes due until
+        readings stop falling."""
+        if batch != 1:
+            self._since_plain += 1
+            return
+        known = self.verify_costs.get(1)
+        falling = known is not None and known.weight > 0 and verify_s < _FALLING * known.value
+        self._since_plain = _PLAIN_PROBE_EVERY if falling else 0
+
+    def _observe_model_draft(self, drafter, made, n_verified: int, draft_s: float) -> None:
+        """A draft model ran this round: its cost per token made (the draft may have
+        been cut before verification), and a miss when it declined to draft at all
+        (``p_min``), so a model that keeps declining stops being chosen."""
+        if made.tokens:
+            self.draft_costs[id(drafter)].add(draft_s / len(made.tokens))
+        elif n_verified == 0:
+            self._models[id(drafter)].observe_judged(1, 0)
+
+    def _judge_unverified(self, verified, emitted: list[int]) -> None:
+        for d in self.drafters:
+            draft = self._proposals.get(id(d))
+            if d is verified or draft is None or not draft.tokens:
+                continue
+            judged = min(len(draft.tokens), len(emitted))
+            matched = next((i for i in range(judged) if draft.tokens[i] != emitted[i]), judged)
+            self._models[id(d)].observe_judged(judged, matched)
+            if draft.confidence:
+                self._learn_confidences(d, draft.confidence[:judged], draft.depth, matched)

@@ -1,0 +1,35 @@
+"""The AMX probe's child process (see :mod:`localspec.llama.amx_probe`): quantize a tiny
+model to Q4_K_M with llama.cpp, load it with AMX allowed, decode.  A crash kills only
+this child."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import llama_cpp
+
+from localspec.llama.amx_probe import OK_LINE
+from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.synthetic import write_model
+
+
+def probe_child() -> int:
+    """The probe itself: quantize a tiny model to Q4_K_M, load it with AMX allowed, decode."""
+    with tempfile.TemporaryDirectory(prefix="localspec-amx-probe-") as tmp:
+        f32 = write_model(Path(tmp) / "f32.gguf", seed=0, n_embd=256, n_ff=512)
+        q4k = Path(tmp) / "q4_k_m.gguf"
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+        if llama_cpp.llama_model_quantize(str(f32).encode(), str(q4k).encode(), params) != 0:
+            print("llama_model_quantize failed", file=sys.stderr)
+            return 3
+        engine = Engine(q4k, EngineConfig(n_ctx=256, n_gpu_layers=0, n_threads=2, cpu_buffers="default"))
+        prompt = [3 + (i * 7) % 300 for i in range(64)]
+        engine.decode(prompt, [63])  # a batch: llama.cpp's AMX tile kernels
+        for token in (5, 6, 7, 8):
+            engine.decode([token], [0])  # single rows: its AVX-512 VNNI kernels
+        engine.close()
+    print(OK_LINE)
+    return 0

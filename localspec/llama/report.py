@@ -1,0 +1,156 @@
+"""``localspec doctor``: what this installation can do on this machine, and what to fix.
+
+One report (a dict, for ``--json``) built from :mod:`localspec.machine` (the hardware),
+:mod:`localspec.llama.backend` (the llama.cpp build) and :mod:`localspec.llama.amx_probe`.  The same
+facts, as :func:`machine_record`, go into every benchmark result, because a speed-up
+measured on one machine says little about another.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+from localspec.llama import amx_probe, backend
+from localspec.models import hub
+from localspec import machine
+from localspec.llama.engine import default_threads
+
+_warned = False
+
+
+def gpu_warning() -> str | None:
+    """One line when the machine has a GPU that this llama.cpp build cannot use, with the
+    reinstall command that fixes it; None otherwise."""
+    gpu = machine.gpu_hardware()
+    if gpu is None or backend.supports_gpu_offload():
+        return None
+    return (f"{gpu.vendor} GPU found, but this llama-cpp-python build is CPU-only, so models run "
+            f"slowly and speculation mostly loses; rebuild it for {gpu.backend}: {reinstall_command(gpu)}")
+
+
+def reinstall_command(gpu: machine.GpuHardware) -> str:
+    return (f'CMAKE_ARGS="{gpu.cmake_flag}" {sys.executable} -m pip install --force-reinstall --no-deps '
+            f"--no-cache-dir llama-cpp-python=={backend.llama_cpp_python_version()}")
+
+
+def warn_gpu_once(write=lambda line: print(line, file=sys.stderr)) -> str | None:
+    """Show :func:`gpu_warning` once per process (``run``, ``serve``, the GUI); returns it."""
+    global _warned
+    line = gpu_warning()
+    if line and not _warned:
+        _warned = True
+        write(f"localspec: warning: {line}")
+    return line
+
+
+def machine_record(n_threads: int | None = None) -> dict:
+    """The machine and build a benchmark ran on: CPU model, cores, threads used, memory
+    (bytes), llama.cpp's system info line and backend, versions, the AMX decision."""
+    decision = amx_probe.amx_decision()
+    return {
+        "cpu": machine.cpu_model(),
+        "logical_cpus": machine.logical_cpus(),
+        "threads": n_threads or default_threads(),
+        "memory_bytes": machine.memory_bytes(),
+        "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "python": platform.python_version(),
+        "llama_cpp_python": backend.llama_cpp_python_version(),
+        "llama_cpp_commit": backend.llama_cpp_commit(),
+        "backend": backend.gpu_backend(),
+        "system_info": backend.system_info(),
+        "amx": decision.status,
+    }
+
+
+def machine_line(record: dict) -> str:
+    """``machine_record`` in one line for tables and plot titles."""
+    return (f"{record['cpu']}, {record['threads']} of {record['logical_cpus']} threads, "
+            f"{record['memory_bytes'] / 2**30:.0f} GiB, {record['backend']} build "
+            f"(llama-cpp-python {record['llama_cpp_python']}, llama.cpp {record['llama_cpp_commit']}), "
+            f"AMX {record['amx'].split(' (')[0]}")
+
+
+def report() -> dict:
+    """Everything ``localspec doctor`` prints."""
+    from localspec import __version__
+    from localspec.models.catalog import load_catalog
+    from huggingface_hub import constants
+
+    gpu = machine.gpu_hardware()
+    decision = amx_probe.amx_decision()
+    pair = load_catalog().pair()
+    on_disk = {role: hub.find_local(entry) for role, entry in (("target", pair.target), ("draft", pair.draft))}
+    return {
+        "localspec": __version__,
+        "llama_cpp_python": backend.llama_cpp_python_version(),
+        "llama_cpp_commit": backend.llama_cpp_commit(),
+        "system_info": backend.system_info(),
+        "gpu_offload": backend.supports_gpu_offload(),
+        "backend": backend.gpu_backend(),
+        "backends": backend.registered_backends(),
+        "devices": [vars(d) for d in backend.devices()],
+        "cpu": machine.cpu_model(),
+        "logical_cpus": machine.logical_cpus(),
+        "threads": default_threads(),
+        "memory_bytes": machine.memory_bytes(),
+        "gpu_hardware": vars(gpu) if gpu else None,
+        "gpu_warning": gpu_warning(),
+        "reinstall_command": reinstall_command(gpu) if gpu and not backend.supports_gpu_offload() else None,
+        "amx": {
+            "cpu_has_amx": machine.cpu_has_amx(),
+            "in_build": backend.amx_in_build(),
+            "forced_off": amx_probe.forced_off(),
+            "avoided": decision.avoid_amx,
+            "status": decision.status,
+            "source": decision.source,
+            "cpu_buffer_types": sorted(backend.cpu_extra_buffer_types()),
+        },
+        "caches": {
+            "models": str(hub.cache_dir()),
+            "huggingface": str(constants.HF_HUB_CACHE),
+            "amx_probe": str(amx_probe.cache_file()),
+        },
+        "default_pair": {
+            "name": pair.name,
+            **{role: {"name": entry.name, "size_bytes": entry.size,
+                      "path": str(on_disk[role]) if on_disk[role] else None}
+               for role, entry in (("target", pair.target), ("draft", pair.draft))},
+        },
+    }
+
+
+def format_report(r: dict) -> str:
+    """The report as text for people."""
+    amx = r["amx"]
+    lines = [
+        f"localspec          {r['localspec']}",
+        f"llama-cpp-python   {r['llama_cpp_python']} (llama.cpp {r['llama_cpp_commit']})",
+        f"backend            {r['backend']} (registered: {', '.join(r['backends'])}; "
+        f"GPU offload {'yes' if r['gpu_offload'] else 'no'})",
+        f"system info        {r['system_info']}",
+        f"CPU                {r['cpu']} ({r['logical_cpus']} logical CPUs, {r['threads']} threads used)",
+        f"memory             {r['memory_bytes'] / 2**30:.1f} GiB",
+    ]
+    for d in r["devices"]:
+        memory = f", {d['memory_total'] / 2**30:.1f} GiB" if d["memory_total"] else ""
+        lines.append(f"device             {d['name']} ({d['kind']}: {d['description']}{memory})")
+    gpu = r["gpu_hardware"]
+    lines.append(f"GPU hardware       {gpu['vendor']} ({gpu['detail']})" if gpu else "GPU hardware       none found")
+    lines += [
+        f"AMX                CPU {'has' if amx['cpu_has_amx'] else 'lacks'} AMX; build "
+        f"{'has' if amx['in_build'] else 'lacks'} AMX kernels; {amx['status']} [{amx['source']}]",
+        f"{amx_probe.ENV_NO_AMX:<18} {'set: the fallback is forced' if amx['forced_off'] else 'not set'}",
+        f"CPU buffer types   {', '.join(amx['cpu_buffer_types']) or 'none'}",
+        f"model cache        {r['caches']['models']}",
+        f"Hugging Face cache {r['caches']['huggingface']}",
+        f"AMX probe cache    {r['caches']['amx_probe']}",
+    ]
+    pair = r["default_pair"]
+    for role in ("target", "draft"):
+        entry = pair[role]
+        state = entry["path"] or f"not downloaded ({entry['size_bytes'] / 1e9:.2f} GB; `localspec pull {pair['name']}`)"
+        lines.append(f"default {role:<10} {entry['name']}: {state}")
+    if r["gpu_warning"]:
+        lines += ["", f"warning: {r['gpu_warning']}"]
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""How much memory a target + draft pair takes at a context size, from GGUF metadata alone
+(before download, from the Hub's file sizes and headers, or before load).
+
+Per model, in bytes:
+- weights: the GGUF's tensor bytes (file size);
+- KV cache: ``n_layer * n_ctx * n_head_kv * (key_length + value_length) * bytes per
+  element`` (f16: 2; llama.cpp's default cache type), the keys read from
+  ``<arch>.block_count``, ``<arch>.attention.head_count_kv``, ``<arch>.attention.key_length``
+  / ``value_length`` (default: ``embedding_length / head_count``);
+- compute buffer: the logits of one micro-batch (``n_vocab * n_ubatch * 4``), which
+  dominate llama.cpp's compute buffer for small models, plus the activations of one
+  micro-batch (``n_ubatch * embedding_length * 4 * 8``).
+
+Compared with RAM and, when a GPU backend is present, VRAM, the pair "fits" with at least
+20 % of it left for the system, is "tight" when it fits only without that margin, and
+"won't fit" beyond.  See ``benchmarks/memory_check.py`` for the estimate against the
+measured resident set size of the default pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from localspec.errors import LocalspecError
+from localspec.models.gguf_info import GGUFInfo, cached_header
+
+CACHE_TYPE_BYTES = {"f16": 2.0, "bf16": 2.0, "f32": 4.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+N_UBATCH = 512  # llama.cpp's default micro-batch
+FREE_MARGIN = 0.2  # share of memory left to the system for a "fits"
+
+
+@dataclass(frozen=True)
+class ModelMemory:
+    """Bytes one model needs: ``weights``, ``kv_cache`` at ``n_ctx`` tokens, ``compute``."""
+
+    name: str
+    weights: int
+    kv_cache: int
+    compute: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute
+
+
+@dataclass(frozen=True)
+class PairMemory:
+    """The pair's estimate against ``available`` bytes (RAM, or VRAM where layers go to a GPU)."""
+
+    models: tuple[ModelMemory, ...]
+    n_ctx: int
+    available: int | None
+    where: str  # "RAM" or "VRAM"
+    partial: bool = False  # a model whose header could not be read: its weights only, so "at least"
+    notes: tuple[str, ...] = ()  # where headers came from, or why one could not be read
+
+    @property
+    def total(self) -> int:
+        return sum(m.total for m in self.models)
+
+    @property
+    def verdict(self) -> str:
+        """"fits", "tight", "won't fit", or "unknown" when ``available`` is not known."""
+        if not self.available:
+            return "unknown"
+        if self.total <= (1 - FREE_MARGIN) * self.available:
+            return "fits"
+        return "tight" if self.total <= self.available else "won't fit"
+
+    def describe(self) -> str:
+        """Several lines: each model's parts in GiB, the total against what is available."""
+        lines = [f"{m.name}: weights {gib(m.weights)}, KV cache {gib(m.kv_cache)} at {self.n_ctx} tokens, "
+                 f"compute {gib(m.compute)}" for m in self.models]
+        avail = f" of {gib(self.available)} {self.where}" if self.available else ""
+        least = "at least " if self.partial else ""
+        lines.append(f"Pair: {least}{gib(self.total)}{avail}: {self.verdict}")
+        lines.extend(self.notes)
+        return "\n".join(lines)
+
+
+def gib(n: float | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def model_memory(info: GGUFInfo, n_ctx: int, cache_type: str = "f16", weights: int | None = None) -> ModelMemory:
+    """Estimate for one model from its header; ``weights`` defaults to the file's size.
+
+    Raises ValueError on an unknown ``cache_type`` or a header without a block count."""
+    if not isinstance(cache_type, str) or cache_type not in CACHE_TYPE_BYTES:
+        raise ValueError(f"unknown KV cache type {cache_type!r}; one of {', '.join(CACHE_TYPE_BYTES)}")
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
+        raise ValueError(f"n_ctx must be a positive number of tokens, got {n_ctx!r}")
+    arch, name = info.architecture, Path(info.path).name
+    n_layer = _count(info, f"{arch}.block_count", name)
+    n_embd = _count(info, f"{arch}.embedding_length", name, required=False)
+    heads = _per_layer(info, f"{arch}.attention.head_count", n_layer, name, default=None)
+    kv_heads = _per_layer(info, f"{arch}.attention.head_count_kv", n_layer, name, default=heads)
+    n_head = max(heads) if heads else 0
+    fallback = n_embd // n_head if n_embd and n_head else None
+    head_k = _count(info, f"{arch}.attention.key_length", name, required=fallback is None) or fallback
+    head_v = _count(info, f"{arch}.attention.value_length", name, required=fallback is None) or fallback
+    if kv_heads is None:
+        raise ValueError(f"{name}: no {arch}.attention.head_count(_kv) in the GGUF header")
+    kv = n_ctx * sum(kv_heads) * (head_k + head_v) * CACHE_TYPE_BYTES[cache_type]
+    n_ubatch = min(N_UBATCH, n_ctx)
+    compute = info.n_vocab * n_ubatch * 4 + n_ubatch * n_embd * 4 * 8
+    if weights is None:
+        weights = Path(info.path).stat().st_size
+    return ModelMemory(Path(info.path).name, int(weights), int(kv), int(compute))
+
+
+def ram_budget() -> tuple[int, str]:
+    """(total RAM in bytes, "RAM"): the budget when nothing is offloaded to a GPU.  A GPU's
+    budget comes from the llama.cpp build (:func:`localspec.llama.backend.memory_budget`)."""
+    from localspec.machine import memory_bytes
+
+    return memory_bytes(), "RAM"
+
+
+def _count(info: GGUFInfo, key: str, name: str, required: bool = True) -> int:
+    """A positive integer header value; 0 when absent and not ``required``."""
+    value = info.get(key)
+    if value is None and not required:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: {key} is {value!r} in the GGUF header, not a positive integer")
+    return value
+
+
+def _per_layer(info: GGUFInfo, key: str, n_layer: int, name: str, default):
+    """A head count per layer: one integer for all layers, or an array (variable-GQA
+    models such as OpenELM); ``default`` when absent."""
+    value = info.get(key)
+    if value is None:
+        return default
+    if isinstance(value, list):
+        if len(value) != n_layer or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise ValueError(f"{name}: {key} is not {n_layer} head counts")
+        return value
+    return [_count(info, key, name)] * n_layer
+
+
+def pair_memory(target: str | Path, draft: str | Path | None, n_ctx: int, cache_type: str = "f16",
+                budget: tuple[int, str] | None = None) -> PairMemory:
+    """Estimate for target (+ draft) GGUF files on disk at ``n_ctx`` tokens each, against
+    ``budget`` (bytes, where), by default :func:`ram_budget`.  Raises :class:`~localspec.errors.ModelFileError` for a missing
+    or corrupt GGUF, ValueError for a header without the sizes needed."""
+    models = [model_memory(cached_header(target), n_ctx, cache_type)]
+    if draft is not None:
+        models.append(model_memory(cached_header(draft), n_ctx, cache_type))
+    available, where = budget or ram_budget()
+    return PairMemory(tuple(models), n_ctx, available, where)
+
+
+def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16",
+                        budget: tuple[int, str] | None = None) -> PairMemory:
+    """:func:`pair_memory` for :class:`~localspec.models.discovery.ModelRef` s.  A model on disk is
+    read from its header; one not downloaded yet from its header on the Hub, read with
+    range requests (:func:`localspec.models.hub.remote_gguf_header`, about 6 MB for a
+    152k-token vocabulary; network, so call it off the GUI thread).  When that fails (offline, gated, unreachable) the model counts its catalogue
+    file size only, the estimate is ``partial`` and ``notes`` says why."""
+    models, notes, partial = [], [], False
+    for ref in (target, draft):
+        if ref is None:
+            continue
+        if ref.path is not None:
+            models.append(model_memory(cached_header(ref.path), n_ctx, cache_type))
+            continue
+        problem = "not downloaded, not in the catalogue" if ref.entry is None else None
+        if problem is None:
+            try:
+                models.append(_remote_model_memory(ref, n_ctx, cache_type))
+                notes.append(f"{ref.name}: header read from the Hub before download")
+                continue
+            except (LocalspecError, ValueError) as exc:
+                problem = str(exc)
+        models.append(ModelMemory(ref.name, int(ref.size or 0), 0, 0))
+        notes.append(f"{ref.name}: file size only ({problem})")
+        partial = True
+    available, where = budget or ram_budget()
+    return PairMemory(tuple(models), n_ctx, available, where, partial, tuple(notes))
+
+
+def _remote_model_memory(ref, n_ctx: int, cache_type: str) -> ModelMemory:
+    from localspec.models.hub import remote_gguf_header
+
+    info, size = remote_gguf_header(ref.entry)
+    return replace(model_memory(info, n_ctx, cache_type, weights=size), name=ref.name)

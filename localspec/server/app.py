@@ -1,0 +1,321 @@
+"""``localspec serve``: an OpenAI-compatible HTTP server over one loaded model pair.
+
+Built on Starlette (routing, SSE through ``StreamingResponse``) served by uvicorn, with
+request bodies validated by pydantic models.  Endpoints: ``GET /health``,
+``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``.
+
+Shapes follow the OpenAI API reference (openai-python ``types/chat/*``): chat
+completion objects and ``chat.completion.chunk`` streams ending in ``data: [DONE]``,
+``usage`` with ``prompt_tokens_details.cached_tokens`` (the reused KV prefix) and
+``completion_tokens_details.accepted_prediction_tokens`` / ``rejected_prediction_tokens``,
+errors as ``{"error": {message, type, param, code}}``.  Speculative statistics also come
+as llama.cpp's server ``timings`` (milliseconds), and per-request speculative options
+under its names (``speculative: {n_max, n_min, p_min}``, plus our ``strategy``).
+
+Predicted Outputs: ``prediction.content`` drafts through
+:class:`localspec.decoding.drafters.PredictionDrafter`.  ``accepted_prediction_tokens`` counts
+prediction tokens that were drafted and kept by the target, ``rejected_prediction_tokens``
+those drafted and rejected (tokens of the prediction never drafted count in neither;
+OpenAI's billing counts differ).
+
+One worker thread owns the model (:class:`ModelWorker`); requests wait in a bounded FIFO
+queue (a full one answers 503 with ``Retry-After``).  A client that disconnects cancels
+its generation after the current speculative round, and a queued request whose client
+left never starts.
+"""
+
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from pydantic import ValidationError
+
+from localspec.errors import InvalidOptionError, LocalspecError
+from localspec.server.errors import APIError, from_localspec_error, from_validation_error
+from localspec.server.openai_shapes import ChatShape, CompletionShape
+from localspec.server.schemas import ChatRequest, CommonRequest, CompletionRequest
+from localspec.server.worker import DEFAULT_QUEUE, Job, ModelWorker
+
+log = logging.getLogger("localspec.server")
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+BODY_TIMEOUT_S = 60.0  # a body announced but never sent does not hold a connection forever
+_POLL_S = 0.1  # how often a waiting handler checks that its client is still there
+
+
+@dataclass
+class ServerConfig:
+    """``model_name``: the id /v1/models lists and every response names.  ``api_key``:
+    None accepts any (or no) Bearer token.  ``max_tokens_limit``: the most tokens one
+    request may ask for (default: the context size).  ``defaults``: generation options
+    for fields a request leaves out (e.g. the CLI's --temp)."""
+
+    model_name: str
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    queue_size: int = DEFAULT_QUEUE
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_tokens_limit: int | None = None
+    defaults: dict = field(default_factory=dict)
+
+
+def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -> Starlette:
+    """The ASGI app serving ``model`` (a :class:`~localspec.api.SpeculativeModel`).  A
+    ``worker`` may be passed in; otherwise one is started, and it is closed when the app
+    shuts down."""
+    own_worker = worker is None
+    state = _State(model, config, worker or ModelWorker(model, config.queue_size))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        if own_worker:
+            await asyncio.to_thread(state.worker.close)
+
+    middleware = []
+    if config.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"]))
+    routes = [
+        Route("/health", state.health, methods=["GET"]),
+        Route("/v1/models", state.models, methods=["GET"]),
+        Route("/v1/chat/completions", state.chat, methods=["POST"]),
+        Route("/v1/completions", state.completions, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error, Exception: _internal_error})
+    app.router.redirect_slashes = False  # "/v1/chat/completions/" is a 404, not a redirect around the key check
+    app.state.localspec = state
+    return app
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    message = {404: f"no route {request.method} {request.url.path}",
+               405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
+    return APIError(exc.status_code, message, code=code).response()
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error")
+    return APIError(500, "internal server error", type="server_error", retry=True).response()
+
+
+class _State:
+    def __init__(self, model, config: ServerConfig, worker: ModelWorker):
+        self.model, self.config, self.worker = model, config, worker
+        self.created = int(time.time())
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def _check_key(self, request: Request) -> None:
+        if self.config.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), self.config.api_key.encode()):
+            raise APIError(401, "Incorrect API key provided" if token else "Missing API key (Authorization: Bearer ...)",
+                           code="invalid_api_key")
+
+    async def _body(self, request: Request, model_type: type[BaseModel]) -> BaseModel:
+        limit = self.config.max_body_bytes
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > limit:
+            raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+        try:
+            body = await asyncio.wait_for(self._read(request, limit), BODY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s",
+                           code="request_timeout") from None
+        except ClientDisconnect:
+            raise APIError(400, "the client disconnected while sending the request", code="client_disconnected") from None
+        if not body.lstrip().startswith(b"{"):
+            raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
+        try:
+            return model_type.model_validate_json(body)
+        except ValidationError as exc:
+            raise from_validation_error(exc) from None
+
+    @staticmethod
+    async def _read(request: Request, limit: int) -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _options(self, body: CommonRequest, max_tokens: int | None) -> dict:
+        options = dict(self.config.defaults)
+        limit = self.config.max_tokens_limit or self.model.target.n_ctx
+        if max_tokens is not None and max_tokens > limit:
+            raise APIError(400, f"max_tokens is {max_tokens}; this server allows at most {limit}", param="max_tokens",
+                           code="invalid_value")
+        options["max_tokens"] = min(max_tokens or options.get("max_tokens") or limit, limit)
+        for name in ("temperature", "top_p", "top_k", "min_p", "seed"):
+            value = getattr(body, name)
+            if value is not None:
+                options[name] = value
+        if body.stop is not None:
+            options["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
+        spec = body.speculative
+        if spec is not None:
+            for ours, theirs in (("draft_max", spec.n_max), ("draft_min", spec.n_min), ("p_min", spec.p_min),
+                                 ("strategy", spec.strategy)):
+                if theirs is not None:
+                    options[ours] = theirs
+        return options
+
+    async def _handle(self, request: Request, handler) -> Response:
+        try:
+            self._check_key(request)
+            return await handler(request)
+        except APIError as exc:
+            return exc.response()
+
+    # --- endpoints --------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": self.config.model_name, "busy": self.worker.busy,
+                             "waiting": self.worker.waiting})
+
+    async def models(self, request: Request) -> Response:
+        async def answer(_):
+            return JSONResponse({"object": "list", "data": [
+                {"id": self.config.model_name, "object": "model", "created": self.created, "owned_by": "localspec"}]})
+        return await self._handle(request, answer)
+
+    async def chat(self, request: Request) -> Response:
+        return await self._handle(request, self._chat)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._handle(request, self._completions)
+
+    async def _chat(self, request: Request) -> Response:
+        body = await self._body(request, ChatRequest)
+        options = self._options(body, body.max_completion_tokens or body.max_tokens)
+        if body.logprobs:
+            options["logprobs"] = body.top_logprobs or 0
+        if body.prediction is not None:
+            options["prediction"] = body.prediction.text()
+        elif options.get("strategy") == "prediction":
+            raise APIError(400, "speculative.strategy 'prediction' needs a prediction", param="speculative.strategy",
+                           code="invalid_value")
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        job = Job(lambda model: model.chat(messages, stream=True, **options), asyncio.get_running_loop(),
+                  logprobs=options.get("logprobs"))
+        return await self._run(request, job, body, ChatShape(self.config.model_name, body.logprobs))
+
+    async def _completions(self, request: Request) -> Response:
+        body = await self._body(request, CompletionRequest)
+        options = self._options(body, body.max_tokens)
+        if body.logprobs is not None:
+            options["logprobs"] = body.logprobs
+        prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+        job = Job(lambda model: model.generate(prompt, stream=True, **options), asyncio.get_running_loop(),
+                  logprobs=options.get("logprobs"))
+        return await self._run(request, job, body, CompletionShape(self.config.model_name, body.logprobs is not None))
+
+    async def _run(self, request: Request, job: Job, body: CommonRequest, shape) -> Response:
+        self.worker.submit(job)
+        first = await _next(job, request)
+        if first is None:  # the client left while the request waited
+            self.worker.withdraw(job)
+            return Response(status_code=499)
+        kind, value = first
+        if kind == "error":
+            prompt_param = "prompt" if isinstance(body, CompletionRequest) else "messages"
+            raise from_localspec_error(value, prompt_param) if isinstance(value, LocalspecError) else APIError(
+                500, "internal server error", type="server_error", retry=True)
+        if kind == "skipped":
+            raise APIError(503, "the server is shutting down", type="server_error", retry=True)
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        if body.stream:
+            return StreamingResponse(self._sse(request, job, shape, include_usage), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        pieces: list = []
+        while True:
+            item = await _next(job, request)
+            if item is None:
+                return Response(status_code=499)
+            kind, value = item
+            if kind == "event":
+                pieces.append(value)
+            elif kind == "done":
+                return JSONResponse(shape.whole(pieces, value, self.model))
+            elif kind == "error":
+                raise APIError(500, "internal server error", type="server_error", retry=True)
+
+    async def _sse(self, request: Request, job: Job, shape, include_usage: bool) -> AsyncIterator[str]:
+        try:
+            yield _sse(shape.first_chunk())
+            while True:
+                item = await _next(job, request)
+                if item is None or await request.is_disconnected():
+                    return
+                batch = [item]
+                while not job.events.empty() and batch[-1][0] == "event":  # one chunk per round, or so
+                    batch.append(job.events.get_nowait())
+                events = [v for k, v in batch if k == "event"]
+                if events:
+                    chunk = shape.delta_chunk(events)
+                    if chunk is not None:
+                        yield _sse(chunk)
+                end = batch[-1]
+                if end[0] == "done":
+                    yield _sse(shape.final_chunk(end[1], self.model))
+                    if include_usage:
+                        yield _sse(shape.usage_chunk(end[1], self.model))
+                    yield "data: [DONE]\n\n"
+                    return
+                if end[0] == "error":
+                    yield _sse({"error": {"message": "internal server error", "type": "server_error",
+                                          "param": None, "code": None}})
+                    return
+        finally:
+            job.cancel()  # the client left mid-stream (or the stream ended): stop within one round
+
+
+async def _next(job: Job, request: Request):
+    """The job's next item, or None (and the job cancelled) once the client is gone."""
+    while True:
+        try:
+            return await asyncio.wait_for(job.events.get(), _POLL_S)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                job.cancel()
+                return None
+
+
+def _sse(data: dict) -> str:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port that is taken before spending a minute loading models."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise InvalidOptionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

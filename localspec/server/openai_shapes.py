@@ -1,0 +1,137 @@
+"""OpenAI response shapes: chat completion objects and chunks, legacy completions, ``usage``
+with the speculative counts, and llama.cpp server's ``timings``."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from localspec.decoding.stats import GenerationResult
+
+
+def usage(result: GenerationResult) -> dict:
+    s = result.stats
+    drafted = s.drafted_by_drafter.get("prediction", 0)
+    accepted = s.accepted_by_drafter.get("prediction", 0)
+    completion = len(result.tokens)
+    return {
+        "prompt_tokens": s.prompt_tokens, "completion_tokens": completion, "total_tokens": s.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": s.prompt_cached_tokens},
+        "completion_tokens_details": {"accepted_prediction_tokens": accepted,
+                                      "rejected_prediction_tokens": drafted - accepted, "reasoning_tokens": 0},
+    }
+
+
+def timings(result: GenerationResult) -> dict:
+    """llama.cpp server's ``timings`` (milliseconds); ``draft_n`` / ``draft_n_accepted``
+    count draft tokens of every drafter."""
+    s = result.stats
+    predicted_ms = max(0.0, s.total_s - s.ttft_s) * 1000
+    prompt_ms = s.prompt_eval_s * 1000
+    predicted_n = max(0, s.generated_tokens - 1)  # the first token came with the prompt eval
+    return {
+        "prompt_n": s.prompt_eval_tokens, "prompt_ms": prompt_ms,
+        "prompt_per_second": s.prompt_eval_tokens / prompt_ms * 1000 if prompt_ms else 0.0,
+        "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+        "predicted_per_second": predicted_n / predicted_ms * 1000 if predicted_ms else 0.0,
+        "draft_n": s.drafted_tokens, "draft_n_accepted": s.accepted_tokens,
+        "cache_n": s.prompt_cached_tokens,
+    }
+
+
+def _finish_reason(result: GenerationResult) -> str:
+    return "length" if result.finish_reason in ("length", "context") else "stop"
+
+
+class ChatShape:
+    def __init__(self, model_name: str, logprobs: bool):
+        self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.model_name, self.logprobs = model_name, logprobs
+
+    def _chunk(self, choices: list) -> dict:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model_name,
+                "system_fingerprint": None, "choices": choices}
+
+    def first_chunk(self) -> dict:
+        return self._chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                             "finish_reason": None}])
+
+    def delta_chunk(self, events: list) -> dict | None:
+        text = "".join(e.text for e, _ in events)
+        entries = [lp for _, lp in events if lp is not None]
+        if not text and not entries:
+            return None
+        logprobs = {"content": entries} if self.logprobs else None
+        return self._chunk([{"index": 0, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": None}])
+
+    def final_chunk(self, result: GenerationResult, model) -> dict:
+        chunk = self._chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(result)}])
+        chunk["timings"] = timings(result)
+        return chunk
+
+    def usage_chunk(self, result: GenerationResult, model) -> dict:
+        chunk = self._chunk([])
+        chunk["usage"] = usage(result)
+        return chunk
+
+    def whole(self, pieces: list, result: GenerationResult, model) -> dict:
+        entries = [lp for _, lp in pieces if lp is not None]
+        return {
+            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model_name,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
+                         "logprobs": {"content": entries} if self.logprobs else None,
+                         "finish_reason": _finish_reason(result)}],
+            "usage": usage(result), "timings": timings(result),
+        }
+
+
+class CompletionShape:
+    def __init__(self, model_name: str, logprobs: bool):
+        self.id = f"cmpl-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.model_name, self.logprobs = model_name, logprobs
+
+    def _obj(self, text: str, finish: str | None, logprobs: dict | None) -> dict:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_name,
+                "system_fingerprint": None,
+                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
+
+    def _legacy_logprobs(self, entries: list, offset: int = 0) -> dict | None:
+        if not self.logprobs:
+            return None
+        offsets, at = [], offset
+        for e in entries:
+            offsets.append(at)
+            at += len(e["token"])
+        return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+                "text_offset": offsets}
+
+    def first_chunk(self) -> dict:
+        return self._obj("", None, None)
+
+    def delta_chunk(self, events: list) -> dict | None:
+        text = "".join(e.text for e, _ in events)
+        entries = [lp for _, lp in events if lp is not None]
+        if not text and not entries:
+            return None
+        return self._obj(text, None, self._legacy_logprobs(entries))
+
+    def final_chunk(self, result: GenerationResult, model) -> dict:
+        obj = self._obj("", _finish_reason(result), None)
+        obj["timings"] = timings(result)
+        return obj
+
+    def usage_chunk(self, result: GenerationResult, model) -> dict:
+        obj = self._obj("", None, None)
+        obj["choices"] = []
+        obj["usage"] = usage(result)
+        return obj
+
+    def whole(self, pieces: list, result: GenerationResult, model) -> dict:
+        obj = self._obj(result.text, _finish_reason(result), self._legacy_logprobs([lp for _, lp in pieces if lp]))
+        obj["usage"] = usage(result)
+        obj["timings"] = timings(result)
+        return obj

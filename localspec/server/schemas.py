@@ -1,0 +1,169 @@
+"""Request bodies of the OpenAI chat and completions endpoints, validated by pydantic
+(strict types, unknown fields kept only where OpenAI has them)."""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+def _refused(*fields: str, why: str):
+    """A field validator that refuses any set (truthy) value of ``fields``."""
+
+    def check(cls, value):
+        if value:
+            raise ValueError(why)
+        return value
+
+    return field_validator(*fields)(check)
+
+
+_STRICT = ConfigDict(strict=True)
+
+
+class _TextPart(BaseModel):
+    model_config = _STRICT
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    role: Literal["system", "developer", "user", "assistant"]
+    content: Union[str, list[_TextPart], None] = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class Prediction(BaseModel):
+    model_config = _STRICT
+    type: Literal["content"]
+    content: Union[str, list[_TextPart]]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class StreamOptions(BaseModel):
+    model_config = _STRICT
+    include_usage: bool = False
+
+
+class SpeculativeOptions(BaseModel):
+    """llama.cpp's server names: n_max = draft_max, n_min = draft_min, p_min; plus strategy."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    n_max: Union[int, Literal["auto"], None] = None
+    n_min: int | None = Field(None, ge=0)
+    p_min: float | None = Field(None, ge=0.0, le=1.0)
+    strategy: Literal["auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none"] | None = None
+
+    @field_validator("n_max")
+    @classmethod
+    def _non_negative(cls, v):
+        if isinstance(v, int) and v < 0:
+            raise ValueError("must be 'auto' or an integer >= 0")
+        return v
+
+    @model_validator(mode="after")
+    def _min_below_max(self):
+        if isinstance(self.n_max, int) and self.n_min is not None and self.n_min > self.n_max:
+            raise ValueError(f"n_min ({self.n_min}) must not exceed n_max ({self.n_max})")
+        return self
+
+
+class CommonRequest(BaseModel):
+    # Unknown fields are ignored (clients send user, metadata, store, ...); types are strict
+    # ("0.5" is not a number, true is not 1), as OpenAI's API has them.
+    model_config = ConfigDict(extra="ignore", strict=True)
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    seed: int | None = Field(None, ge=-1)
+    stop: Union[str, list[str], None] = None
+    n: int | None = 1
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    speculative: SpeculativeOptions | None = None
+    presence_penalty: float | None = 0.0
+    frequency_penalty: float | None = 0.0
+    logit_bias: dict | None = None
+    response_format: dict | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_speculative_keys(cls, data):
+        """llama-server's own request keys (``"speculative.n_max": 4``, ...) are folded
+        into ``speculative``, so requests written for it work here unchanged."""
+        if not isinstance(data, dict):
+            return data
+        flat = {k: v for k, v in data.items() if isinstance(k, str) and k.startswith("speculative.")}
+        if not flat:
+            return data
+        nested = data.get("speculative")
+        if nested is not None and not isinstance(nested, dict):
+            return data  # the nested value is refused on its own (400, param "speculative")
+        rest = {k: v for k, v in data.items() if k not in flat}
+        return {**rest, "speculative": {**(nested or {}), **{k.split(".", 1)[1]: v for k, v in flat.items()}}}
+
+    @field_validator("stop")
+    @classmethod
+    def _at_most_four(cls, v):
+        stops = [v] if isinstance(v, str) else v or []
+        if len(stops) > 4:
+            raise ValueError("at most 4 stop sequences")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty")
+        return v
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, v):
+        if v not in (None, 1):
+            raise ValueError("only n = 1 is supported")
+        return v
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, v):
+        if v and v.get("type") not in (None, "text"):
+            raise ValueError("only response_format {\"type\": \"text\"} is supported (no JSON mode or schemas)")
+        return v
+
+    _no_penalties = _refused("presence_penalty", "frequency_penalty", "logit_bias",
+                             why="penalties and logit_bias are not supported (they would change the target's distribution)")
+
+
+class ChatRequest(CommonRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    prediction: Prediction | None = None
+    tools: list | None = None
+
+    _no_tools = _refused("tools", why="tools are not supported by this server")
+
+
+class CompletionRequest(CommonRequest):
+    prompt: Union[str, list[str]] = Field(min_length=1)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, v):
+        if isinstance(v, list) and len(v) != 1:
+            raise ValueError("exactly one prompt is supported")
+        return v
+
+    _no_echo = _refused("echo", why="echo is not supported")
+    _no_suffix = _refused("suffix", why="suffix (insertion) is not supported")

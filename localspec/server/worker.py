@@ -1,0 +1,183 @@
+"""The model thread: one worker runs queued generation jobs first in, first out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from localspec.decoding.stats import GenerationResult, TokenEvent
+from localspec.errors import LocalspecError
+from localspec.server.errors import APIError
+
+log = logging.getLogger("localspec.server")
+
+DEFAULT_QUEUE = 16
+
+
+@dataclass
+class Job:
+    """One request for the model thread.  ``start(model)`` returns a streaming
+    :class:`~localspec.decoding.loop.Generation`; items come back on ``events``:
+    ("started", None), ("event", (TokenEvent, logprobs entry or None)), ("done", GenerationResult),
+    ("error", exception) or ("skipped", None)."""
+
+    start: Any
+    loop: asyncio.AbstractEventLoop
+    logprobs: int | None = None
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def post(self, kind: str, value: Any = None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:  # the event loop is gone (server shutting down)
+            pass
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class ModelWorker:
+    """One thread that owns the model and runs queued :class:`Job`s first in, first out.
+
+    ``submit`` raises :class:`APIError` (503, with Retry-After) when ``queue_size`` jobs
+    already wait.  A job cancelled while queued is skipped; one cancelled while running
+    stops after its current speculative round.
+
+    ``run_in``: None starts the worker's own thread; otherwise a function that asks a
+    thread which already owns the model (the desktop chat's) to call :meth:`run_one`
+    soon, once per submitted job, so outside requests queue with that thread's own work.
+    """
+
+    def __init__(self, model, queue_size: int = DEFAULT_QUEUE, run_in=None):
+        self.model = model
+        self.queue_size = queue_size
+        self._jobs: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._current: Job | None = None
+        self.last_result: GenerationResult | None = None  # of the latest finished generation
+        self.skipped = 0  # queued jobs dropped because their client had left
+        self._run_in = run_in
+        self._closed = False
+        self._thread = None
+        if run_in is None:
+            self._thread = threading.Thread(target=self._run, name="localspec-model", daemon=True)
+            self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return self._jobs.qsize()
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    def submit(self, job: Job) -> None:
+        if self._closed:
+            raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down", retry=True)
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise APIError(503, f"the server is busy: {self.queue_size} requests are already waiting",
+                           type="server_error", code="queue_full", retry=True, headers={"Retry-After": "1"}) from None
+        if self._run_in is not None:
+            try:
+                self._run_in()
+            except BaseException:
+                self.withdraw(job)  # never run: its place is free again
+                raise
+
+    def withdraw(self, job: Job) -> None:
+        """Take a job whose client left out of the queue at once (its place is free)."""
+        with self._jobs.mutex:
+            try:
+                self._jobs.queue.remove(job)
+            except ValueError:
+                return  # running or done already
+            self._jobs.not_full.notify()
+        self.skipped += 1
+
+    def cancel_all(self) -> None:
+        """Cancel the running job (it ends after its current round) and every waiting one."""
+        for job in list(self._jobs.queue):
+            if isinstance(job, Job):
+                job.cancel()
+        if self._current is not None:
+            self._current.cancel()
+
+    def close(self) -> None:
+        """Refuse new jobs, cancel the running one, drop the waiting ones, and stop the
+        thread; returns once the model is no longer in use (a running job stops within one
+        round, or one prompt batch), so the caller may free it.  With ``run_in`` there is no
+        thread to wait for: the owning thread ends the running job within one round."""
+        self._closed = True
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(job, Job):
+                job.cancel()
+                job.post("skipped")
+        if self._current is not None:
+            self._current.cancel()
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            self._run_job(job)
+
+    def run_one(self) -> None:
+        """Run the next waiting job, if any, in the calling thread (see ``run_in``)."""
+        try:
+            job = self._jobs.get_nowait()
+        except queue.Empty:
+            return
+        if job is not None:
+            self._run_job(job)
+
+    def _run_job(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            self.skipped += 1
+            job.post("skipped")
+            return
+        self._current = job
+        try:
+            self._generate(job)
+        finally:
+            self._current = None
+
+    def _generate(self, job: Job) -> None:
+        try:
+            generation = job.start(self.model)
+            job.post("started")
+            for event in generation:
+                if job.cancelled.is_set():
+                    generation.cancel()
+                job.post("event", (event, self._logprob_entry(event, job.logprobs)))
+            self.last_result = generation.result
+            job.post("done", generation.result)
+        except LocalspecError as exc:
+            job.post("error", exc)
+        except Exception as exc:  # a bug: answer 500, keep serving
+            log.exception("generation failed")
+            job.post("error", exc)
+
+    def _logprob_entry(self, event: TokenEvent, top: int | None) -> dict | None:
+        if top is None or event.logprob is None:
+            return None
+        piece = self.model.target.token_bytes
+        return {
+            "token": piece(event.token).decode("utf-8", "replace"), "logprob": event.logprob,
+            "bytes": list(piece(event.token)),
+            "top_logprobs": [{"token": piece(t).decode("utf-8", "replace"), "logprob": lp, "bytes": list(piece(t))}
+                             for t, lp in (event.top_logprobs or ())],
+        }
