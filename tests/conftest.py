@@ -104,7 +104,7 @@ def tie_tolerance(real_model):
 def _test_assets() -> Path:
     """Downloaded test files live next to (not inside) the model cache, so that they
     never show up among a user's models."""
-    from localspec import hub
+    from localspec.models import hub
 
     return hub.cache_dir().parent / "test-assets"
 
@@ -115,7 +115,7 @@ def smollm2_gguf():
     import tempfile
     import zipfile
 
-    from localspec import hub
+    from localspec.models import hub
 
     dest = _test_assets() / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not dest.is_file():
@@ -139,7 +139,7 @@ def gemma3_270m_gguf():
     import tempfile
     import zipfile
 
-    from localspec import hub
+    from localspec.models import hub
 
     dest = _test_assets() / "gemma-3-270m-q4_k_m.gguf"
     if not dest.is_file():

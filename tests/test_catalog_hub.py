@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec import hub
+from localspec.models import hub
 from localspec.models.catalog import ModelEntry, Mirror, load_catalog, parse_catalog
 from localspec.errors import CatalogError, DownloadError
 

@@ -9,7 +9,7 @@ pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -
 
 from localspec.llama.synthetic import write_model  # noqa: E402
 
-from localspec import discovery  # noqa: E402
+from localspec.models import discovery  # noqa: E402
 from gui.message import Message, Segment  # noqa: E402
 from gui.settings import Settings, load_settings, save_settings  # noqa: E402
 from gui.settings_panel import SettingsPanel  # noqa: E402
@@ -390,7 +390,9 @@ def test_damaged_rows_and_settings_fall_back_instead_of_failing(tmp_path):
 
 
 def test_a_gpu_the_build_cannot_use_is_named_in_the_window(qtbot, tmp_path, monkeypatch):
-    from localspec import backend, doctor, machine
+    from localspec import machine
+    from localspec.llama import backend
+    from localspec.llama import report as doctor
 
     gpu = machine.GpuHardware("NVIDIA", "NVRM version: test", "CUDA", "-DGGML_CUDA=on")
     monkeypatch.setattr(machine, "gpu_hardware", lambda: gpu)

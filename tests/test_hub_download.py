@@ -9,7 +9,7 @@ import pytest
 from huggingface_hub import constants
 
 from hub_server import FakeHub, serve
-from localspec import hub
+from localspec.models import hub
 from localspec.models.catalog import ModelEntry
 from localspec.models.discovery import model_ref
 from localspec.errors import DownloadCancelled, DownloadError, InvalidOptionError

@@ -56,7 +56,7 @@ def test_per_layer_head_counts_and_bad_sizes(tmp_path):
 
 # --- before download: the header read from the Hub with range requests ------------------------
 
-from localspec import hub  # noqa: E402
+from localspec.models import hub  # noqa: E402
 from localspec.models.discovery import ModelRef  # noqa: E402
 from localspec.models.memory import pair_memory_of_refs  # noqa: E402
 from test_hub_download import entry_for, fake_hub  # noqa: E402,F401

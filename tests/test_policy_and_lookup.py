@@ -154,13 +154,14 @@ def test_no_probe_in_the_first_tokens_of_a_text():
 def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
     """c(1) calibrated in a stall (3x its true 30 ms) makes a 40 %-accepted draft model
     look better than plain; drafting every round would never measure c(1) again."""
-    from localspec.decoding.policy import _PLAIN_PROBE_EVERY, _Average
+    from localspec.decoding.calibration import CostAverage
+    from localspec.decoding.policy import _PLAIN_PROBE_EVERY
 
     d = FakeDrafter("draft-model", 0.4)
-    verify = {b: _Average(cpu_like(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
-    verify[1] = _Average(0.090, weight=1.0)
+    verify = {b: CostAverage(cpu_like(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
+    verify[1] = CostAverage(0.090, weight=1.0)
     policy = AdaptivePolicy([d], max_k={id(d): 8}, probe_every=10**6, verify_costs=verify)
-    policy.draft_costs[id(d)] = _Average(0.010, weight=1.0)
+    policy.draft_costs[id(d)] = CostAverage(0.010, weight=1.0)
     plans = []
     for i in range(_PLAIN_PROBE_EVERY + 40):
         drafter, k = policy.plan(8)

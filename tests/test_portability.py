@@ -12,9 +12,12 @@ import sys
 import numpy as np
 import pytest
 
-from localspec import amx_probe, backend, doctor, machine
+from localspec import machine
+from localspec.llama import amx_probe, backend
+from localspec.llama import report as doctor
 from localspec.cli import main
-from localspec.llama.engine import Engine, EngineConfig, load_peer_llama
+from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.peer import load_peer_llama
 from localspec.errors import InvalidOptionError
 from localspec.models.gguf_info import check_gguf_file
 

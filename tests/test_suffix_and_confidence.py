@@ -3,7 +3,8 @@
 import pytest
 
 from localspec.decoding.drafters import Draft, SuffixDrafter
-from localspec.decoding.policy import _Average, AdaptivePolicy, Calibration
+from localspec.decoding.calibration import Calibration, CostAverage
+from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
 
@@ -193,10 +194,10 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     assert drafter is d and k >= 8
     model = Model()
     slow_start = policy_for([model], flat)
-    cost = slow_start.draft_costs[id(model)] = _Average(0.003, weight=1.0)
+    cost = slow_start.draft_costs[id(model)] = CostAverage(0.003, weight=1.0)
     slow_start.observe(model, 4, 4, 4 * 0.3, flat(5), 5)  # a draft step stalled 100 times over
     assert cost.value <= 3 * 0.003  # the draft model's cost is no more locked out than the target's
-    stalled = AdaptivePolicy([d], verify_costs={1: _Average(0.03, 1.0), 5: _Average(3.0, 1.0)})
+    stalled = AdaptivePolicy([d], verify_costs={1: CostAverage(0.03, 1.0), 5: CostAverage(3.0, 1.0)})
     assert stalled.verify_cost(5) == pytest.approx(1.25 * 5 * 0.03)  # the bound, however it got there
 
 
@@ -247,7 +248,7 @@ def test_a_draft_model_is_probed_only_while_catching_up_is_cheap():
             policy.observe(None, 0, 0, 0.0, 0.030, 1)
             policy.observe(None, 0, 0, 0.0, 0.031, 2)
             policy.observe(None, 0, 0, 0.0, 0.033, 5)
-        policy.draft_costs[id(m)] = _Average(0.003, weight=1.0)
+        policy.draft_costs[id(m)] = CostAverage(0.003, weight=1.0)
         policy.prefill_costs[id(m)] = 0.002
         policy._models[id(m)].successes, policy._models[id(m)].trials = 0.1, 10.0  # looks hopeless
         picks = [policy.plan(8, {}, n_context=300)[0] for _ in range(8)]
@@ -335,7 +336,7 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
     free, model = Free(), Model()
     policy = policy_for([free, model], flat)
     policy._models[id(model)].successes, policy._models[id(model)].trials = 9.0, 10.0  # the model looks good
-    policy.draft_costs[id(model)] = _Average(0.001, weight=1.0)  # and is cheap
+    policy.draft_costs[id(model)] = CostAverage(0.001, weight=1.0)  # and is cheap
     answer = list(range(100, 200))
     picks = []
     for j in range(0, 60, 3):
@@ -363,7 +364,7 @@ def test_a_draft_model_whose_drafts_are_never_verified_stops_being_chosen(declin
     over.  Before, such rounds taught the policy nothing and it chose the model every round."""
     m = Model()
     policy = policy_for([m], cpu_like_verify)
-    policy.draft_costs[id(m)] = _Average(0.001, weight=1.0)
+    policy.draft_costs[id(m)] = CostAverage(0.001, weight=1.0)
     policy._models[id(m)].successes, policy._models[id(m)].trials = 9.0, 10.0
     picks = []
     for j in range(40):
@@ -478,7 +479,7 @@ def test_costs_shared_by_two_policies_are_read_fresh_and_broken_timings_are_igno
     """Policies of one model share the measured costs: what one measures, the other
     sees at once (its remembered c(b) are dropped).  A negative or NaN timing changes
     nothing, and a zero one does not make planning divide by zero."""
-    shared = {1: _Average(0.030, weight=1.0), 17: _Average(0.060, weight=1.0)}
+    shared = {1: CostAverage(0.030, weight=1.0), 17: CostAverage(0.060, weight=1.0)}
     a, b = Free(), Free()
     first, second = AdaptivePolicy([a], verify_costs=shared), AdaptivePolicy([b], verify_costs=shared)
     assert first.verify_cost(9) == pytest.approx(0.045)

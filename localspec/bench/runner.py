@@ -21,7 +21,8 @@ from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
 from localspec.llama.report import machine_line, machine_record
-from localspec.llama.engine import default_threads, load_peer_llama
+from localspec.llama.engine import default_threads
+from localspec.llama.peer import load_peer_llama, peer_prompt_lookup
 from localspec.errors import InvalidOptionError
 from localspec.bench.workloads import (MTBENCH_CATEGORIES, Prompt, code_prompts, edit_prompts, measured_turns, mtbench_prompts,
                         mtbench_second_turns, revision_conversations)
@@ -177,11 +178,9 @@ class _PeerLookup:
     """llama-cpp-python's own ``Llama(draft_model=LlamaPromptLookupDecoding(...))``."""
 
     def __init__(self, target: Path, n_threads: int):
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
         # logits_all is required by its draft path; n_ctx 2048 bounds that buffer (1.2 GB).
         self.llm = load_peer_llama(target, n_ctx=2048, n_threads=n_threads, n_threads_batch=n_threads,
-                         logits_all=True, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+                         logits_all=True, draft_model=peer_prompt_lookup(10),
                          flash_attn=True, verbose=False)
 
     def run(self, model: SpeculativeModel, prompt: Prompt, temp: float, rep: int, max_tokens: int) -> dict:
@@ -325,7 +324,9 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main(args) -> int:
+def config_from_args(args) -> "BenchConfig":
+    """The benchmark configuration for ``localspec bench``'s parsed arguments; raises
+    InvalidOptionError for a bad ``--reps`` / ``--strategies`` or a missing matplotlib."""
     config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
     if args.reps is not None:
         if args.reps < 1:
@@ -336,6 +337,11 @@ def main(args) -> int:
     if not args.smoke and importlib.util.find_spec("matplotlib") is None:  # checked before hours of work
         raise InvalidOptionError("the benchmark's plot needs matplotlib: pip install -e '.[bench]' "
                                  "(or run --smoke, which writes no plot)")
+    return config
+
+
+def main(args) -> int:
+    config = config_from_args(args)
     started = time.perf_counter()
     result = run(config, log=lambda line: print(line, file=sys.stderr))
     result["wall_s"] = time.perf_counter() - started

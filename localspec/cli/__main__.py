@@ -1,5 +1,5 @@
 import sys
 
-from localspec.cli.main import main
+from localspec.cli.commands import main
 
 sys.exit(main())

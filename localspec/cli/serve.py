@@ -26,7 +26,8 @@ def _server_class():
     return Server
 
 
-def _check(args) -> None:
+def check_server_args(args) -> None:
+    """Refuse bad server options (port, queue, body size, key); raises InvalidOptionError."""
     if not 1 <= args.port <= 65535:
         raise InvalidOptionError(f"--port must be from 1 to 65535, got {args.port}")
     if not 1 <= args.queue <= 4096:
@@ -59,9 +60,8 @@ def serve(args, load, defaults: dict) -> int:
     ``defaults`` are the generation options for fields a request leaves out."""
     import uvicorn
 
-    from localspec.server.app import ServerConfig, create_app
+    from localspec.server.app import ServerConfig, check_port_free, create_app
 
-    _check(args)
     check_port_free(args.host, args.port)
     _Server = _server_class()
     if args.host not in ("127.0.0.1", "localhost", "::1"):

@@ -41,7 +41,7 @@ is worth more than one after 2 tokens.
 The calibration is shared by all texts and follows the recent ones (each observation
 keeps 0.93 of a cell's past: about 14 tokens' memory, tuned in the offline replay
 against 0.98); each text also keeps its own trust in each drafter, per depth group
-(:class:`_TextTrust`): the chances predicted for the tokens judged so far against how
+(:class:`TextTrust`): the chances predicted for the tokens judged so far against how
 many were accepted.  A text where the calibration is wrong (prose after code: a
 4-token match that code would copy on and prose leaves) is noticed within a few
 tokens, and the drafter's chances at that depth are scaled down for the rest of that
@@ -62,7 +62,7 @@ Plain decoding is probed too: after ``_PLAIN_PROBE_EVERY`` rounds without a one-
 verify, one round is plain, so c_verify(1) is measured again.  Otherwise a c(1)
 measured during a stall (the machine busy elsewhere) makes every draft look cheap, the
 policy drafts every round, and nothing ever measures c(1) again to correct it.  Only
-where the best draft promises less than ``_STALL_CLIP`` times plain's rate: a c(1) off
+where the best draft promises less than ``STALL_CLIP`` times plain's rate: a c(1) off
 by up to that factor could then change the choice; above it (copying on a GPU, 13
 tokens a round) the probe would cost a round's gain and change nothing.  While the
 readings come in more than 10 % under the estimate, the next marginal round is plain
@@ -71,22 +71,19 @@ again, so a stalled c(1) is corrected within a few rounds, not a few hundred.
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from localspec.decoding.calibration import (STALL_CLIP, Calibration, CostAverage, DrafterAcceptance, TextTrust,
+                                            cost_changes, fastest_of_two, padded_depths)
 from localspec.decoding.drafters import Drafter
 
-_DECAY = 0.8  # weight of the past in every moving average, per observation
 _NEW_TEXT_KEEP = 0.25  # share of acceptance evidence a new generation keeps; the rest is the prior
-_STALL_CLIP = 3.0  # one verify counts at most this many times the current estimate (a stall is not a cost)
 _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 _MIN_HORIZON = 16  # tokens a draft model's catch-up is spread over at least
 _PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_every plain steps
 _FREE_PROBE_SHARE = 0.01  # share of the time probes of one free drafter may cost
 _PROBE_AFTER = 16  # tokens a text's rounds must have emitted before any drafter is probed in it
-_TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
 _PLAIN_PROBE_EVERY = 128  # rounds without a one-token verify after which one plain round re-measures c(1)
 _FALLING = 0.9  # a plain probe reading under this share of the c(1) estimate calls for another
 
@@ -97,154 +94,6 @@ def expected_tokens(alpha: float, k: int) -> float:
     if alpha >= 1.0:
         return k + 1.0
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-_cost_changes = [0]  # bumped whenever a measured cost changes (the policies of a model share them)
-
-
-@dataclass
-class _Average:
-    """A measured cost in seconds, as a decayed moving average.  Once measured, one
-    observation counts at most ``_STALL_CLIP`` times the estimate: a stall (the machine
-    busy elsewhere) is not a cost, and a drafter made to look hopeless by one would never
-    run again to correct it.  A negative or non-finite reading (a broken clock) is
-    ignored."""
-
-    value: float
-    weight: float = 0.0  # 0 = still the prior; a calibration counts as one observation
-
-    def __post_init__(self) -> None:
-        _cost_changes[0] += 1
-
-    def add(self, x: float) -> None:
-        if not 0.0 <= x < math.inf:
-            return
-        if self.weight > 0:
-            x = min(x, _STALL_CLIP * self.value)
-        self.weight = _DECAY * self.weight + 1.0
-        self.value = x if self.weight == 1.0 else self.value + (x - self.value) / self.weight  # a prior may be NaN
-        _cost_changes[0] += 1
-
-
-def _fastest_of_two(engine, tokens: list[int], rows) -> float | None:
-    """Seconds of the faster of two decodes of ``tokens`` at the end of ``engine``'s
-    cache (trimmed back after each), or None when neither reading is a valid time."""
-    n, runs = len(engine.cache_tokens), []
-    for _ in range(2):
-        before = engine.decode_s
-        engine.decode(tokens, rows)
-        runs.append(engine.decode_s - before)
-        engine.trim(n)
-    valid = [r for r in runs if 0.0 <= r < math.inf]
-    return min(valid) if valid else None
-
-
-@dataclass
-class _DrafterModel:
-    """Per-drafter acceptance estimate (decayed successes / trials) and idle count."""
-
-    successes: float = 1.0  # prior acceptance = successes / trials, worth two trials
-    trials: float = 2.0
-    idle_rounds: int = 0
-
-    @property
-    def alpha(self) -> float:
-        return self.successes / self.trials
-
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        if n_drafted == 0:
-            return
-        self.successes = _DECAY * self.successes + n_accepted
-        self.trials = _DECAY * self.trials + n_accepted + (1 if n_accepted < n_drafted else 0)
-
-    def observe_judged(self, n_judged: int, n_matched: int) -> None:
-        """A draft not verified, compared with the ``n_judged`` tokens the target emitted
-        instead: ``n_matched`` equal, then a mismatch unless all judged tokens matched."""
-        if n_judged == 0:
-            return
-        self.successes = _DECAY * self.successes + n_matched
-        self.trials = _DECAY * self.trials + n_matched + (1 if n_matched < n_judged else 0)
-
-
-@dataclass
-class _TextTrust:
-    """How one drafter's calibrated chances hold up on the current text, per depth group
-    (:attr:`Calibration.DEPTHS`): the chances predicted for its draft tokens that were
-    judged (verified, or compared with what the target emitted), and how many of them
-    were accepted.  The factor f of a group, accepted over predicted with
-    ``_TRUST_PRIOR`` tokens' worth of belief in the calibration added to both, rescales
-    that group's chances for the rest of the text (:meth:`scale`): a text unlike the
-    ones the calibration learnt from (prose after code: a 4-token match that a copy in
-    code would follow, and prose leaves) is noticed within a few tokens, drafts and
-    judged proposals alike.  Per group, since the short matches judged every round are
-    calibrated on their own and would otherwise outvote the one long draft that failed."""
-
-    predicted: dict = field(default_factory=dict)  # depth group -> chances predicted
-    accepted: dict = field(default_factory=dict)  # depth group -> tokens accepted
-
-    def factor(self, group: int) -> float:
-        return (self.accepted.get(group, 0.0) + _TRUST_PRIOR) / (self.predicted.get(group, 0.0) + _TRUST_PRIOR)
-
-    def scale(self, chance: float, group: int) -> float:
-        """Below par (f < 1) the chance itself is scaled, a f: three misses of drafts
-        calibrated at 0.99 leave 0.4, where scaling the odds would leave 0.97.  Above
-        par the odds are, a f / (1 - a + a f), which stays below 1."""
-        f = self.factor(group)
-        return chance * f if f <= 1.0 else chance * f / (1.0 - chance + chance * f)
-
-    def observe(self, chances: Sequence[float], n_accepted: int, groups: Sequence[int]) -> None:
-        """The first ``n_accepted`` draft tokens were accepted, the next (if any) was not;
-        ``groups``: each token's depth group."""
-        for i, (chance, group) in enumerate(zip(chances[: n_accepted + 1], groups)):
-            self.predicted[group] = self.predicted.get(group, 0.0) + chance
-            self.accepted[group] = self.accepted.get(group, 0.0) + (1.0 if i < n_accepted else 0.0)
-
-
-def _padded_depths(depth: Sequence[int] | None, n: int) -> list[int]:
-    """The first ``n`` draft tokens' depths (:attr:`Draft.depth`), 0 where a token has none."""
-    depth = list(depth or [])[:n]
-    return depth + [0] * (n - len(depth))
-
-
-class Calibration:
-    """What a drafter's confidence is worth: the observed acceptance of draft tokens by
-    confidence bin (10 bins over [0, 1]) and depth group (the context tokens a token
-    rests on: < 4, < 8, < 16, 16 or more; one group for drafters without depths), as
-    decayed counts.  The prior for a bin is its own centre, worth two observations, so
-    an uncalibrated drafter is taken at its word."""
-
-    BINS = 10
-    DEPTHS = (4, 8, 16)  # upper bounds of the depth groups but the last
-    DECAY = 0.93  # per observation: a cell remembers about 14 tokens (module docstring)
-
-    def __init__(self):
-        groups = len(self.DEPTHS) + 1
-        self.accepted = [[2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)] for _ in range(groups)]
-        self.reached = [[2.0] * self.BINS for _ in range(groups)]
-
-    @classmethod
-    def group(cls, depth: int) -> int:
-        """The depth group of a token resting on ``depth`` context tokens (0 to 3)."""
-        return bisect_right(cls.DEPTHS, depth)
-
-    def _cell(self, confidence: float, depth: int) -> tuple[int, int]:
-        group = self.group(depth)
-        if not 0.0 < confidence < math.inf:  # NaN and inf too: a broken estimate claims nothing
-            return group, 0
-        return group, min(self.BINS - 1, int(min(confidence, 1.0) * self.BINS))
-
-    def __call__(self, confidence: float, depth: int = 0) -> float:
-        g, b = self._cell(confidence, depth)
-        return self.accepted[g][b] / self.reached[g][b]
-
-    def observe(self, confidence: Sequence[float], n_accepted: int, depth: Sequence[int] | None = None) -> None:
-        """Tokens 1..n_accepted were accepted; token n_accepted + 1 (if in ``confidence``)
-        was not; the ones after it were never judged.  ``depth``: per token, as
-        :attr:`~localspec.decoding.drafters.Draft.depth` (None: all in the first group)."""
-        for i, c in enumerate(confidence[: n_accepted + 1]):
-            g, b = self._cell(c, depth[i] if depth and i < len(depth) else 0)
-            self.accepted[g][b] = self.DECAY * self.accepted[g][b] + (1.0 if i < n_accepted else 0.0)
-            self.reached[g][b] = self.DECAY * self.reached[g][b] + 1.0
 
 
 class FixedPolicy:
@@ -305,24 +154,24 @@ class AdaptivePolicy:
     max_k: dict = field(default_factory=dict)
     probe_every: int = 32
     probe_k: int = 2
-    verify_costs: dict = field(default_factory=dict)  # batch size -> _Average of seconds
-    draft_costs: dict = field(default_factory=dict)  # id(drafter) -> _Average of seconds per token
+    verify_costs: dict = field(default_factory=dict)  # batch size -> CostAverage of seconds
+    draft_costs: dict = field(default_factory=dict)  # id(drafter) -> CostAverage of seconds per token
     prefill_costs: dict = field(default_factory=dict)  # id(drafter) -> seconds per prompt token read
-    _models: dict = field(default_factory=dict)  # id(drafter) -> _DrafterModel
+    _models: dict = field(default_factory=dict)  # id(drafter) -> DrafterAcceptance
     _calibrations: dict = field(default_factory=dict)  # id(drafter) -> Calibration
-    _trust: dict = field(default_factory=dict)  # id(drafter) -> _TextTrust of the current text
+    _trust: dict = field(default_factory=dict)  # id(drafter) -> TextTrust of the current text
     _step_s: float = 0.03  # prior for c_verify(1) until measured
     _generated: int = 0  # tokens emitted in the current generation
     _since_plain: int = 0  # rounds since the last one-token verify (a measurement of c(1))
     _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
-    _sorted: list = field(default_factory=list)  # measured verify costs, as of _cost_changes[0] == _sorted_of
+    _sorted: list = field(default_factory=list)  # measured verify costs, as of cost_changes[0] == _sorted_of
     _sorted_of: int = -1
 
     def __post_init__(self) -> None:
         for d in self.drafters:
             alpha = getattr(d, "prior_acceptance", 0.5)
-            self.draft_costs.setdefault(id(d), _Average(getattr(d, "prior_cost_s", 0.5 * self._step_s)))
-            self._models[id(d)] = _DrafterModel(successes=2.0 * alpha, trials=2.0)
+            self.draft_costs.setdefault(id(d), CostAverage(getattr(d, "prior_cost_s", 0.5 * self._step_s)))
+            self._models[id(d)] = DrafterAcceptance(successes=2.0 * alpha, trials=2.0)
             self._calibrations[id(d)] = Calibration()
 
     @property
@@ -364,9 +213,9 @@ class AdaptivePolicy:
     def _measured_verify_costs(self) -> list[tuple[int, float]]:
         """(batch, seconds) measured so far, ascending; sorted again only after a cost
         changed, since a plan asks for c(b) once per candidate length."""
-        if self._sorted_of != _cost_changes[0]:
+        if self._sorted_of != cost_changes[0]:
             self._sorted = sorted((b, a.value) for b, a in self.verify_costs.items() if a.weight > 0)
-            self._sorted_of = _cost_changes[0]
+            self._sorted_of = cost_changes[0]
         return self._sorted
 
     @staticmethod
@@ -408,16 +257,16 @@ class AdaptivePolicy:
         for batch in (1, 2, 3, 5, 9, 17):
             if n + batch > target.n_ctx:
                 break
-            seconds = _fastest_of_two(target, [token] * batch, range(batch))
+            seconds = fastest_of_two(target, [token] * batch, range(batch))
             if seconds is not None:
-                self.verify_costs[batch] = _Average(seconds, weight=1.0)
+                self.verify_costs[batch] = CostAverage(seconds, weight=1.0)
         for key, engine in draft_engines.items():
             if len(engine.cache_tokens) + 17 > engine.n_ctx:
                 continue
-            step = _fastest_of_two(engine, [token], [0])
-            prefill = _fastest_of_two(engine, [token] * 17, [16])
+            step = fastest_of_two(engine, [token], [0])
+            prefill = fastest_of_two(engine, [token] * 17, [16])
             if step is not None:
-                self.draft_costs[key] = _Average(step, weight=1.0)
+                self.draft_costs[key] = CostAverage(step, weight=1.0)
             if prefill is not None:
                 self.prefill_costs[key] = prefill / 17
 
@@ -449,7 +298,7 @@ class AdaptivePolicy:
                 k, rate = self._best_blind(d, limit, n_context, k_cap)
             if k and rate > best_rate:
                 best, best_rate = (d, k), rate
-        if best[0] is not None and self._since_plain >= _PLAIN_PROBE_EVERY and best_rate < _STALL_CLIP * plain_rate:
+        if best[0] is not None and self._since_plain >= _PLAIN_PROBE_EVERY and best_rate < STALL_CLIP * plain_rate:
             return None, 0  # observe() counts again from this one-token verify
         for d in self.drafters:
             model = self._models[id(d)]
@@ -494,7 +343,7 @@ class AdaptivePolicy:
         drafter, or the drafter's acceptance estimate when it gives no confidences."""
         if draft.confidence:
             confidence = draft.confidence[:k]
-            depths = _padded_depths(draft.depth, len(confidence))
+            depths = padded_depths(draft.depth, len(confidence))
             chances = self._calibrated(d, confidence, depths)
             trust = self._trust.get(id(d))
             if trust is None:
@@ -510,8 +359,8 @@ class AdaptivePolicy:
                            n_accepted: int) -> None:
         """Draft tokens with these confidences (and depths) were judged: the first
         ``n_accepted`` accepted, then one rejected unless all were accepted."""
-        depths = _padded_depths(depth, len(confidence))
-        self._trust.setdefault(id(d), _TextTrust()).observe(self._calibrated(d, confidence, depths), n_accepted,
+        depths = padded_depths(depth, len(confidence))
+        self._trust.setdefault(id(d), TextTrust()).observe(self._calibrated(d, confidence, depths), n_accepted,
                                                            [Calibration.group(x) for x in depths])
         self._calibrations[id(d)].observe(confidence, n_accepted, depth)
 
@@ -566,7 +415,7 @@ class AdaptivePolicy:
         the start would never be picked to show otherwise, and a draft model whose
         drafts are always cut would be chosen again and again)."""
         self._count_plain_rounds(batch, verify_s)
-        self.verify_costs.setdefault(batch, _Average(verify_s)).add(verify_s)
+        self.verify_costs.setdefault(batch, CostAverage(verify_s)).add(verify_s)
         self._generated += len(emitted) if emitted else 1
         made = self._proposals.get(id(drafter)) if drafter is not None else None
         if made is not None and not getattr(drafter, "free", False):

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from localspec.decoding.drafters import Draft, round_label
-from localspec.decoding.policy import AdaptivePolicy, _Average
+from localspec.decoding.calibration import CostAverage
+from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -153,12 +154,12 @@ class _Stand:
 
 
 def _policy(profile: Profile, stands: list[_Stand]) -> AdaptivePolicy:
-    verify = {b: _Average(profile.verify(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
+    verify = {b: CostAverage(profile.verify(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
     policy = AdaptivePolicy(stands, max_k={id(s): (8 if not s.free else MAX_K) for s in stands},
                             verify_costs=verify)
     for s in stands:
         if not s.free:
-            policy.draft_costs[id(s)] = _Average(profile.draft_s, weight=1.0)
+            policy.draft_costs[id(s)] = CostAverage(profile.draft_s, weight=1.0)
             policy.prefill_costs[id(s)] = profile.draft_prefill_s
     return policy
 

@@ -3,14 +3,15 @@
 Why: llama.cpp's CPU backend runs its matrix work on an OpenMP thread team, and OpenMP keeps
 one team per calling thread.  A pair loaded in one thread (weights are repacked on the load
 thread's team) and decoded in another leaves two teams on the cores; on a 2-core AMD EPYC a
-plain decode then ran at 20.4-21.0 t/s instead of 29.5-30.9 (issue 23's measurement,
-``benchmarks/thread_bench.py``).  So a pair gets one :class:`LlamaThread` and every caller,
+plain decode then ran at 20.4-21.0 t/s instead of 29.5-30.9 (measured before this module
+existed; ``benchmarks/thread_bench.py`` measures the callers' threads now).  So a pair gets one :class:`LlamaThread` and every caller,
 whichever thread it is on (the CLI's main thread, the server's model worker, the desktop
 chat's QThread, a user's thread pool), hands its llama.cpp work to it.
 
-Callers already on the owning thread run directly; others wait for the result (about
-50-100 microseconds of hand-off, paid once per speculative round, not per llama.cpp call,
-because :class:`~localspec.decoding.loop.Generation` runs a whole round per hand-off).
+Callers already on the owning thread run directly; others wait for the result.  A hand-off
+costs about 60 microseconds (median of 5 x 2,000 empty calls on a 2-core AMD EPYC, under
+load), paid once per speculative round, not per llama.cpp call, because
+:class:`~localspec.decoding.loop.Generation` runs a whole round per hand-off.
 """
 
 from __future__ import annotations

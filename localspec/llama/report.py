@@ -73,7 +73,7 @@ def machine_line(record: dict) -> str:
 
 def report() -> dict:
     """Everything ``localspec doctor`` prints."""
-    from localspec import __version__
+    from importlib.metadata import version
     from localspec.models.catalog import load_catalog
     from huggingface_hub import constants
 
@@ -82,7 +82,7 @@ def report() -> dict:
     pair = load_catalog().pair()
     on_disk = {role: hub.find_local(entry) for role, entry in (("target", pair.target), ("draft", pair.draft))}
     return {
-        "localspec": __version__,
+        "localspec": version("localspec"),
         "llama_cpp_python": backend.llama_cpp_python_version(),
         "llama_cpp_commit": backend.llama_cpp_commit(),
         "system_info": backend.system_info(),

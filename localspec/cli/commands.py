@@ -28,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        check_args(args)
         return args.func(args)
     except LocalspecError as exc:
         print(f"localspec: error: {exc}", file=sys.stderr)
@@ -219,10 +220,26 @@ def _draft_max(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
-def _check_options(args) -> None:
-    """Refuse bad generation options before spending time on loading models."""
+def check_args(args) -> None:
+    """Refuse bad options of any subcommand before it spends time loading models; loads
+    nothing.  Raises :class:`~localspec.errors.InvalidOptionError`."""
+    if hasattr(args, "temp"):
+        _check_generation_options(args)
+    if args.command == "serve":
+        from localspec.cli.serve import check_server_args
+
+        check_server_args(args)
+    elif args.command == "bench":
+        from localspec.bench.runner import config_from_args
+
+        config_from_args(args)
+
+
+def _check_generation_options(args) -> None:
     SamplingParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
-    GenerationParams(max_tokens=args.max_tokens, stop=tuple(args.stop))
+    # serve's -n defaults to None: a request then generates until the context is full
+    max_tokens = GenerationParams.max_tokens if args.max_tokens is None else args.max_tokens
+    GenerationParams(max_tokens=max_tokens, stop=tuple(args.stop))
     DraftParams(draft_max="auto" if args.draft_max is None else args.draft_max,
                 draft_min=args.draft_min or 0, strategy=args.draft)
 
@@ -230,7 +247,6 @@ def _check_options(args) -> None:
 def _load(args):
     from localspec.llama.report import warn_gpu_once
 
-    _check_options(args)
     warn_gpu_once()
     no_draft_model = args.no_draft or args.draft in ("none", "prompt-lookup")
     draft = None if no_draft_model else args.model_draft

@@ -1,0 +1,169 @@
+"""Does the thread a caller is on, or the server around the library, cost decode speed?
+
+    .venv/bin/python benchmarks/thread_bench.py            # both parts, about 6 minutes on 2 cores
+    .venv/bin/python benchmarks/thread_bench.py --quick    # one round each (CI-sized check that it runs)
+
+Every measurement runs in a fresh process of its own, one after the other, so no two
+measurements share the cores or llama.cpp's OpenMP thread teams.  Decode speed is
+llama.cpp server's ``predicted_per_second`` (tokens after the first over the time after the
+first), read from the server's ``timings`` and computed the same way from the library's
+statistics (:func:`localspec.server.openai_shapes.timings`); the default pair, greedy, the
+HumanEval prompts 0..4, 128 new tokens.
+
+1. Threads: the library loads the pair and generates (a) both in the main thread, (b) loads
+   in the main thread and generates from another thread, (c) both in one other thread.
+   Plain decoding (no drafter), so only the threads differ.
+2. Server vs library: ``localspec serve`` exactly as the README starts it, driven by the
+   openai client, against ``SpeculativeModel.chat`` in its own process; plain decoding and
+   the adaptive default.  The two alternate (server, library, server, library).
+
+Written to benchmarks/results/thread_serve-<machine>.json with the machine record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+PROMPTS = 5
+N_TOKENS = 128
+PLAIN = {"strategy": "none"}  # SpeculativeModel.chat's option; the server takes it as speculative.strategy
+ADAPTIVE: dict = {}
+
+
+def _messages(i: int) -> list[dict]:
+    from localspec.bench.workloads import code_prompts
+
+    return code_prompts(i + 1)[i].messages
+
+
+def _decode_tps(result) -> float:
+    from localspec.server.openai_shapes import timings
+
+    return timings(result)["predicted_per_second"]
+
+
+def library_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
+    """Runs in a child process: decode t/s per prompt, the pair loaded and used as ``mode`` says."""
+    from localspec.api import load
+
+    out: list[float] = []
+
+    def generate(model) -> None:
+        for i in range(n_prompts):
+            result = model.chat(_messages(i), max_tokens=N_TOKENS, temperature=0, **strategy)
+            out.append(_decode_tps(result))
+
+    if mode == "worker":
+        holder = threading.Thread(target=lambda: generate(load()), name="user-thread")
+        holder.start()
+        holder.join()
+        return out
+    model = load()
+    if mode == "cross":
+        user = threading.Thread(target=generate, args=(model,), name="user-thread")
+        user.start()
+        user.join()
+    else:
+        generate(model)
+    model.close()
+    return out
+
+
+def _run_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
+    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import thread_bench; "
+            f"print(json.dumps(thread_bench.library_child({mode!r}, {strategy!r}, {n_prompts})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_child(n_prompts: int) -> dict[str, list[float]]:
+    """``localspec serve`` in its own process, driven by the openai client."""
+    import openai
+
+    port = _free_port()
+    exe = Path(sys.executable).with_name("localspec")
+    server = subprocess.Popen([str(exe), "serve", "--port", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("localspec serve did not come up") from None
+                time.sleep(0.5)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+        out: dict[str, list[float]] = {"plain": [], "adaptive": []}
+        for name, strategy in (("plain", PLAIN), ("adaptive", ADAPTIVE)):
+            for i in range(n_prompts):
+                r = client.chat.completions.create(model="m", messages=_messages(i), max_tokens=N_TOKENS,
+                                                   temperature=0, extra_body={"speculative": strategy})
+                out[name].append(r.model_extra["timings"]["predicted_per_second"])
+        return out
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one prompt, one alternation")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = parser.parse_args()
+    from localspec.llama.report import machine_line, machine_record
+
+    n_prompts, alternations = (1, 1) if args.quick else (PROMPTS, 2)
+    record = machine_record()
+    print(f"machine: {machine_line(record)}", file=sys.stderr)
+    threads = {mode: _run_child(mode, PLAIN, n_prompts) for mode in ("main", "cross", "worker")}
+    serve: dict[str, list[float]] = {"plain": [], "adaptive": []}
+    library: dict[str, list[float]] = {"plain": [], "adaptive": []}
+    for _ in range(alternations):
+        for name, values in _serve_child(n_prompts).items():
+            serve[name] += values
+        library["plain"] += _run_child("main", PLAIN, n_prompts)
+        library["adaptive"] += _run_child("main", ADAPTIVE, n_prompts)
+    summary = {
+        "threads_decode_tps": {m: _median(v) for m, v in threads.items()},
+        "cross_over_main": _median(threads["cross"]) / _median(threads["main"]),
+        "worker_over_main": _median(threads["worker"]) / _median(threads["main"]),
+        "serve_decode_tps": {k: _median(v) for k, v in serve.items()},
+        "library_decode_tps": {k: _median(v) for k, v in library.items()},
+        "serve_over_library": {k: _median(serve[k]) / _median(library[k]) for k in serve},
+    }
+    result = {"machine": record, "command": "benchmarks/thread_bench.py" + (" --quick" if args.quick else ""),
+              "prompts": n_prompts, "alternations": alternations, "max_tokens": N_TOKENS,
+              "runs": {"threads": threads, "serve": serve, "library": library}, "summary": summary}
+    print(json.dumps(summary, indent=1))
+    if not args.quick:
+        name = record["cpu"].lower().replace(" ", "-")
+        path = Path(args.out) / f"thread_serve-{name}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

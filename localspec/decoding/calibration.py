@@ -1,0 +1,164 @@
+"""What the adaptive policy measures and learns: costs as moving averages
+(:class:`CostAverage`, :func:`fastest_of_two`), each drafter's acceptance
+(:class:`DrafterAcceptance`), the calibration of free drafters' confidence
+(:class:`Calibration`) and how far it holds on the current text (:class:`TextTrust`).
+The policy that uses them is :mod:`localspec.decoding.policy`."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Sequence
+
+DECAY = 0.8  # weight of the past in every moving average, per observation
+STALL_CLIP = 3.0  # one verify counts at most this many times the current estimate (a stall is not a cost)
+TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
+
+
+cost_changes = [0]  # bumped whenever a measured cost changes (the policies of a model share them)
+
+
+@dataclass
+class CostAverage:
+    """A measured cost in seconds, as a decayed moving average.  Once measured, one
+    observation counts at most ``STALL_CLIP`` times the estimate: a stall (the machine
+    busy elsewhere) is not a cost, and a drafter made to look hopeless by one would never
+    run again to correct it.  A negative or non-finite reading (a broken clock) is
+    ignored."""
+
+    value: float
+    weight: float = 0.0  # 0 = still the prior; a calibration counts as one observation
+
+    def __post_init__(self) -> None:
+        cost_changes[0] += 1
+
+    def add(self, x: float) -> None:
+        if not 0.0 <= x < math.inf:
+            return
+        if self.weight > 0:
+            x = min(x, STALL_CLIP * self.value)
+        self.weight = DECAY * self.weight + 1.0
+        self.value = x if self.weight == 1.0 else self.value + (x - self.value) / self.weight  # a prior may be NaN
+        cost_changes[0] += 1
+
+
+def fastest_of_two(engine, tokens: list[int], rows) -> float | None:
+    """Seconds of the faster of two decodes of ``tokens`` at the end of ``engine``'s
+    cache (trimmed back after each), or None when neither reading is a valid time."""
+    n, runs = len(engine.cache_tokens), []
+    for _ in range(2):
+        before = engine.decode_s
+        engine.decode(tokens, rows)
+        runs.append(engine.decode_s - before)
+        engine.trim(n)
+    valid = [r for r in runs if 0.0 <= r < math.inf]
+    return min(valid) if valid else None
+
+
+@dataclass
+class DrafterAcceptance:
+    """Per-drafter acceptance estimate (decayed successes / trials) and idle count."""
+
+    successes: float = 1.0  # prior acceptance = successes / trials, worth two trials
+    trials: float = 2.0
+    idle_rounds: int = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.successes / self.trials
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        if n_drafted == 0:
+            return
+        self.successes = DECAY * self.successes + n_accepted
+        self.trials = DECAY * self.trials + n_accepted + (1 if n_accepted < n_drafted else 0)
+
+    def observe_judged(self, n_judged: int, n_matched: int) -> None:
+        """A draft not verified, compared with the ``n_judged`` tokens the target emitted
+        instead: ``n_matched`` equal, then a mismatch unless all judged tokens matched."""
+        if n_judged == 0:
+            return
+        self.successes = DECAY * self.successes + n_matched
+        self.trials = DECAY * self.trials + n_matched + (1 if n_matched < n_judged else 0)
+
+
+@dataclass
+class TextTrust:
+    """How one drafter's calibrated chances hold up on the current text, per depth group
+    (:attr:`Calibration.DEPTHS`): the chances predicted for its draft tokens that were
+    judged (verified, or compared with what the target emitted), and how many of them
+    were accepted.  The factor f of a group, accepted over predicted with
+    ``TRUST_PRIOR`` tokens' worth of belief in the calibration added to both, rescales
+    that group's chances for the rest of the text (:meth:`scale`): a text unlike the
+    ones the calibration learnt from (prose after code: a 4-token match that a copy in
+    code would follow, and prose leaves) is noticed within a few tokens, drafts and
+    judged proposals alike.  Per group, since the short matches judged every round are
+    calibrated on their own and would otherwise outvote the one long draft that failed."""
+
+    predicted: dict = field(default_factory=dict)  # depth group -> chances predicted
+    accepted: dict = field(default_factory=dict)  # depth group -> tokens accepted
+
+    def factor(self, group: int) -> float:
+        return (self.accepted.get(group, 0.0) + TRUST_PRIOR) / (self.predicted.get(group, 0.0) + TRUST_PRIOR)
+
+    def scale(self, chance: float, group: int) -> float:
+        """Below par (f < 1) the chance itself is scaled, a f: three misses of drafts
+        calibrated at 0.99 leave 0.4, where scaling the odds would leave 0.97.  Above
+        par the odds are, a f / (1 - a + a f), which stays below 1."""
+        f = self.factor(group)
+        return chance * f if f <= 1.0 else chance * f / (1.0 - chance + chance * f)
+
+    def observe(self, chances: Sequence[float], n_accepted: int, groups: Sequence[int]) -> None:
+        """The first ``n_accepted`` draft tokens were accepted, the next (if any) was not;
+        ``groups``: each token's depth group."""
+        for i, (chance, group) in enumerate(zip(chances[: n_accepted + 1], groups)):
+            self.predicted[group] = self.predicted.get(group, 0.0) + chance
+            self.accepted[group] = self.accepted.get(group, 0.0) + (1.0 if i < n_accepted else 0.0)
+
+
+def padded_depths(depth: Sequence[int] | None, n: int) -> list[int]:
+    """The first ``n`` draft tokens' depths (:attr:`Draft.depth`), 0 where a token has none."""
+    depth = list(depth or [])[:n]
+    return depth + [0] * (n - len(depth))
+
+
+class Calibration:
+    """What a drafter's confidence is worth: the observed acceptance of draft tokens by
+    confidence bin (10 bins over [0, 1]) and depth group (the context tokens a token
+    rests on: < 4, < 8, < 16, 16 or more; one group for drafters without depths), as
+    decayed counts.  The prior for a bin is its own centre, worth two observations, so
+    an uncalibrated drafter is taken at its word."""
+
+    BINS = 10
+    DEPTHS = (4, 8, 16)  # upper bounds of the depth groups but the last
+    DECAY = 0.93  # per observation: a cell remembers about 14 tokens (module docstring)
+
+    def __init__(self):
+        groups = len(self.DEPTHS) + 1
+        self.accepted = [[2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)] for _ in range(groups)]
+        self.reached = [[2.0] * self.BINS for _ in range(groups)]
+
+    @classmethod
+    def group(cls, depth: int) -> int:
+        """The depth group of a token resting on ``depth`` context tokens (0 to 3)."""
+        return bisect_right(cls.DEPTHS, depth)
+
+    def _cell(self, confidence: float, depth: int) -> tuple[int, int]:
+        group = self.group(depth)
+        if not 0.0 < confidence < math.inf:  # NaN and inf too: a broken estimate claims nothing
+            return group, 0
+        return group, min(self.BINS - 1, int(min(confidence, 1.0) * self.BINS))
+
+    def __call__(self, confidence: float, depth: int = 0) -> float:
+        g, b = self._cell(confidence, depth)
+        return self.accepted[g][b] / self.reached[g][b]
+
+    def observe(self, confidence: Sequence[float], n_accepted: int, depth: Sequence[int] | None = None) -> None:
+        """Tokens 1..n_accepted were accepted; token n_accepted + 1 (if in ``confidence``)
+        was not; the ones after it were never judged.  ``depth``: per token, as
+        :attr:`~localspec.decoding.drafters.Draft.depth` (None: all in the first group)."""
+        for i, c in enumerate(confidence[: n_accepted + 1]):
+            g, b = self._cell(c, depth[i] if depth and i < len(depth) else 0)
+            self.accepted[g][b] = self.DECAY * self.accepted[g][b] + (1.0 if i < n_accepted else 0.0)
+            self.reached[g][b] = self.DECAY * self.reached[g][b] + 1.0
