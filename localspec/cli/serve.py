@@ -47,8 +47,8 @@ def examples(base: str, model_name: str, api_key: str | None) -> str:
     return (
         f"{note}"
         f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
-        f"-H \"Authorization: Bearer {curl_key}\" \\\n"
-        f"       -d '{{\"model\": \"{model_name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'\n"
+        f"-H \"Authorization: Bearer {curl_key}\" "
+        f"-d '{{\"model\": \"{model_name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'\n"
         f"  python -c \"import os; from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key={py_key}); "
         f"print(c.chat.completions.create(model='{model_name}', "
         f"messages=[{{'role': 'user', 'content': 'Hello'}}]).choices[0].message.content)\""
