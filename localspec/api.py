@@ -10,8 +10,11 @@ from typing import Callable, Iterable
 
 from localspec.models.catalog import PairEntry, load_catalog
 from localspec.models.compat import check_compatibility
-from localspec.decoding.drafters import DraftModelDrafter, PredictionDrafter, PromptLookupDrafter, SuffixDrafter
+from localspec.decoding.drafters import (DraftModelDrafter, GrammarDrafter, PredictionDrafter, PromptLookupDrafter,
+                                         SuffixDrafter)
+from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
 from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
 from localspec.models.gguf_info import check_gguf_file
@@ -122,11 +125,12 @@ class SpeculativeModel:
         self.lookup = PromptLookupDrafter()
         self.suffix = SuffixDrafter(store_tokens=suffix_store_tokens)
         self.prediction = PredictionDrafter()
+        self.grammar = GrammarDrafter()
         self._adaptive: dict[tuple, AdaptivePolicy] = {}
         self._verify_costs: dict = {}  # measured costs, shared by the adaptive policies
         self._draft_costs: dict = {}
         if self.default_draft.adaptive and self.default_draft.strategy != "none":
-            self._policy(self.default_draft, greedy=True, predicted=False)  # calibrate now, not in the first answer
+            self._policy(self.default_draft, greedy=True, predicted=False, constrained=False)  # calibrate now
         self._active: Generation | None = None
         self._closed = False
         self._step_lock = threading.Lock()
@@ -134,25 +138,26 @@ class SpeculativeModel:
     @property
     def drafters(self) -> list:
         """Every drafter this model can use: the draft model (if loaded), prompt lookup,
-        and the caller's prediction (which drafts only in calls given a ``prediction``)."""
-        return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction) if d is not None]
+        suffix, the caller's prediction (which drafts only in calls given a ``prediction``)
+        and the grammar's forced tokens (only in calls given a ``response_format``)."""
+        return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar) if d is not None]
 
-    def _policy(self, dp: DraftParams, greedy: bool, predicted: bool):
+    def _policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool):
         if dp.strategy == "draft-model" and self.drafter is None:
             raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
         if dp.strategy == "prediction" and not predicted:
             raise InvalidOptionError("strategy 'prediction' needs a prediction (the expected output text)")
         if dp.strategy == "none" or dp.draft_max == 0:
             return FixedPolicy(None, 0)
-        every = ([self.prediction] if predicted else []) + [d for d in (self.drafter, self.suffix, self.lookup)
-                                                            if d is not None]
+        every = ([self.grammar] if constrained else []) + ([self.prediction] if predicted else []) + [
+            d for d in (self.drafter, self.suffix, self.lookup) if d is not None]
         chosen = {"draft-model": [self.drafter], "prompt-lookup": [self.lookup], "suffix": [self.suffix],
                   "prediction": [self.prediction]}.get(dp.strategy, every)
         if not dp.adaptive:
             return FixedPolicy(chosen[0], dp.draft_max)
-        key = (dp.strategy, greedy, predicted)
+        key = (dp.strategy, greedy, predicted, constrained)
         if key not in self._adaptive:
-            caps = {id(self.lookup): 16, id(self.suffix): 16, id(self.prediction): 16}
+            caps = {id(self.lookup): 16, id(self.suffix): 16, id(self.prediction): 16, id(self.grammar): 16}
             if self.drafter is not None:
                 caps[id(self.drafter)] = 8
             policy = AdaptivePolicy(chosen, max_k=caps, verify_costs=self._verify_costs,
@@ -199,6 +204,11 @@ class SpeculativeModel:
                 tokens under ``drafted_by_drafter["prediction"]`` /
                 ``accepted_by_drafter["prediction"]``.  ``logprobs``: None, or 0 to 20
                 alternatives per token (see :class:`GenerationParams`).
+                ``response_format``: OpenAI's ``{"type": "json_object"}`` or
+                ``{"type": "json_schema", "json_schema": {"name", "schema"}}``, or a pydantic
+                model class: every token then satisfies the schema (llguidance), the tokens
+                the schema forces are drafted for free (``drafted_by_drafter["grammar"]``),
+                and with a pydantic class ``result.parsed`` is the validated object.
 
         The KV cache prefix shared with the previous call is reused, so a multi-turn
         chat only evaluates the new tokens.  Raises InvalidOptionError for bad messages or
@@ -213,21 +223,35 @@ class SpeculativeModel:
         prediction = options.pop("prediction", None)
         if prediction is not None and not isinstance(prediction, str):
             raise InvalidOptionError(f"prediction must be a string, got {type(prediction).__name__}")
+        grammar, parse_as = response_format_grammar(options.pop("response_format", None))
         params = self._params(options)
         predicted = self._tokenize_prediction(prediction)
-        policy = self._policy(params.draft, params.sampling.greedy, predicted=bool(predicted))
+        constraint = self._constraint(grammar)
+        policy = self._policy(params.draft, params.sampling.greedy, predicted=bool(predicted),
+                              constrained=constraint is not None)
         if not self._step_lock.acquire(blocking=False):
             raise EngineError("the model is busy with a generation in another thread")
         try:
             if self._active is not None and not self._active.finished:
                 self._active.supersede()
             generation = Generation(self.target, self.drafters, policy, tokens, params, started_at=started,
-                                    lock=self._step_lock, owner=self.owner)
+                                    lock=self._step_lock, owner=self.owner, constraint=constraint,
+                                    parse=parse_as.model_validate_json if parse_as is not None else None)
             self.prediction.set_prediction(predicted, len(tokens))
+            self.grammar.set_constraint(constraint)
+            if self.drafter is not None:
+                self.drafter.constraint = constraint
             self._active = generation
         finally:
             self._step_lock.release()
         return generation if stream else generation.run()
+
+    def _constraint(self, grammar: str | None) -> Constraint | None:
+        """The grammar compiled against the target's vocabulary (its tokenizer for
+        llguidance is built on first use, about 1 s); InvalidOptionError if it cannot be."""
+        if grammar is None:
+            return None
+        return Constraint.compile(grammar_tokenizer(self.target), grammar, self.target.n_vocab)
 
     def _tokenize_prediction(self, prediction: str | None) -> list[int]:
         return self.target.tokenize(prediction, add_special=False, parse_special=False) if prediction else []
@@ -295,6 +319,12 @@ class SpeculativeModel:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def check_response_format(response_format) -> None:
+    """Raise InvalidOptionError (with the reason) unless ``response_format`` is one
+    :meth:`SpeculativeModel.chat` takes; loads nothing (for a server to answer 400 early)."""
+    response_format_grammar(response_format)
 
 
 def _for_role(load_progress: Callable[[str, float], None] | None, role: str) -> Callable[[float], None] | None:

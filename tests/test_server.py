@@ -378,3 +378,44 @@ def test_a_worker_run_by_another_thread_frees_a_place_when_it_cannot_be_asked(re
         assert err.value.status == 503
     finally:
         loop.close()
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def test_response_format_json_schema_through_the_sdk(server):
+    """A schema answer validates; the SDK's ``parse`` returns the pydantic object; a stream
+    reassembles to the same JSON; a schema that cannot be compiled is a 400 on
+    ``response_format`` with llguidance's reason."""
+    import jsonschema
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+
+    client = server.client()
+    ask = [{"role": "user", "content": "Invent a person. Reply in JSON."}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    r = client.chat.completions.create(model="m", messages=ask, response_format=fmt, max_tokens=64)
+    answer = json.loads(r.choices[0].message.content)
+    jsonschema.validate(answer, PERSON)
+    assert r.model_extra["timings"]["draft_n"] >= 0
+    parsed = client.chat.completions.parse(model="m", messages=ask, response_format=Person, max_tokens=64)
+    assert isinstance(parsed.choices[0].message.parsed, Person)
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="m", messages=ask, response_format=fmt, max_tokens=64, stream=True) if c.choices]
+    assert json.loads("".join(pieces)) == answer
+    short = [{"role": "user", "content": "Reply with a JSON object whose only key is ok, set to true."}]
+    json_mode = client.chat.completions.create(model="m", messages=short, response_format={"type": "json_object"},
+                                               max_tokens=200)
+    assert json_mode.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(json_mode.choices[0].message.content), dict)
+    for bad in ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}},
+                {"type": "json_schema"}, {"type": "yaml"}):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="m", messages=ask, response_format=bad)
+        assert err.value.body["param"].startswith("response_format"), err.value.body
+    cut = client.chat.completions.create(model="m", messages=ask, response_format=fmt, max_tokens=3)
+    assert cut.choices[0].finish_reason == "length"

@@ -17,11 +17,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from localspec.decoding.drafters import Draft, Drafter, round_label
+from localspec.decoding.grammar import Constraint
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
 from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
@@ -110,7 +111,8 @@ class Generation:
 
     def __init__(self, target: Engine, drafters: Sequence[Drafter], policy, prompt_tokens: Sequence[int],
                  params: GenerationParams, started_at: float | None = None, lock: threading.Lock | None = None,
-                 owner: LlamaThread | None = None):
+                 owner: LlamaThread | None = None, constraint: Constraint | None = None,
+                 parse: Callable[[str], Any] | None = None):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
         if len(prompt_tokens) >= target.n_ctx:
@@ -129,6 +131,8 @@ class Generation:
         self._superseded = False
         self._step_lock = lock if lock is not None else threading.Lock()
         self._owner = owner or target.owner
+        self.constraint = constraint  # a grammar every emitted token satisfies (None: free text)
+        self._parse = parse  # turns a finished answer into result.parsed
         self._events = self._run()
         self._ready: deque[TokenEvent] = deque()
 
@@ -202,6 +206,8 @@ class Generation:
             self.result = GenerationResult(text="", tokens=[], sources=[], finish_reason="cancelled", stats=stats)
             return
         token, p_token = self._choose(logits[0], rng)
+        if self.constraint is not None:
+            self.constraint.settle(None, [token])
         stats.ttft_s = time.perf_counter() - self._started_at
         verify_start = target.decode_s
         draft_start = sum(d.decode_s for d in self.drafters)
@@ -254,8 +260,17 @@ class Generation:
         if text:
             yield TokenEvent(-1, text, TokenSource.TARGET, round_no)
         self.result = GenerationResult(
-            text=out.text, tokens=out.tokens, sources=out.sources, finish_reason=finish, stats=stats
+            text=out.text, tokens=out.tokens, sources=out.sources, finish_reason=finish, stats=stats,
+            parsed=self._parsed(out.text, finish),
         )
+
+    def _parsed(self, text: str, finish: str) -> Any:
+        if self._parse is None or finish != "stop":
+            return None
+        try:
+            return self._parse(text)
+        except ValueError:  # pydantic's ValidationError: a constraint JSON Schema cannot express
+            return None
 
     def _prefill(self, pending: list[int]) -> np.ndarray | None:
         """Decode the prompt batch by batch, so ``cancel()`` takes effect within one batch
@@ -281,7 +296,7 @@ class Generation:
             cap = min(k_cap, self.policy.cap(d))
             if cap > 0:
                 start = time.perf_counter()
-                proposals[id(d)] = d.propose(context, cap, sp, dp.p_min, draft_rng).through_first(self.target.is_eog)
+                proposals[id(d)] = self._cut(d.propose(context, cap, sp, dp.p_min, draft_rng))
                 costs[id(d)] = time.perf_counter() - start
         drafter, k = self.policy.plan(k_cap, proposals, len(context))
         if drafter is None or k < max(1, dp.draft_min):
@@ -291,7 +306,7 @@ class Generation:
             cost_s = costs[id(drafter)]
         else:
             start, lag = time.perf_counter(), drafter.catch_up_s
-            draft = drafter.propose(context, k, sp, dp.p_min, draft_rng).through_first(self.target.is_eog)
+            draft = self._cut(drafter.propose(context, k, sp, dp.p_min, draft_rng))
             cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
             k = self.policy.length(drafter, draft, k)
         draft = draft.truncated(k)
@@ -304,12 +319,13 @@ class Generation:
         with each emitted token as (id, source, p_target, p_draft)."""
         k = len(draft.tokens)
         logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
+        rows = logits if self.constraint is None else self.constraint.rows(logits, draft.tokens)
         sp = self.params.sampling
         if sp.greedy:
-            n, nxt = accept_greedy(draft.tokens, RowArgmax(logits))
+            n, nxt = accept_greedy(draft.tokens, RowArgmax(rows))
             p = q = None
         else:
-            p = CandidateRows(logits, sp)
+            p = CandidateRows(rows, sp)
             q = draft.probs
             n, nxt = accept_sampled(draft.tokens, p, q, rng)
         emitted = [(d, TokenSource.ACCEPTED, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
@@ -317,7 +333,17 @@ class Generation:
         source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
         emitted.append((nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None,
                         self._logprobs(logits, n, nxt)))
+        if self.constraint is not None:
+            self.constraint.settle(rows, draft.tokens[:n] + [nxt])
         return n, emitted
+
+    def _cut(self, draft: Draft) -> Draft:
+        """``draft`` up to its first end-of-generation token, and under a grammar up to its
+        first token the grammar forbids."""
+        draft = draft.through_first(self.target.is_eog)
+        if self.constraint is not None and draft.tokens:
+            draft = draft.truncated(self.constraint.allowed(draft.tokens))
+        return draft
 
     def _logprobs(self, logits: np.ndarray, row: int, token: int) -> tuple:
         """(logprob of ``token``, its top alternatives) from the target's own row, or
@@ -328,6 +354,8 @@ class Generation:
 
     def _choose(self, logits: np.ndarray, rng: np.random.Generator) -> tuple[int, float | None]:
         sp = self.params.sampling
+        if self.constraint is not None:
+            logits = self.constraint.masked(logits)
         if sp.greedy:
             return int(np.argmax(logits)), None
         probs = row_candidates(logits, sp)

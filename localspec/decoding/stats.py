@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class TokenSource(str, Enum):
@@ -142,10 +143,13 @@ class GenerationStats:
 @dataclass
 class GenerationResult:
     """A finished generation.  ``finish_reason``: "stop" (end-of-generation token or a
-    stop string), "length" (max_tokens) or "context" (n_ctx full)."""
+    stop string), "length" (max_tokens) or "context" (n_ctx full).  ``parsed``: with
+    ``response_format=`` a pydantic model class, the answer validated into it (None when
+    the answer was cut short before the JSON ended)."""
 
     text: str
     tokens: list[int]
     sources: list[TokenSource]
     finish_reason: str
     stats: GenerationStats
+    parsed: Any = None

@@ -48,6 +48,7 @@ from starlette.routing import Route
 
 from pydantic import ValidationError
 
+from localspec.api import check_response_format
 from localspec.errors import InvalidOptionError, LocalspecError
 from localspec.server.errors import APIError, from_localspec_error, from_validation_error
 from localspec.server.openai_shapes import ChatShape, CompletionShape
@@ -177,6 +178,13 @@ class _State:
                 options[name] = value
         if body.stop is not None:
             options["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
+        fmt = body.response_format.as_option() if body.response_format is not None else None
+        if fmt is not None:
+            try:
+                check_response_format(fmt)
+            except LocalspecError as exc:
+                raise APIError(400, str(exc), param="response_format", code="invalid_value") from None
+            options["response_format"] = fmt
         spec = body.speculative
         if spec is not None:
             for ours, theirs in (("draft_max", spec.n_max), ("draft_min", spec.n_min), ("p_min", spec.p_min),

@@ -76,6 +76,36 @@ class SpeculativeOptions(BaseModel):
         return self
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+    name: str = Field(max_length=64)
+    description: str | None = None
+    schema_: dict = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's ``response_format``: free text, any JSON object, or JSON under a schema."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self):
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("response_format of type json_schema needs json_schema: {name, schema}")
+        return self
+
+    def as_option(self) -> dict | None:
+        """The form :meth:`localspec.api.SpeculativeModel.chat` takes (None: free text)."""
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return {"type": "json_object"}
+        return {"type": "json_schema", "json_schema": {"name": self.json_schema.name, "schema": self.json_schema.schema_}}
+
+
 class CommonRequest(BaseModel):
     # Unknown fields are ignored (clients send user, metadata, store, ...); types are strict
     # ("0.5" is not a number, true is not 1), as OpenAI's API has them.
@@ -95,7 +125,7 @@ class CommonRequest(BaseModel):
     presence_penalty: float | None = 0.0
     frequency_penalty: float | None = 0.0
     logit_bias: dict | None = None
-    response_format: dict | None = None
+    response_format: ResponseFormat | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -130,12 +160,6 @@ class CommonRequest(BaseModel):
             raise ValueError("only n = 1 is supported")
         return v
 
-    @field_validator("response_format")
-    @classmethod
-    def _text_only(cls, v):
-        if v and v.get("type") not in (None, "text"):
-            raise ValueError("only response_format {\"type\": \"text\"} is supported (no JSON mode or schemas)")
-        return v
 
     _no_penalties = _refused("presence_penalty", "frequency_penalty", "logit_bias",
                              why="penalties and logit_bias are not supported (they would change the target's distribution)")

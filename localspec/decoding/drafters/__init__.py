@@ -2,9 +2,10 @@
 
 from localspec.decoding.drafters.base import Draft, Drafter, round_label
 from localspec.decoding.drafters.draft_model import DraftModelDrafter
+from localspec.decoding.drafters.grammar import GrammarDrafter
 from localspec.decoding.drafters.prediction import PredictionDrafter
 from localspec.decoding.drafters.prompt_lookup import PromptLookupDrafter
 from localspec.decoding.drafters.suffix import SuffixDrafter
 
-__all__ = ["Draft", "Drafter", "DraftModelDrafter", "PredictionDrafter", "PromptLookupDrafter", "SuffixDrafter",
+__all__ = ["Draft", "Drafter", "DraftModelDrafter", "GrammarDrafter", "PredictionDrafter", "PromptLookupDrafter", "SuffixDrafter",
            "round_label"]

@@ -29,6 +29,7 @@ class DraftModelDrafter:
         self.n_vocab_target = n_vocab_target
         self.is_eog = is_eog
         self.catch_up_s = 0.0
+        self.constraint = None  # the current generation's grammar (localspec.decoding.grammar.Constraint)
 
     @property
     def decode_s(self) -> float:
@@ -43,24 +44,33 @@ class DraftModelDrafter:
         tokens: list[int] = []
         rows: list[Candidates] = []
         confidence: list[float] = []
-        while True:
-            if params.greedy:
-                top = top_probability(logits)
-                if top < p_min:
+        constraint, advanced = self.constraint, 0
+        try:
+            while True:
+                if constraint is not None:  # q masked and renormalised as the target's p is
+                    logits = constraint.masked(logits)
+                if params.greedy:
+                    top = top_probability(logits)
+                    if top < p_min:
+                        break
+                    token = int(np.argmax(logits))
+                else:
+                    q = row_candidates(logits, params)
+                    if q.top < p_min:
+                        break
+                    token = q.sample(rng)
+                    rows.append(q)
+                    top = q.prob(token)
+                tokens.append(token)
+                confidence.append(top)
+                if len(tokens) >= max_tokens or self.is_eog(token):
                     break
-                token = int(np.argmax(logits))
-            else:
-                q = row_candidates(logits, params)
-                if q.top < p_min:
-                    break
-                token = q.sample(rng)
-                rows.append(q)
-                top = q.prob(token)
-            tokens.append(token)
-            confidence.append(top)
-            if len(tokens) >= max_tokens or self.is_eog(token):
-                break
-            logits = self._fit(self.engine.decode([token], [0], copy=False)[0])
+                if constraint is not None:
+                    advanced += constraint.advance([token])
+                logits = self._fit(self.engine.decode([token], [0], copy=False)[0])
+        finally:
+            if constraint is not None:
+                constraint.back(advanced)
         if params.greedy or not tokens:
             return Draft(tokens=tokens, confidence=confidence)
         return Draft(tokens=tokens, probs=rows, confidence=confidence)
