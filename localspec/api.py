@@ -13,6 +13,7 @@ from localspec.models.compat import check_compatibility
 from localspec.decoding.drafters import (DraftModelDrafter, GrammarDrafter, PredictionDrafter, PromptLookupDrafter,
                                          SuffixDrafter)
 from localspec.decoding.grammar import Constraint, response_format_grammar
+from localspec.decoding.tool_calls import ToolFormat, call_grammar, check_tools, messages_for_template, tool_format
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
@@ -209,6 +210,15 @@ class SpeculativeModel:
                 model class: every token then satisfies the schema (llguidance), the tokens
                 the schema forces are drafted for free (``drafted_by_drafter["grammar"]``),
                 and with a pydantic class ``result.parsed`` is the validated object.
+                ``tools`` / ``tool_choice`` ("auto", "none", "required", or
+                ``{"type": "function", "function": {"name"}}``) / ``parallel_tool_calls``
+                (True): OpenAI's function tools, rendered by the GGUF's chat template; a
+                call the model writes follows the function's schema (the grammar engages
+                at ``<tool_call>``, from the first token with "required") and comes back
+                in ``result.tool_calls`` (OpenAI's shape) with finish_reason
+                "tool_calls"; ``result.content`` is the text before it.  Messages may
+                hold an assistant's ``tool_calls`` and ``{"role": "tool", "content"}``
+                replies.  InvalidOptionError for a template without a call format.
 
         The KV cache prefix shared with the previous call is reused, so a multi-turn
         chat only evaluates the new tokens.  Raises InvalidOptionError for bad messages or
@@ -216,17 +226,54 @@ class SpeculativeModel:
         """
         started = time.perf_counter()
         self._ensure_open()
-        tokens = self.target.chat_tokens(_normalise_messages(messages))
-        return self._start(tokens, started, stream, options)
+        tools, tool_grammar = self._tools(options)
+        tokens = self.target.chat_tokens(_normalise_messages(messages), tools)
+        return self._start(tokens, started, stream, options, tool_grammar)
 
-    def _start(self, tokens: list[int], started: float, stream: bool, options: dict):
+    @property
+    def tool_format(self) -> ToolFormat | None:
+        """The target's tool-call format (None: its chat template has none localspec knows)."""
+        if not hasattr(self, "_tool_format"):
+            self._tool_format = tool_format(
+                self.target.info.chat_template,
+                lambda text: self.target.tokenize(text, add_special=False, parse_special=True))
+        return self._tool_format
+
+    @property
+    def supports_tools(self) -> bool:
+        return self.tool_format is not None
+
+    def _tools(self, options: dict) -> tuple[list[dict] | None, tuple[str, int | None] | None]:
+        """Pop ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: (the tools to render,
+        (the call grammar, its trigger token or None)) — (None, None) without tools or with
+        tool_choice "none"."""
+        tools, choice = options.pop("tools", None), options.pop("tool_choice", None)
+        parallel = options.pop("parallel_tool_calls", True)
+        if tools is None:
+            if choice not in (None, "none", "auto"):
+                raise InvalidOptionError("tool_choice needs tools")
+            return None, None
+        tools, choice = check_tools(tools, choice or "auto")
+        if choice == "none":
+            return None, None
+        fmt = self.tool_format
+        if fmt is None:
+            raise InvalidOptionError(f"{self.target_path.name}'s chat template has no tool-call format localspec "
+                                     "knows (supported: <tool_call> JSON calls, as Qwen2.5 and Qwen3 write them)")
+        grammar = call_grammar(fmt, tools, choice, parallel=bool(parallel))
+        return tools, (grammar, fmt.open_token if choice == "auto" else None)
+
+    def _start(self, tokens: list[int], started: float, stream: bool, options: dict,
+               tool_grammar: tuple[str, int | None] | None = None):
         prediction = options.pop("prediction", None)
         if prediction is not None and not isinstance(prediction, str):
             raise InvalidOptionError(f"prediction must be a string, got {type(prediction).__name__}")
         grammar, parse_as = response_format_grammar(options.pop("response_format", None))
+        if grammar is not None and tool_grammar is not None:
+            raise InvalidOptionError("response_format and tools cannot be combined in one request")
         params = self._params(options)
         predicted = self._tokenize_prediction(prediction)
-        constraint = self._constraint(grammar)
+        constraint = self._constraint(*tool_grammar) if tool_grammar else self._constraint(grammar)
         policy = self._policy(params.draft, params.sampling.greedy, predicted=bool(predicted),
                               constrained=constraint is not None)
         if not self._step_lock.acquire(blocking=False):
@@ -236,7 +283,8 @@ class SpeculativeModel:
                 self._active.supersede()
             generation = Generation(self.target, self.drafters, policy, tokens, params, started_at=started,
                                     lock=self._step_lock, owner=self.owner, constraint=constraint,
-                                    parse=parse_as.model_validate_json if parse_as is not None else None)
+                                    parse=parse_as.model_validate_json if parse_as is not None else None,
+                                    tool_calls=tool_grammar is not None)
             self.prediction.set_prediction(predicted, len(tokens))
             self.grammar.set_constraint(constraint)
             if self.drafter is not None:
@@ -246,12 +294,13 @@ class SpeculativeModel:
             self._step_lock.release()
         return generation if stream else generation.run()
 
-    def _constraint(self, grammar: str | None) -> Constraint | None:
+    def _constraint(self, grammar: str | None, trigger: int | None = None) -> Constraint | None:
         """The grammar compiled against the target's vocabulary (its tokenizer for
-        llguidance is built on first use, about 1 s); InvalidOptionError if it cannot be."""
+        llguidance is built on first use, about 1 s), asleep until ``trigger`` when given;
+        InvalidOptionError if it cannot be compiled."""
         if grammar is None:
             return None
-        return Constraint.compile(grammar_tokenizer(self.target), grammar, self.target.n_vocab)
+        return Constraint.compile(grammar_tokenizer(self.target), grammar, self.target.n_vocab, trigger)
 
     def _tokenize_prediction(self, prediction: str | None) -> list[int]:
         return self.target.tokenize(prediction, add_special=False, parse_special=False) if prediction else []
@@ -340,9 +389,13 @@ def _normalise_messages(messages: str | Iterable[dict]) -> Messages:
     if not result:
         raise InvalidOptionError("messages is empty")
     for m in result:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        calls = isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls")
+        content_ok = isinstance(m, dict) and (isinstance(m.get("content"), str) or (calls and m.get("content") is None))
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not content_ok:
             raise InvalidOptionError(f"each message needs a string 'role' and 'content', got {m!r}")
-    return result
+        if calls and not isinstance(m["tool_calls"], list):
+            raise InvalidOptionError(f"an assistant message's tool_calls must be a list, got {m['tool_calls']!r}")
+    return messages_for_template(result)
 
 
 def load(target: str | Path | None = None, draft: str | Path | None = "auto", *,

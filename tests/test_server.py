@@ -275,7 +275,9 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_
         (dict(messages="Hi"), "messages"),
         (dict(messages=ok, stop=["a", "b", "c", "d", "e"]), "stop"),
         (dict(messages=ok, prediction={"type": "content", "content": "x"}, n=3), "n"),
-        (dict(messages=ok, tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+        (dict(messages=ok, tools=[{"type": "function"}]), "tools.0.function"),
+        (dict(messages=ok, tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="sometimes"),
+         "tool_choice"),
     ]
     for kwargs, param in cases:
         with pytest.raises(openai.BadRequestError) as err:
@@ -419,3 +421,35 @@ def test_response_format_json_schema_through_the_sdk(server):
         assert err.value.body["param"].startswith("response_format"), err.value.body
     cut = client.chat.completions.create(model="m", messages=ask, response_format=fmt, max_tokens=3)
     assert cut.choices[0].finish_reason == "length"
+
+
+def test_a_tool_call_round_trip_through_the_sdk_and_its_stream(server):
+    """A required call comes back in message.tool_calls with finish_reason tool_calls; the
+    stream's deltas reassemble to the same call; the tool's reply renders for the next turn."""
+    import jsonschema
+    from test_tools import ASK, TOOLS, WEATHER
+
+    client = server.client()
+    r = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=96)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id.startswith("call_")
+    if call.function.name == "get_weather":
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+    pieces, finish, names = {}, None, {}
+    for chunk in client.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice="required",
+                                                max_tokens=96, stream=True):
+        if not chunk.choices:
+            continue
+        for d in chunk.choices[0].delta.tool_calls or []:
+            pieces[d.index] = pieces.get(d.index, "") + (d.function.arguments or "")
+            if d.function.name:
+                names[d.index] = d.function.name
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert names[0] == call.function.name and json.loads(pieces[0]) == json.loads(call.function.arguments)
+    follow = ASK + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                    {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'}]
+    final = client.chat.completions.create(model="m", messages=follow, tools=TOOLS, tool_choice="none", max_tokens=48)
+    assert final.choices[0].message.content and not final.choices[0].message.tool_calls

@@ -232,7 +232,7 @@ def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
     for (workload, temp, strategy), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         speedups = [x for x in map(speedup, rs) if x is not None]
 
-        def med(key):
+        def med(key, rs=rs):
             values = [r[key] for r in rs if r[key] is not None]
             return statistics.median(values) if values else None
 

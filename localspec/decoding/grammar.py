@@ -86,14 +86,18 @@ class Constraint:
     (the message carries llguidance's reason).  Not thread-safe: the loop's thread only.
     """
 
-    def __init__(self, matcher: Any, n_vocab: int, tokenizer: Any = None):
+    def __init__(self, matcher: Any, n_vocab: int, tokenizer: Any = None, trigger: int | None = None):
         self._matcher = matcher
         self._tokenizer = tokenizer
         self.n_vocab = n_vocab
+        # A lazy grammar (tool calls with tool_choice "auto") sleeps until the model itself
+        # emits ``trigger`` (``<tool_call>``), the grammar's first token; drafts stop before it.
+        self.trigger = trigger
+        self.dormant = trigger is not None
         self.consumed = 0  # tokens consumed since the start (the emitted text's length in tokens)
 
     @classmethod
-    def compile(cls, tokenizer: Any, grammar: str, n_vocab: int) -> Constraint:
+    def compile(cls, tokenizer: Any, grammar: str, n_vocab: int, trigger: int | None = None) -> Constraint:
         from llguidance import LLMatcher
 
         is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
@@ -102,25 +106,42 @@ class Constraint:
         matcher = LLMatcher(tokenizer, grammar, log_level=0)
         if matcher.is_error():
             raise InvalidOptionError(f"the grammar cannot be compiled: {matcher.get_error()}")
-        return cls(matcher, n_vocab, tokenizer)
+        return cls(matcher, n_vocab, tokenizer, trigger)
 
     # --- drafting ---------------------------------------------------------------------
 
     def allowed(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens`` (from the current state on) the grammar allows."""
+        if self.dormant:
+            return next((i for i, t in enumerate(tokens) if t == self.trigger), len(tokens))
         return self._matcher.validate_tokens(list(tokens)) if tokens else 0
 
-    def forced(self) -> list[int]:
-        """Tokens for the text the grammar forces next (may be []): the forced bytes (a
+    def forced(self, limit: int = 32) -> list[int]:
+        """Up to ``limit`` tokens the grammar forces next (may be []): the forced bytes (a
         key and its quotes and colon) as the model's tokenizer writes them, cut where the
-        grammar would refuse them.  llguidance's own ``compute_ff_tokens`` is shorter: it
-        stops before any token another tokenization could split (measured on a 3-key
-        schema: 9 forced tokens of 14 from the bytes, 5 from ``compute_ff_tokens``)."""
-        forced = self._matcher.compute_ff_bytes()
-        if not forced or self._tokenizer is None:
-            return list(self._matcher.compute_ff_tokens())
-        tokens = list(self._tokenizer.tokenize_bytes(forced))
-        return tokens[: self.allowed(tokens)]
+        grammar would refuse them, after any special token that is the only one allowed
+        (``<tool_call>``).  llguidance's own ``compute_ff_tokens`` is shorter: it stops
+        before any token another tokenization could split (on a 3-key schema: 9 forced
+        tokens of 14 from the bytes, 5 from ``compute_ff_tokens``)."""
+        out: list[int] = []
+        consumed = 0
+        if self.dormant:
+            return out
+        try:
+            while len(out) < limit:
+                forced = self._matcher.compute_ff_bytes()
+                if forced and self._tokenizer is not None:
+                    tokens = list(self._tokenizer.tokenize_bytes(forced))
+                    out += tokens[: self.allowed(tokens)]
+                    break
+                only = np.flatnonzero(self.mask())
+                if len(only) != 1:
+                    break
+                out.append(int(only[0]))
+                consumed += self.advance(out[-1:])
+        finally:
+            self.back(consumed)
+        return out[:limit]
 
     def mask(self) -> np.ndarray:
         """bool ``(n_vocab,)``: the tokens allowed next."""
@@ -130,6 +151,8 @@ class Constraint:
     def masked(self, row: np.ndarray) -> np.ndarray:
         """A copy of the float32 logits ``row`` with forbidden tokens at -inf.  Raises
         EngineError when the grammar allows nothing (it has failed)."""
+        if self.dormant:
+            return row
         allowed = self.mask()
         if not allowed.any():
             raise EngineError(f"the grammar allows no token here: {self._matcher.get_error() or 'it has ended'}")
@@ -140,7 +163,7 @@ class Constraint:
         the grammar has ended, the rest (end-of-generation tokens, the only ones its mask
         allows then) are not consumed.  EngineError for a token the grammar refuses."""
         n = 0
-        for token in tokens:
+        for token in [] if self.dormant else tokens:
             if self._matcher.is_stopped():
                 break
             if not self._matcher.consume_token(token):
@@ -165,12 +188,15 @@ class Constraint:
         if rows is not None:
             self.back(rows.consumed)
             rows.consumed = 0
+        if self.dormant and self.trigger in emitted:
+            self.dormant = False
+            emitted = emitted[list(emitted).index(self.trigger):]
         self.consumed += self.advance(emitted)
 
     @property
     def accepting(self) -> bool:
-        """True when the text so far is complete under the grammar."""
-        return bool(self._matcher.is_accepting())
+        """True when the text so far is complete under the grammar (a sleeping one is)."""
+        return self.dormant or bool(self._matcher.is_accepting())
 
 
 class MaskedRows(Sequence):

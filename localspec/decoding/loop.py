@@ -23,6 +23,7 @@ import numpy as np
 
 from localspec.decoding.drafters import Draft, Drafter, round_label
 from localspec.decoding.grammar import Constraint
+from localspec.decoding.tool_calls import split_tool_calls
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
 from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
@@ -112,7 +113,7 @@ class Generation:
     def __init__(self, target: Engine, drafters: Sequence[Drafter], policy, prompt_tokens: Sequence[int],
                  params: GenerationParams, started_at: float | None = None, lock: threading.Lock | None = None,
                  owner: LlamaThread | None = None, constraint: Constraint | None = None,
-                 parse: Callable[[str], Any] | None = None):
+                 parse: Callable[[str], Any] | None = None, tool_calls: bool = False):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
         if len(prompt_tokens) >= target.n_ctx:
@@ -133,6 +134,7 @@ class Generation:
         self._owner = owner or target.owner
         self.constraint = constraint  # a grammar every emitted token satisfies (None: free text)
         self._parse = parse  # turns a finished answer into result.parsed
+        self._tool_calls = tool_calls  # the answer may hold tool calls to split off
         self._events = self._run()
         self._ready: deque[TokenEvent] = deque()
 
@@ -259,9 +261,11 @@ class Generation:
         text = out.finish()
         if text:
             yield TokenEvent(-1, text, TokenSource.TARGET, round_no)
+        calls = split_tool_calls(out.text)[1] if self._tool_calls else []
         self.result = GenerationResult(
-            text=out.text, tokens=out.tokens, sources=out.sources, finish_reason=finish, stats=stats,
-            parsed=self._parsed(out.text, finish),
+            text=out.text, tokens=out.tokens, sources=out.sources,
+            finish_reason="tool_calls" if calls and finish == "stop" else finish, stats=stats,
+            parsed=self._parsed(out.text, finish), tool_calls=calls or None,
         )
 
     def _parsed(self, text: str, finish: str) -> Any:

@@ -105,7 +105,7 @@ def record(model, prompt_tokens: list[int], answer: list[int], workload: str, na
     for d in drafters.values():
         d.begin(prompt_tokens)
     context = list(prompt_tokens) + [answer[0]]
-    for name_, d in drafters.items():
+    for name_ in drafters:
         trace.free[name_] = [([], [], [])]  # position 0 comes from prompt eval, never drafted
     for j in range(1, len(answer)):
         for name_, d in drafters.items():

@@ -145,7 +145,8 @@ class GenerationResult:
     """A finished generation.  ``finish_reason``: "stop" (end-of-generation token or a
     stop string), "length" (max_tokens) or "context" (n_ctx full).  ``parsed``: with
     ``response_format=`` a pydantic model class, the answer validated into it (None when
-    the answer was cut short before the JSON ended)."""
+    the answer was cut short before the JSON ended).  ``tool_calls``: with ``tools=``,
+    the calls the answer made, in OpenAI's shape (finish_reason "tool_calls")."""
 
     text: str
     tokens: list[int]
@@ -153,3 +154,9 @@ class GenerationResult:
     finish_reason: str
     stats: GenerationStats
     parsed: Any = None
+    tool_calls: list[dict] | None = None
+
+    @property
+    def content(self) -> str:
+        """The answer's text without its tool calls (the text before the first one)."""
+        return self.text if not self.tool_calls else self.text[: self.text.find("<tool_call>")].rstrip()

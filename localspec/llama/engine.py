@@ -265,7 +265,7 @@ class Engine:
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
 
     @owned
-    def chat_tokens(self, messages: list[dict]) -> list[int]:
+    def chat_tokens(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """Render the messages with the chat template and tokenize the result.
 
         Only the template's own text may produce special tokens: message contents are
@@ -275,9 +275,9 @@ class Engine:
         """
         markers = [f"\ue000{i}\ue001" for i in range(len(messages))]
         masked = [{**m, "content": mark} for m, mark in zip(messages, markers)]
-        rendered = self.render_chat(masked)
+        rendered = self.render_chat(masked, tools)
         if not all(rendered.count(mark) == 1 for mark in markers):
-            return self.tokenize(self.render_chat(messages), add_special=False, parse_special=True)
+            return self.tokenize(self.render_chat(messages, tools), add_special=False, parse_special=True)
         tokens: list[int] = []
         rest = rendered
         for message, mark in zip(messages, markers):
@@ -287,7 +287,7 @@ class Engine:
         return tokens + (self.tokenize(rest, add_special=False, parse_special=True) if rest else [])
 
     @owned
-    def render_chat(self, messages: list[dict]) -> str:
+    def render_chat(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         """Render OpenAI-style messages with the GGUF's own ``tokenizer.chat_template``
         (llama-cpp-python's Jinja2 formatter), ending with the assistant's prompt.
         Raises InvalidOptionError when the template rejects the messages."""
@@ -302,7 +302,7 @@ class Engine:
             bos_token=self.token_text(bos) if bos >= 0 else "",
         )
         try:
-            return formatter(messages=messages).prompt
+            return formatter(messages=messages, tools=tools).prompt
         except (jinja2.TemplateError, ValueError, TypeError) as exc:
             raise InvalidOptionError(f"{self.path.name}'s chat template rejected these messages: {exc}") from None
 

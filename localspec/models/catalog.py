@@ -203,7 +203,7 @@ def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
             if not all(isinstance(m[k], str) and m[k].format(n=1) for k in ("package", "member", "version")):
                 raise ValueError
         except (KeyError, IndexError, ValueError):
-            raise CatalogError(f"{what}.mirror: package, version and member must be strings using only {{n}}")
+            raise CatalogError(f"{what}.mirror: package, version and member must be strings using only {{n}}") from None
         mirror = Mirror(package=m["package"], count=m["count"], version=m["version"], member=m["member"])
     fields = {k: v for k, v in raw.items() if k != "mirror"}
     return ModelEntry(name=name, mirror=mirror, **fields)

@@ -48,7 +48,7 @@ from starlette.routing import Route
 
 from pydantic import ValidationError
 
-from localspec.api import check_response_format
+from localspec.api import check_response_format, check_tools
 from localspec.errors import InvalidOptionError, LocalspecError
 from localspec.server.errors import APIError, from_localspec_error, from_validation_error
 from localspec.server.openai_shapes import ChatShape, CompletionShape
@@ -122,6 +122,7 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 class _State:
     def __init__(self, model, config: ServerConfig, worker: ModelWorker):
+        self.supports_tools = bool(getattr(model, "supports_tools", False))  # read once, not per request
         self.model, self.config, self.worker = model, config, worker
         self.created = int(time.time())
 
@@ -228,10 +229,34 @@ class _State:
         elif options.get("strategy") == "prediction":
             raise APIError(400, "speculative.strategy 'prediction' needs a prediction", param="speculative.strategy",
                            code="invalid_value")
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        messages = [m.for_model() for m in body.messages]
+        options.update(self._tool_options(body))
         job = Job(lambda model: model.chat(messages, stream=True, **options), asyncio.get_running_loop(),
                   logprobs=options.get("logprobs"))
-        return await self._run(request, job, body, ChatShape(self.config.model_name, body.logprobs))
+        shape = ChatShape(self.config.model_name, body.logprobs, tools="tools" in options)
+        return await self._run(request, job, body, shape)
+
+    def _tool_options(self, body: ChatRequest) -> dict:
+        if body.tools is None:
+            if body.tool_choice not in (None, "none", "auto"):
+                raise APIError(400, "tool_choice needs tools", param="tool_choice", code="invalid_value")
+            return {}
+        tools = [t.for_model() for t in body.tools]
+        choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, BaseModel) else body.tool_choice
+        try:
+            check_tools(tools, choice or "auto")
+        except LocalspecError as exc:
+            raise APIError(400, str(exc), param="tool_choice" if "tool_choice" in str(exc) else "tools",
+                           code="invalid_value") from None
+        if choice != "none" and not self.supports_tools:
+            raise APIError(400, f"{self.config.model_name} has no tool-call format in its chat template", param="tools",
+                           code="unsupported_value")
+        if choice == "none":
+            return {}
+        options = {"tools": tools, "tool_choice": choice or "auto"}
+        if body.parallel_tool_calls is not None:
+            options["parallel_tool_calls"] = body.parallel_tool_calls
+        return options
 
     async def _completions(self, request: Request) -> Response:
         body = await self._body(request, CompletionRequest)

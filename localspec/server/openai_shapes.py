@@ -7,6 +7,7 @@ import time
 import uuid
 
 from localspec.decoding.stats import GenerationResult
+from localspec.server.openai_tools import ToolCallStream
 
 
 def usage(result: GenerationResult) -> dict:
@@ -40,14 +41,17 @@ def timings(result: GenerationResult) -> dict:
 
 
 def _finish_reason(result: GenerationResult) -> str:
+    if result.finish_reason == "tool_calls":
+        return "tool_calls"
     return "length" if result.finish_reason in ("length", "context") else "stop"
 
 
 class ChatShape:
-    def __init__(self, model_name: str, logprobs: bool):
+    def __init__(self, model_name: str, logprobs: bool, tools: bool = False):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model_name, self.logprobs = model_name, logprobs
+        self.tool_stream = ToolCallStream() if tools else None
 
     def _chunk(self, choices: list) -> dict:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model_name,
@@ -63,7 +67,15 @@ class ChatShape:
         if not text and not entries:
             return None
         logprobs = {"content": entries} if self.logprobs else None
-        return self._chunk([{"index": 0, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": None}])
+        delta: dict = {"content": text}
+        if self.tool_stream is not None:
+            content, calls = self.tool_stream.feed(text)
+            delta = {"content": content} if content or not calls else {}
+            if calls:
+                delta["tool_calls"] = calls
+            if not content and not calls and not entries:
+                return None
+        return self._chunk([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
 
     def final_chunk(self, result: GenerationResult, model) -> dict:
         chunk = self._chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(result)}])
@@ -80,11 +92,17 @@ class ChatShape:
         return {
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model_name,
             "system_fingerprint": None,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text, "refusal": None},
+            "choices": [{"index": 0, "message": _message(result),
                          "logprobs": {"content": entries} if self.logprobs else None,
                          "finish_reason": _finish_reason(result)}],
             "usage": usage(result), "timings": timings(result),
         }
+
+
+def _message(result: GenerationResult) -> dict:
+    if not result.tool_calls:
+        return {"role": "assistant", "content": result.text, "refusal": None}
+    return {"role": "assistant", "content": result.content or None, "refusal": None, "tool_calls": result.tool_calls}
 
 
 class CompletionShape:

@@ -28,15 +28,67 @@ class _TextPart(BaseModel):
     text: str
 
 
+class _CalledFunction(BaseModel):
+    model_config = _STRICT
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: str
+    type: Literal["function"] = "function"
+    function: _CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[str, list[_TextPart], None] = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         if self.content is None:
             return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+    def for_model(self) -> dict:
+        """The message as :meth:`localspec.api.SpeculativeModel.chat` takes it."""
+        message = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        if self.tool_calls:
+            message["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+class _FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: _FunctionDef
+
+    def for_model(self) -> dict:
+        return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
+
+
+class _NamedFunction(BaseModel):
+    model_config = _STRICT
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = _STRICT
+    type: Literal["function"]
+    function: _NamedFunction
 
 
 class Prediction(BaseModel):
@@ -171,9 +223,9 @@ class ChatRequest(CommonRequest):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     prediction: Prediction | None = None
-    tools: list | None = None
-
-    _no_tools = _refused("tools", why="tools are not supported by this server")
+    tools: list[Tool] | None = None
+    tool_choice: Union[Literal["auto", "none", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(CommonRequest):

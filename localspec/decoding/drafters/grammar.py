@@ -24,5 +24,5 @@ class GrammarDrafter(ModelFreeDrafter):
     def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
         if self.constraint is None or max_tokens <= 0:
             return Draft.empty()
-        tokens = self.constraint.forced()[:max_tokens]
+        tokens = self.constraint.forced(max_tokens)
         return Draft(tokens=tokens, confidence=[1.0] * len(tokens))
