@@ -453,3 +453,20 @@ def test_a_tool_call_round_trip_through_the_sdk_and_its_stream(server):
                     {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'}]
     final = client.chat.completions.create(model="m", messages=follow, tools=TOOLS, tool_choice="none", max_tokens=48)
     assert final.choices[0].message.content and not final.choices[0].message.tool_calls
+
+
+def test_langchain_structured_output_returns_the_pydantic_model(server):
+    """LangChain's ``ChatOpenAI(...).with_structured_output(Model)`` (a json_schema
+    response_format through the openai SDK) gets the model back."""
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel, ConfigDict
+
+    class City(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        name: str
+        country: str
+
+    llm = ChatOpenAI(base_url=server.base + "/v1", api_key=KEY, model="local", temperature=0, max_tokens=64,
+                     max_retries=0)
+    city = llm.with_structured_output(City).invoke("Name the capital of France.")
+    assert isinstance(city, City) and city.name

@@ -134,6 +134,9 @@ class GenerationStats:
         if self.drafted_tokens:
             line += (f" | draft: accepted {self.accepted_tokens}/{self.drafted_tokens} "
                      f"({100 * self.acceptance_rate:.1f} %), mean accepted length {self.mean_accepted_length:.2f}")
+            by = ", ".join(f"{name} {self.accepted_by_drafter.get(name, 0)}/{n}"
+                           for name, n in sorted(self.drafted_by_drafter.items()) if n)
+            line += f" [{by}]"
         line += (f" | time: prompt {self.prompt_eval_s:.2f} s, draft {self.draft_s:.2f} s, "
                  f"verify {self.verify_s:.2f} s, overhead {self.overhead_s:.2f} s "
                  f"({self.overhead_ms_per_round:.2f} ms per round)")

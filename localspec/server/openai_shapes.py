@@ -37,6 +37,9 @@ def timings(result: GenerationResult) -> dict:
         "predicted_per_second": predicted_n / predicted_ms * 1000 if predicted_ms else 0.0,
         "draft_n": s.drafted_tokens, "draft_n_accepted": s.accepted_tokens,
         "cache_n": s.prompt_cached_tokens,
+        # ours, beside llama.cpp's: draft tokens per drafter ("grammar": the tokens a schema forced)
+        "draft_n_by_drafter": dict(s.drafted_by_drafter),
+        "draft_n_accepted_by_drafter": dict(s.accepted_by_drafter),
     }
 
 
