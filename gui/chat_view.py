@@ -17,9 +17,11 @@ DARK_TEXT = "#111827"
 SOURCE_COLOURS = {
     "accepted": QColor("#b9ebc3"),  # green: a draft token the target kept
     "correction": QColor("#ffc8a0"),  # orange: the target replaced a rejected draft token
+    "forced": QColor("#c7d2fe"),  # indigo: a grammar forced it (a schema's key, a call's name), the target kept it
 }
 SOURCE_LABELS = {
     "accepted": "accepted draft token",
+    "forced": "forced by the grammar (drafted free, kept by the target)",
     "correction": "target correction (draft rejected)",
     "bonus": "target bonus token (all drafts accepted)",
     "target": "target token (no draft this round)",
@@ -303,6 +305,7 @@ def legend_html() -> str:
     """The legend's rich text: a coloured swatch per highlighted source."""
     items = [f'<span style="background:{SOURCE_COLOURS["accepted"].name()}; color:{DARK_TEXT}">&nbsp;accepted draft&nbsp;</span>',
              f'<span style="background:{SOURCE_COLOURS["correction"].name()}; color:{DARK_TEXT}">&nbsp;target correction&nbsp;</span>',
+             f'<span style="background:{SOURCE_COLOURS["forced"].name()}; color:{DARK_TEXT}">&nbsp;forced by a grammar&nbsp;</span>',
              '<span>&nbsp;plain: target only&nbsp;</span>']
     return "&nbsp;&nbsp;".join(items)
 

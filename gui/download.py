@@ -10,7 +10,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from localspec.errors import DownloadCancelled, LocalspecError
 
-from localspec import discovery
+from localspec.models import discovery
 
 
 class DownloadJob(QObject):

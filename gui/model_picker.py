@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QPro
 
 from localspec.errors import LocalspecError
 
-from localspec import discovery
+from localspec.models import discovery
 from .download import human_bytes, start_download
 
 OPEN_FILE = "Open GGUF…"

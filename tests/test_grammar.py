@@ -15,6 +15,7 @@ from scipy import stats
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.grammar import Constraint, json_schema_grammar
+from localspec.decoding.stats import TokenSource
 from localspec.errors import InvalidOptionError
 from localspec.llama.grammar_vocab import grammar_tokenizer
 
@@ -101,6 +102,8 @@ def test_the_forced_tokens_are_drafted_and_counted(target_gguf):
     jsonschema.validate(json.loads(r.text), PICK)
     assert r.stats.drafted_by_drafter.get("grammar", 0) >= 4  # {"c":" and ","s":" at least
     assert r.stats.accepted_by_drafter.get("grammar", 0) >= 4
+    forced = [t for t, s in zip(r.tokens, r.sources) if s == TokenSource.FORCED]
+    assert len(forced) == r.stats.accepted_by_drafter["grammar"]
 
 
 def test_forced_bytes_become_the_tokens_the_model_writes(target_gguf):

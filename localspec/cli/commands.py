@@ -20,7 +20,7 @@ from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.loop import STRATEGIES, DraftParams, GenerationParams
 from localspec.decoding.stats import GenerationResult, TokenSource
 
-_COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m"}
+_COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m", TokenSource.FORCED: "\x1b[36m"}
 _RESET = "\x1b[0m"
 
 
@@ -282,8 +282,9 @@ def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> G
 def _stats_line(result: GenerationResult, colour: bool) -> str:
     legend = ""
     if colour and result.stats.drafted_tokens:
+        forced = f", {_COLOURS[TokenSource.FORCED]}forced by the grammar{_RESET}" if TokenSource.FORCED in result.sources else ""
         legend = (f" [{_COLOURS[TokenSource.ACCEPTED]}accepted draft{_RESET}, "
-                  f"{_COLOURS[TokenSource.CORRECTION]}target correction{_RESET}]")
+                  f"{_COLOURS[TokenSource.CORRECTION]}target correction{_RESET}{forced}]")
     return f"[{result.finish_reason}] {result.stats.summary()}{legend}"
 
 

@@ -242,7 +242,7 @@ class Generation:
             k_cap = min(params.max_tokens - stats.generated_tokens - 1, room - 1)
             drafter, draft, draft_cost_s = self._propose(context, k_cap, draft_rng)
             verify_before = target.decode_s
-            n_accepted, emitted = self._verify(context[-1], draft, rng)
+            n_accepted, emitted = self._verify(context[-1], draft, rng, getattr(drafter, "forces", False))
             target.trim(len(context) + n_accepted)
             self.policy.observe(drafter, len(draft.tokens), n_accepted, draft_cost_s,
                                 target.decode_s - verify_before, len(draft.tokens) + 1, draft.confidence,
@@ -318,9 +318,10 @@ class Generation:
             return drafter, Draft.empty(), cost_s
         return drafter, draft, cost_s
 
-    def _verify(self, last: int, draft: Draft, rng: np.random.Generator):
+    def _verify(self, last: int, draft: Draft, rng: np.random.Generator, forced: bool = False):
         """One target decode of [last, d_1..d_k]; returns (n_accepted, emitted tokens)
-        with each emitted token as (id, source, p_target, p_draft)."""
+        with each emitted token as (id, source, p_target, p_draft); kept draft tokens are
+        FORCED when a grammar drafted them (``forced``), else ACCEPTED."""
         k = len(draft.tokens)
         logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
         rows = logits if self.constraint is None else self.constraint.rows(logits, draft.tokens)
@@ -332,7 +333,8 @@ class Generation:
             p = CandidateRows(rows, sp)
             q = draft.probs
             n, nxt = accept_sampled(draft.tokens, p, q, rng)
-        emitted = [(d, TokenSource.ACCEPTED, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
+        kept = TokenSource.FORCED if forced else TokenSource.ACCEPTED
+        emitted = [(d, kept, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
                    for i, d in enumerate(draft.tokens[:n])]
         source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
         emitted.append((nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None,

@@ -14,6 +14,7 @@ class TokenSource(str, Enum):
     ACCEPTED = "accepted"  # a draft token the target verified and kept
     CORRECTION = "correction"  # the target's token replacing the first rejected draft token
     BONUS = "bonus"  # the target's extra token after every draft token was accepted
+    FORCED = "forced"  # a token a grammar forced (a schema's key, a call's name), drafted free and kept
 
 
 @dataclass(frozen=True)

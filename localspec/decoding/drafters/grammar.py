@@ -12,6 +12,7 @@ class GrammarDrafter(ModelFreeDrafter):
     generation's constraint (``set_constraint``; None turns it off)."""
 
     name = "grammar"
+    forces = True  # its kept tokens are TokenSource.FORCED
     prior_acceptance = 0.95
     prior_cost_s = 2e-5
 
