@@ -143,7 +143,7 @@ class SpeculativeModel:
         and the grammar's forced tokens (only in calls given a ``response_format``)."""
         return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar) if d is not None]
 
-    def _policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool):
+    def _policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False):
         if dp.strategy == "draft-model" and self.drafter is None:
             raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
         if dp.strategy == "prediction" and not predicted:

@@ -24,7 +24,7 @@ from localspec.llama.report import machine_line, machine_record
 from localspec.llama.engine import default_threads
 from localspec.llama.peer import load_peer_llama, peer_prompt_lookup
 from localspec.errors import InvalidOptionError
-from localspec.bench.workloads import (MTBENCH_CATEGORIES, Prompt, code_prompts, edit_prompts, measured_turns, mtbench_prompts,
+from localspec.bench.workloads import (MTBENCH_CATEGORIES, Prompt, call_prompts, code_prompts, edit_prompts, measured_turns, mtbench_prompts,
                         mtbench_second_turns, revision_conversations)
 
 
@@ -56,6 +56,7 @@ class BenchConfig:
     mtbench_per_category: int = 1
     mtbench_categories: tuple[str, ...] = MTBENCH_CATEGORIES  # first turns asked
     edit: int = 3
+    calls: int = 10  # BFCL function calls answered under their JSON schema ("json-call")
     second_turns: int = 8  # MT-Bench conversations measured at turn 2
     revisions: int = 3  # three-turn HumanEval revisions, turns 2 and 3 measured
     max_tokens: int = 128
@@ -67,14 +68,15 @@ class BenchConfig:
 
     @classmethod
     def quick(cls) -> "BenchConfig":
-        """One repetition: 873 s measured on 2 CPU cores at 106 ms per target step, 231 s at 26 ms."""
+        """One repetition: 873 s measured on 2 CPU cores at 106 ms per target step, 231 s at 26 ms
+        (before the two json-call prompts were added)."""
         return cls(code=1, mtbench_per_category=1, mtbench_categories=("writing", "math", "coding", "extraction"),
-                   edit=1, second_turns=2, revisions=1, max_tokens=64, reps=1,
+                   edit=1, calls=2, second_turns=2, revisions=1, max_tokens=64, reps=1,
                    strategies=tuple(QUICK_STRATEGIES), peer_workloads=("edit",))
 
     @classmethod
     def smoke(cls) -> "BenchConfig":
-        return cls(code=1, mtbench_per_category=0, edit=1, second_turns=0, revisions=1, max_tokens=16,
+        return cls(code=1, mtbench_per_category=0, edit=1, calls=1, second_turns=0, revisions=1, max_tokens=16,
                    temperatures=(0.0,), reps=1, strategies=tuple(QUICK_STRATEGIES), peers=False)
 
 
@@ -94,7 +96,7 @@ def chosen_strategies(names: str) -> tuple[Strategy, ...]:
 def prompts_for(config: BenchConfig, model: SpeculativeModel | None = None) -> list[Prompt]:
     """The benchmark's prompts; multi-turn ones need ``model`` to answer their earlier
     turns (greedy, plain decoding, ``config.max_tokens``), once, before any measurement."""
-    prompts = code_prompts(config.code) + edit_prompts(config.edit)
+    prompts = code_prompts(config.code) + edit_prompts(config.edit) + call_prompts(config.calls)
     if config.mtbench_per_category:
         prompts += mtbench_prompts(config.mtbench_per_category, config.mtbench_categories)
     conversations = mtbench_second_turns(1)[: config.second_turns] + revision_conversations(config.revisions)
@@ -158,8 +160,9 @@ def _run_one(model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: 
              max_tokens: int) -> dict:
     model.reset_cache()
     model.suffix.reset()  # no answer of another run in the store: each run sees only its own conversation
+    structured = {"response_format": prompt.response_format} if prompt.response_format else {}
     r = model.chat(prompt.messages, max_tokens=max_tokens, temperature=temp,
-                   seed=1000 * rep + 7, **strategy.options)
+                   seed=1000 * rep + 7, **strategy.options, **structured)
     s = r.stats
     return {
         "workload": prompt.workload, "prompt": prompt.name, "strategy": strategy.name, "temperature": temp,

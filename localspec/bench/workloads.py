@@ -57,10 +57,24 @@ class Prompt:
     name: str  # e.g. "HumanEval/0", "mtbench/81"
     text: str  # the user message
     history: tuple = ()  # earlier messages of the conversation ({"role", "content"} dicts)
+    response_format: dict | None = None  # a JSON schema the answer must follow (structured rows)
 
     @property
     def messages(self) -> list[dict]:
         return list(self.history) + [{"role": "user", "content": self.text}]
+
+
+def call_prompts(n: int) -> list[Prompt]:
+    """BFCL ``simple_python`` cases 0..n-1, the call asked for as JSON under its function's
+    schema (:mod:`localspec.bench.bfcl`): the structured rows, workload "json-call"."""
+    from localspec.bench.bfcl import bfcl_cases, call_prompt, call_schema
+
+    out = []
+    for case in bfcl_cases("simple_python", n):
+        *history, question = call_prompt(case)
+        fmt = {"type": "json_schema", "json_schema": {"name": "call", "schema": call_schema(case)}}
+        out.append(Prompt("json-call", case.id, question["content"], tuple(history), fmt))
+    return out
 
 
 def measured_turns(conversation: Conversation, answer) -> list[Prompt]:
