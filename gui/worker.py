@@ -57,7 +57,9 @@ class ChatWorker(QObject):
     def count_tokens(self, messages: list[dict]) -> tuple[int, int] | None:
         """(tokens of ``messages`` rendered with the target's chat template, n_ctx), or None
         while no model is loaded or one is being loaded or freed.  Safe from the GUI thread:
-        tokenizing reads only the vocabulary, as llama-server's HTTP threads do."""
+        the tokenizing runs on the pair's own llama.cpp thread (see
+        :mod:`localspec.llama.owner`), between two rounds of a running answer, so it waits
+        at most one round (a few tens of milliseconds on a 2-core CPU)."""
         if not self._model_lock.acquire(blocking=False):
             return None
         try:
