@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from localspec.api import resolve_pair
-from localspec.llama.report import machine_line, machine_record
-from localspec.llama.engine import Engine, EngineConfig
 from localspec.bench.workloads import code_prompts
+from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.report import machine_line, machine_record
 
 MODES = ("default", "no-amx", "no-extra")
 
@@ -60,8 +60,10 @@ def main() -> None:
     result = {
         "machine": machine_record(),
         "placements": {m: engines[m].cpu_buffers for m in MODES},
-        "tokens": args.tokens, "reps": args.reps,
-        "decode_tps": runs, "median_decode_tps": median,
+        "tokens": args.tokens,
+        "reps": args.reps,
+        "decode_tps": runs,
+        "median_decode_tps": median,
         "ratio_no_amx_over_default": median["no-amx"] / median["default"],
         "ratio_no_extra_over_default": median["no-extra"] / median["default"],
         "same_tokens_as_default": {m: outputs[m] == outputs["default"] for m in MODES},
@@ -69,8 +71,10 @@ def main() -> None:
     print(f"machine: {machine_line(result['machine'])}")
     for m in MODES:
         print(f"{m:>9}: {median[m]:.2f} t/s median ({result['placements'][m]})")
-    print(f"no-amx / default = {result['ratio_no_amx_over_default']:.3f}, "
-          f"no-extra / default = {result['ratio_no_extra_over_default']:.3f}")
+    print(
+        f"no-amx / default = {result['ratio_no_amx_over_default']:.3f}, "
+        f"no-extra / default = {result['ratio_no_extra_over_default']:.3f}"
+    )
     out = Path(__file__).parent / "results" / "amx_fallback.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     for e in engines.values():

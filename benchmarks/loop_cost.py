@@ -27,11 +27,18 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.llama.report import machine_record
-from localspec.decoding.drafters import PromptLookupDrafter, SuffixDrafter
 from localspec.decoding.calibration import CostAverage
+from localspec.decoding.drafters import PromptLookupDrafter, SuffixDrafter
 from localspec.decoding.policy import AdaptivePolicy
-from localspec.decoding.sampling import CandidateRows, RowArgmax, SamplingParams, accept_greedy, accept_sampled, candidates
+from localspec.decoding.sampling import (
+    CandidateRows,
+    RowArgmax,
+    SamplingParams,
+    accept_greedy,
+    accept_sampled,
+    candidates,
+)
+from localspec.llama.report import machine_record
 
 DATA = Path(__file__).parent / "data" / "logits.npz"
 RESULTS = Path(__file__).parent / "results" / "loop_cost.json"
@@ -99,8 +106,9 @@ def policy_over(suffix, lookup) -> AdaptivePolicy:
     """The default set of drafters with costs of the shape measured on a 2-core CPU."""
     model = _DraftModelStandIn()
     costs = {b: CostAverage(0.09 * (1 + 0.2 * (b - 1)), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
-    policy = AdaptivePolicy([model, suffix, lookup], max_k={id(model): 8, id(suffix): 16, id(lookup): 16},
-                            verify_costs=costs)
+    policy = AdaptivePolicy(
+        [model, suffix, lookup], max_k={id(model): 8, id(suffix): 16, id(lookup): 16}, verify_costs=costs
+    )
     policy.draft_costs[id(model)] = CostAverage(0.04, weight=1.0)
     return policy
 
@@ -123,7 +131,7 @@ def main() -> None:
     result = {"machine": machine_record(), "n_vocab": logits.shape[1], "ms": {}}
     for k in (4, 8):
         rows = logits[: k + 1]
-        draft = truth[1:k + 1]  # row i holds the logits after truth[i]
+        draft = truth[1 : k + 1]  # row i holds the logits after truth[i]
         assert accept_greedy(draft, RowArgmax(rows))[0] == k  # all accepted: every row is read
         result["ms"][f"greedy k={k}"] = ms(lambda: accept_greedy(draft, RowArgmax(rows)))
         q = candidates(rows[:k], SAMPLED)
@@ -141,7 +149,8 @@ def main() -> None:
         result["ms"][f"draft model's q rows k={k} (while drafting)"] = ms(lambda: candidates(rows[:k], SAMPLED))
         result["ms"][f"sampled round k={k}, draft model, q rows included"] = (
             result["ms"][f"sampled round k={k}, draft model, all accepted"]
-            + result["ms"][f"draft model's q rows k={k} (while drafting)"])
+            + result["ms"][f"draft model's q rows k={k} (while drafting)"]
+        )
     context = text_tokens(4096, 1)
     suffix = SuffixDrafter(store_tokens=100_000)
     for i in range(25):  # 100k tokens of earlier outputs
@@ -166,8 +175,10 @@ def main() -> None:
         plan_and_observe(policy, context, suffix, lookup)
 
     result["ms"]["adaptive round: both free drafts, plan, observe"] = ms(adaptive_round)
-    cold = {"greedy k=8": lambda: accept_greedy(truth[1:9], RowArgmax(logits[:9])),
-            "adaptive round: both free drafts, plan, observe": adaptive_round}
+    cold = {
+        "greedy k=8": lambda: accept_greedy(truth[1:9], RowArgmax(logits[:9])),
+        "adaptive round: both free drafts, plan, observe": adaptive_round,
+    }
     for name, fn in cold.items():
         result["ms"][f"{name}, caches flushed"] = ms(fn, before=flush_caches)
     result["suffix_store_tokens"] = len(suffix.store)

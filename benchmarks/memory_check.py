@@ -34,13 +34,22 @@ def main() -> None:
     est = pair_memory(pair.target, pair.draft, args.n_ctx)
     before = rss_bytes()
     with SpeculativeModel(pair.target, pair.draft, n_ctx=args.n_ctx) as m:
-        m.chat([{"role": "user", "content": "Write a Python function that reverses a string."}],
-               max_tokens=32, strategy="draft-model", draft_max=4)
+        m.chat(
+            [{"role": "user", "content": "Write a Python function that reverses a string."}],
+            max_tokens=32,
+            strategy="draft-model",
+            draft_max=4,
+        )
         after = rss_bytes()
     added = after - before
-    result = {"machine": machine_record(), "n_ctx": args.n_ctx, "estimate_bytes": est.total,
-              "models": [m.__dict__ for m in est.models], "rss_added_bytes": added,
-              "estimate_over_rss": est.total / added}
+    result = {
+        "machine": machine_record(),
+        "n_ctx": args.n_ctx,
+        "estimate_bytes": est.total,
+        "models": [m.__dict__ for m in est.models],
+        "rss_added_bytes": added,
+        "estimate_over_rss": est.total / added,
+    }
     print(f"machine: {machine_line(result['machine'])}")
     print(est.describe())
     print(f"RSS added by loading and a 32-token answer: {gib(added)}; estimate / measured = {est.total / added:.3f}")

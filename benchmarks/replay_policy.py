@@ -30,12 +30,18 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from localspec.decoding import replay
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.llama.report import machine_line, machine_record
+from localspec.bench.workloads import (
+    code_prompts,
+    edit_prompts,
+    humaneval_tasks,
+    mtbench_prompts,
+    mtbench_second_turns,
+    revision_conversations,
+)
+from localspec.decoding import replay
 from localspec.decoding.drafters import SuffixDrafter
-from localspec.bench.workloads import (code_prompts, edit_prompts, humaneval_tasks, mtbench_prompts, mtbench_second_turns,
-                                 revision_conversations)
+from localspec.llama.report import machine_line, machine_record
 
 RESULTS = Path(__file__).parent / "results"
 N_TOKENS = 128
@@ -55,9 +61,12 @@ def measured_profile(model, name: str) -> replay.Profile:
     """This machine's costs, as the adaptive policy's calibration measured them."""
     policy = model._policy(model.default_draft, greedy=True, predicted=False)
     return replay.Profile(
-        name, {b: policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
-        policy.draft_costs[id(model.drafter)].value, policy.prefill_costs.get(id(model.drafter), 0.0),
-        f"measured by the policy's calibration on {machine_line(machine_record())}, {date.today()}")
+        name,
+        {b: policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
+        policy.draft_costs[id(model.drafter)].value,
+        policy.prefill_costs.get(id(model.drafter), 0.0),
+        f"measured by the policy's calibration on {machine_line(machine_record())}, {date.today()}",
+    )
 
 
 def save_profile(profile: replay.Profile) -> None:
@@ -66,8 +75,10 @@ def save_profile(profile: replay.Profile) -> None:
     saved = json.loads(path.read_text()) if path.is_file() else {}
     saved[profile.name] = vars(profile)
     path.write_text(json.dumps(saved, indent=1) + "\n")
-    print(f"{profile.name}: c(1) {1000 * profile.verify(1):.0f} ms, c(17) {1000 * profile.verify(17):.0f} ms, "
-          f"copy ceiling x{profile.ceiling()[0]:.2f}; saved in {path}")
+    print(
+        f"{profile.name}: c(1) {1000 * profile.verify(1):.0f} ms, c(17) {1000 * profile.verify(17):.0f} ms, "
+        f"copy ceiling x{profile.ceiling()[0]:.2f}; saved in {path}"
+    )
 
 
 def record_profile() -> None:
@@ -107,7 +118,12 @@ def record_all() -> None:
                 messages.append({"role": "assistant", "content": text})
         for p, task in zip(edit_prompts(3), humaneval_tasks(3)):
             one([{"role": "user", "content": p.text}], "edit", p.name)
-            one([{"role": "user", "content": p.text}], "edit+prediction", p.name, task["prompt"] + task["canonical_solution"])
+            one(
+                [{"role": "user", "content": p.text}],
+                "edit+prediction",
+                p.name,
+                task["prompt"] + task["canonical_solution"],
+            )
     save_profile(here)  # only once the recording is whole
 
 
@@ -138,30 +154,56 @@ def replay_all() -> None:
             for r in runs:
                 for k, v in r["rounds"].items():
                     rounds[k] = rounds.get(k, 0) + v
-            rows.append({"profile": pname, "workload": w, "answers": len(ts), "adaptive": speedup,
-                         "best_fixed": f"{fixed[0]} k={fixed[1]}" if fixed[1] else "plain", "best_fixed_speedup": fixed[2],
-                         "adaptive_over_best": speedup / fixed[2], "ceiling": ceiling,
-                         "share_of_ceiling": (speedup - 1) / (ceiling - 1) if ceiling > 1 else None, "rounds": rounds})
-    lines = [f"Traces recorded on {machine_line(extra['machine'])}.", "",
-             "| profile | workload | answers | adaptive | best fixed in hindsight | adaptive / best | ceiling | share of ceiling |",
-             "|---|---|---|---|---|---|---|---|"]
+            rows.append(
+                {
+                    "profile": pname,
+                    "workload": w,
+                    "answers": len(ts),
+                    "adaptive": speedup,
+                    "best_fixed": f"{fixed[0]} k={fixed[1]}" if fixed[1] else "plain",
+                    "best_fixed_speedup": fixed[2],
+                    "adaptive_over_best": speedup / fixed[2],
+                    "ceiling": ceiling,
+                    "share_of_ceiling": (speedup - 1) / (ceiling - 1) if ceiling > 1 else None,
+                    "rounds": rounds,
+                }
+            )
+    lines = [
+        f"Traces recorded on {machine_line(extra['machine'])}.",
+        "",
+        "| profile | workload | answers | adaptive | best fixed in hindsight | adaptive / best | ceiling | share of ceiling |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['profile']} | {r['workload']} | {r['answers']} | ×{r['adaptive']:.2f} | {r['best_fixed']} "
-                     f"×{r['best_fixed_speedup']:.2f} | {r['adaptive_over_best']:.2f} | ×{r['ceiling']:.2f} | "
-                     f"{100 * r['share_of_ceiling']:.0f} % |")
+        lines.append(
+            f"| {r['profile']} | {r['workload']} | {r['answers']} | ×{r['adaptive']:.2f} | {r['best_fixed']} "
+            f"×{r['best_fixed_speedup']:.2f} | {r['adaptive_over_best']:.2f} | ×{r['ceiling']:.2f} | "
+            f"{100 * r['share_of_ceiling']:.0f} % |"
+        )
     lines += ["", "Profiles:"] + [f"- {n}: {p.source}" for n, p in profiles.items()]
     acceptance = acceptance_rows(traces, workloads)
-    lines += ["", f"Greedy acceptance at a fixed k = {ACCEPTANCE_K} (the suffix drafter's drafts cut to the match they rest on, "
-              "as `localspec bench` runs it): accepted / drafted tokens, and tokens per target step.", "",
-              "| workload | prompt lookup | suffix | suffix ≥ lookup |", "|---|---|---|---|"]
+    lines += [
+        "",
+        f"Greedy acceptance at a fixed k = {ACCEPTANCE_K} (the suffix drafter's drafts cut to the match they rest on, "
+        "as `localspec bench` runs it): accepted / drafted tokens, and tokens per target step.",
+        "",
+        "| workload | prompt lookup | suffix | suffix ≥ lookup |",
+        "|---|---|---|---|",
+    ]
     for a in acceptance:
-        lines.append(f"| {a['workload']} | {a['prompt-lookup']:.0%}, {a['prompt-lookup_per_step']:.2f} | "
-                     f"{a['suffix']:.0%}, {a['suffix_per_step']:.2f} | {'yes' if a['suffix'] >= a['prompt-lookup'] else 'no'} |")
+        lines.append(
+            f"| {a['workload']} | {a['prompt-lookup']:.0%}, {a['prompt-lookup_per_step']:.2f} | "
+            f"{a['suffix']:.0%}, {a['suffix_per_step']:.2f} | {'yes' if a['suffix'] >= a['prompt-lookup'] else 'no'} |"
+        )
     text = "\n".join(lines)
     print(text)
     (RESULTS / "replay.md").write_text(text + "\n")
-    (RESULTS / "replay.json").write_text(json.dumps({"rows": rows, "acceptance": acceptance, "profiles": {n: vars(p) for n, p in profiles.items()}},
-                                                    indent=1) + "\n")
+    (RESULTS / "replay.json").write_text(
+        json.dumps(
+            {"rows": rows, "acceptance": acceptance, "profiles": {n: vars(p) for n, p in profiles.items()}}, indent=1
+        )
+        + "\n"
+    )
     worst = min(r["adaptive_over_best"] for r in rows)
     print(f"\nworst adaptive / best fixed: {worst:.3f}")
 

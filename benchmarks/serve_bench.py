@@ -45,9 +45,9 @@ import uvicorn
 
 from localspec.api import SpeculativeModel, resolve_pair
 from localspec.bench.runner import copy_ceiling
+from localspec.bench.workloads import code_prompts, edit_prompts, humaneval_tasks
 from localspec.llama.report import machine_line, machine_record
 from localspec.server.app import ServerConfig, create_app
-from localspec.bench.workloads import code_prompts, edit_prompts, humaneval_tasks
 
 N_TOKENS = 128
 
@@ -56,8 +56,11 @@ def start_server(model):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(model, ServerConfig(model_name="localspec")),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(model, ServerConfig(model_name="localspec")), host="127.0.0.1", port=port, log_level="warning"
+        )
+    )
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)
@@ -66,16 +69,22 @@ def start_server(model):
 
 def through_client(client, messages, extra, max_tokens=N_TOKENS):
     start = time.perf_counter()
-    r = client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, temperature=0,
-                                       extra_body=extra)
+    r = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=max_tokens, temperature=0, extra_body=extra
+    )
     wall = time.perf_counter() - start
     timings = (r.model_extra or {}).get("timings") or {}
     details = r.usage.completion_tokens_details
-    return {"tokens": r.usage.completion_tokens, "wall_s": wall, "e2e_tps": r.usage.completion_tokens / wall,
-            "decode_tps": timings.get("predicted_per_second"), "draft_n": timings.get("draft_n"),
-            "draft_n_accepted": timings.get("draft_n_accepted"),
-            "accepted_prediction_tokens": getattr(details, "accepted_prediction_tokens", None) if details else None,
-            "text": r.choices[0].message.content}
+    return {
+        "tokens": r.usage.completion_tokens,
+        "wall_s": wall,
+        "e2e_tps": r.usage.completion_tokens / wall,
+        "decode_tps": timings.get("predicted_per_second"),
+        "draft_n": timings.get("draft_n"),
+        "draft_n_accepted": timings.get("draft_n_accepted"),
+        "accepted_prediction_tokens": getattr(details, "accepted_prediction_tokens", None) if details else None,
+        "text": r.choices[0].message.content,
+    }
 
 
 def measure_overhead_and_edits(model, client, result, args):
@@ -85,7 +94,7 @@ def measure_overhead_and_edits(model, client, result, args):
         for strategy in ("none", "auto"):
             tps = {}
             # alternate who goes first: the adaptive policy keeps learning from call to call
-            for side in (("library", "server") if i % 2 == 0 else ("server", "library")):
+            for side in ("library", "server") if i % 2 == 0 else ("server", "library"):
                 model.reset_cache()
                 if side == "library":
                     start = time.perf_counter()
@@ -93,8 +102,15 @@ def measure_overhead_and_edits(model, client, result, args):
                     tps[side] = len(lib.tokens) / (time.perf_counter() - start)
                 else:
                     tps[side] = through_client(client, messages, {"speculative": {"strategy": strategy}})["e2e_tps"]
-            overhead.append({"prompt": prompt.name, "strategy": strategy, "library_tps": tps["library"],
-                             "server_tps": tps["server"], "ratio": tps["server"] / tps["library"]})
+            overhead.append(
+                {
+                    "prompt": prompt.name,
+                    "strategy": strategy,
+                    "library_tps": tps["library"],
+                    "server_tps": tps["server"],
+                    "ratio": tps["server"] / tps["library"],
+                }
+            )
             print(overhead[-1], flush=True)
     result["overhead"] = {
         "rows": overhead,
@@ -116,27 +132,38 @@ def measure_overhead_and_edits(model, client, result, args):
             adaptive = through_client(client, messages, None)
             model.reset_cache()
             predicted = through_client(client, messages, {"prediction": {"type": "content", "content": original}})
-            row = {"prompt": prompt.name, "rep": rep, "plain_decode_tps": plain["decode_tps"],
-                   "adaptive_speedup": adaptive["decode_tps"] / plain["decode_tps"],
-                   "prediction_speedup": predicted["decode_tps"] / plain["decode_tps"],
-                   "accepted_prediction_tokens": predicted["accepted_prediction_tokens"],
-                   "prediction_same_text": predicted["text"] == plain["text"]}
+            row = {
+                "prompt": prompt.name,
+                "rep": rep,
+                "plain_decode_tps": plain["decode_tps"],
+                "adaptive_speedup": adaptive["decode_tps"] / plain["decode_tps"],
+                "prediction_speedup": predicted["decode_tps"] / plain["decode_tps"],
+                "accepted_prediction_tokens": predicted["accepted_prediction_tokens"],
+                "prediction_same_text": predicted["text"] == plain["text"],
+            }
             edits.append(row)
             print(row, flush=True)
     median = statistics.median(r["prediction_speedup"] for r in edits)
-    result["edit"] = {"rows": edits, "copy_ceiling": ceiling, "ceiling_batch": best_b,
-                      "median_prediction_speedup": median,
-                      "median_adaptive_speedup": statistics.median(r["adaptive_speedup"] for r in edits),
-                      "share_of_ceiling": (median - 1) / (ceiling - 1) if ceiling > 1 else None}
-
+    result["edit"] = {
+        "rows": edits,
+        "copy_ceiling": ceiling,
+        "ceiling_batch": best_b,
+        "median_prediction_speedup": median,
+        "median_adaptive_speedup": statistics.median(r["adaptive_speedup"] for r in edits),
+        "share_of_ceiling": (median - 1) / (ceiling - 1) if ceiling > 1 else None,
+    }
 
 
 # The equal-settings comparison: llama.cpp's draft-simple with these values (llama-server
 # 0c1e570 takes them only on its command line: --spec-draft-n-max 4 --spec-draft-n-min 0
 # --spec-draft-p-min 0.75), and ours the same per request: the draft model, fixed k, the
 # same confidence cut.  Then each server's own default.
-EQUAL = {"speculative.n_max": 4, "speculative.n_min": 0, "speculative.p_min": 0.75,
-         "speculative.strategy": "draft-model"}
+EQUAL = {
+    "speculative.n_max": 4,
+    "speculative.n_min": 0,
+    "speculative.p_min": 0.75,
+    "speculative.strategy": "draft-model",
+}
 
 
 def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_first):
@@ -147,9 +174,11 @@ def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_fi
     prompts = edit_prompts(n_edits) + code_prompts(n_first)
     for i, prompt in enumerate(prompts):
         messages = [{"role": "user", "content": prompt.text}]
-        runs = {"peer_equal": lambda: through_client(peer, messages, None),
-                "localspec_equal": lambda: through_client(client, messages, EQUAL),
-                "localspec_default": lambda: through_client(client, messages, None)}
+        runs = {
+            "peer_equal": lambda: through_client(peer, messages, None),
+            "localspec_equal": lambda: through_client(client, messages, EQUAL),
+            "localspec_default": lambda: through_client(client, messages, None),
+        }
         if peer_default is not None:
             runs["peer_default"] = lambda: through_client(peer_default, messages, None)
         order = list(runs) if i % 2 == 0 else list(reversed(runs))
@@ -163,30 +192,45 @@ def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_fi
         row["same_text_equal"] = row["peer_equal_text"] == row["localspec_equal_text"]
         rows.append(row)
         print({k: v for k, v in row.items() if not k.endswith("_text")}, flush=True)
+
     def ratio(a, b, subset):
         if not all(b + "_decode_tps" in r for r in subset):
             return None
         return statistics.median(r[a + "_decode_tps"] / r[b + "_decode_tps"] for r in subset)
 
     def ratios(subset):
-        return {"localspec_over_peer_equal_settings": ratio("localspec_equal", "peer_equal", subset),
-                "localspec_over_peer_each_default": ratio("localspec_default", "peer_default", subset),
-                "localspec_default_over_peer_equal_settings": ratio("localspec_default", "peer_equal", subset)}
+        return {
+            "localspec_over_peer_equal_settings": ratio("localspec_equal", "peer_equal", subset),
+            "localspec_over_peer_each_default": ratio("localspec_default", "peer_default", subset),
+            "localspec_default_over_peer_equal_settings": ratio("localspec_default", "peer_equal", subset),
+        }
 
-    return {"endpoint": endpoint, "equal_settings": EQUAL, "rows": rows, "all": ratios(rows),
-            "edits": ratios(rows[:n_edits]), "first_turns": ratios(rows[n_edits:])}
+    return {
+        "endpoint": endpoint,
+        "equal_settings": EQUAL,
+        "rows": rows,
+        "all": ratios(rows),
+        "edits": ratios(rows[:n_edits]),
+        "first_turns": ratios(rows[n_edits:]),
+    }
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--endpoint", help="base URL of another OpenAI-compatible server, e.g. http://127.0.0.1:8081/v1, "
-                                       "started with the equal settings (see the module docstring)")
+    ap.add_argument(
+        "--endpoint",
+        help="base URL of another OpenAI-compatible server, e.g. http://127.0.0.1:8081/v1, "
+        "started with the equal settings (see the module docstring)",
+    )
     ap.add_argument("--endpoint-default", help="the same server started with its own default settings")
     ap.add_argument("--edits", type=int, default=6)
     ap.add_argument("--first-turns", type=int, default=4, help="first-turn prompts in the --endpoint comparison")
     ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--peer-only", action="store_true",
-                    help="only the --endpoint comparison; the other figures in serve.json are kept")
+    ap.add_argument(
+        "--peer-only",
+        action="store_true",
+        help="only the --endpoint comparison; the other figures in serve.json are kept",
+    )
     args = ap.parse_args()
     if args.peer_only and not args.endpoint:
         ap.error("--peer-only needs --endpoint")
@@ -203,23 +247,33 @@ def main():
 
         if args.endpoint:
             peer = openai.OpenAI(base_url=args.endpoint, api_key="none", max_retries=0, timeout=600)
-            peer_default = (openai.OpenAI(base_url=args.endpoint_default, api_key="none", max_retries=0, timeout=600)
-                            if args.endpoint_default else None)
-            result["peer"] = compare_with_peer(peer, peer_default, client, model, args.endpoint, args.edits,
-                                               args.first_turns)
+            peer_default = (
+                openai.OpenAI(base_url=args.endpoint_default, api_key="none", max_retries=0, timeout=600)
+                if args.endpoint_default
+                else None
+            )
+            result["peer"] = compare_with_peer(
+                peer, peer_default, client, model, args.endpoint, args.edits, args.first_turns
+            )
         server.should_exit = True
 
     print(f"machine: {machine_line(result['machine'])}")
     if "peer" in result:
         for part in ("all", "edits", "first_turns"):
-            print(f"localspec / peer decode t/s, medians, {part}: "
-                  + ", ".join(f"{k} {v:.3f}" for k, v in result["peer"][part].items() if v is not None))
-    print(f"server / library t/s (median): {result['overhead']['median_ratio_server_over_library']:.3f}, "
-          f"plain decoding only {result['overhead']['median_ratio_plain']:.3f}")
+            print(
+                f"localspec / peer decode t/s, medians, {part}: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in result["peer"][part].items() if v is not None)
+            )
+    print(
+        f"server / library t/s (median): {result['overhead']['median_ratio_server_over_library']:.3f}, "
+        f"plain decoding only {result['overhead']['median_ratio_plain']:.3f}"
+    )
     e = result["edit"]
-    print(f"edits with prediction: x{e['median_prediction_speedup']:.2f} decode (adaptive without it "
-          f"x{e['median_adaptive_speedup']:.2f}); copy ceiling x{e['copy_ceiling']:.2f} at b={e['ceiling_batch']}; "
-          f"{100 * (e['share_of_ceiling'] or 0):.0f} % of the way")
+    print(
+        f"edits with prediction: x{e['median_prediction_speedup']:.2f} decode (adaptive without it "
+        f"x{e['median_adaptive_speedup']:.2f}); copy ceiling x{e['copy_ceiling']:.2f} at b={e['ceiling_batch']}; "
+        f"{100 * (e['share_of_ceiling'] or 0):.0f} % of the way"
+    )
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 

@@ -54,10 +54,16 @@ def main() -> int:
             free = model.chat(messages, max_tokens=MAX_TOKENS, strategy="none")
             plain = model.chat(messages, max_tokens=MAX_TOKENS, strategy="none", response_format=fmt)
             spec = model.chat(messages, max_tokens=MAX_TOKENS, response_format=fmt)
-            row = {"id": case.id, "free_tps": _decode_tps(free), "constrained_plain_tps": _decode_tps(plain),
-                   "adaptive_tps": _decode_tps(spec), "tokens": len(spec.tokens),
-                   "drafted": spec.stats.drafted_by_drafter, "accepted": spec.stats.accepted_by_drafter,
-                   "same_text": plain.text == spec.text}
+            row = {
+                "id": case.id,
+                "free_tps": _decode_tps(free),
+                "constrained_plain_tps": _decode_tps(plain),
+                "adaptive_tps": _decode_tps(spec),
+                "tokens": len(spec.tokens),
+                "drafted": spec.stats.drafted_by_drafter,
+                "accepted": spec.stats.accepted_by_drafter,
+                "same_text": plain.text == spec.text,
+            }
             try:
                 call = json.loads(spec.text)
                 jsonschema.validate(call, schema)
@@ -65,12 +71,19 @@ def main() -> int:
             except (ValueError, jsonschema.ValidationError):
                 row["valid"], row["ast_match"] = False, False
             rows.append(row)
-            print(f"{case.id}: x{row['adaptive_tps'] / row['constrained_plain_tps']:.2f} "
-                  f"valid {row['valid']} ast {row['ast_match']} drafted {row['drafted']}", file=sys.stderr)
+            print(
+                f"{case.id}: x{row['adaptive_tps'] / row['constrained_plain_tps']:.2f} "
+                f"valid {row['valid']} ast {row['ast_match']} drafted {row['drafted']}",
+                file=sys.stderr,
+            )
     summary = {
         "cases": len(rows),
-        "adaptive_over_constrained_plain": statistics.median(r["adaptive_tps"] / r["constrained_plain_tps"] for r in rows),
-        "constrained_plain_over_free_plain": statistics.median(r["constrained_plain_tps"] / r["free_tps"] for r in rows),
+        "adaptive_over_constrained_plain": statistics.median(
+            r["adaptive_tps"] / r["constrained_plain_tps"] for r in rows
+        ),
+        "constrained_plain_over_free_plain": statistics.median(
+            r["constrained_plain_tps"] / r["free_tps"] for r in rows
+        ),
         "valid_share": sum(r["valid"] for r in rows) / len(rows),
         "ast_accuracy": sum(r["ast_match"] for r in rows) / len(rows),
         "same_text_share": sum(r["same_text"] for r in rows) / len(rows),
@@ -80,8 +93,19 @@ def main() -> int:
     print(json.dumps(summary, indent=1))
     name = record["cpu"].lower().replace(" ", "-")
     path = Path(args.out) / f"structured-{name}.json"
-    path.write_text(json.dumps({"machine": record, "command": " ".join(["benchmarks/structured_bench.py", *sys.argv[1:]]),
-                                "max_tokens": MAX_TOKENS, "summary": summary, "rows": rows}, indent=1) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "machine": record,
+                "command": " ".join(["benchmarks/structured_bench.py", *sys.argv[1:]]),
+                "max_tokens": MAX_TOKENS,
+                "summary": summary,
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {path}", file=sys.stderr)
     return 0
 

@@ -80,8 +80,10 @@ def library_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
 
 
 def _run_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import thread_bench; "
-            f"print(json.dumps(thread_bench.library_child({mode!r}, {strategy!r}, {n_prompts})))")
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import thread_bench; "
+        f"print(json.dumps(thread_bench.library_child({mode!r}, {strategy!r}, {n_prompts})))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -113,8 +115,13 @@ def _serve_child(n_prompts: int) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {"plain": [], "adaptive": []}
         for name, strategy in (("plain", PLAIN), ("adaptive", ADAPTIVE)):
             for i in range(n_prompts):
-                r = client.chat.completions.create(model="m", messages=_messages(i), max_tokens=N_TOKENS,
-                                                   temperature=0, extra_body={"speculative": strategy})
+                r = client.chat.completions.create(
+                    model="m",
+                    messages=_messages(i),
+                    max_tokens=N_TOKENS,
+                    temperature=0,
+                    extra_body={"speculative": strategy},
+                )
                 out[name].append(r.model_extra["timings"]["predicted_per_second"])
         return out
     finally:
@@ -152,9 +159,15 @@ def main() -> int:
         "library_decode_tps": {k: _median(v) for k, v in library.items()},
         "serve_over_library": {k: _median(serve[k]) / _median(library[k]) for k in serve},
     }
-    result = {"machine": record, "command": "benchmarks/thread_bench.py" + (" --quick" if args.quick else ""),
-              "prompts": n_prompts, "alternations": alternations, "max_tokens": N_TOKENS,
-              "runs": {"threads": threads, "serve": serve, "library": library}, "summary": summary}
+    result = {
+        "machine": record,
+        "command": "benchmarks/thread_bench.py" + (" --quick" if args.quick else ""),
+        "prompts": n_prompts,
+        "alternations": alternations,
+        "max_tokens": N_TOKENS,
+        "runs": {"threads": threads, "serve": serve, "library": library},
+        "summary": summary,
+    }
     print(json.dumps(summary, indent=1))
     if not args.quick:
         name = record["cpu"].lower().replace(" ", "-")

@@ -12,8 +12,8 @@ import statistics
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.llama.report import machine_record
 from localspec.llama.engine import default_threads
+from localspec.llama.report import machine_record
 
 BATCHES = (1, 2, 3, 5, 9, 17)
 

@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.llama.report import machine_record
-from localspec.llama.engine import default_threads
 from localspec.bench.workloads import code_prompts
+from localspec.llama.engine import default_threads
+from localspec.llama.report import machine_record
 
 N_TOKENS, DRAFT_MAX, P_MIN = 128, 4, 0.75
 
@@ -31,10 +31,31 @@ N_TOKENS, DRAFT_MAX, P_MIN = 128, 4, 0.75
 def run_cpp(binary, pair, prompt_text, n_threads):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt_text)
-    cmd = [binary, "-m", str(pair.target), "-md", str(pair.draft), "-f", f.name, "-n", str(N_TOKENS),
-           "--spec-type", "draft-simple",
-           "--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-n-min", "0", "--spec-draft-p-min", str(P_MIN), "--temp", "0",
-           "-t", str(n_threads), "-c", "4096"]
+    cmd = [
+        binary,
+        "-m",
+        str(pair.target),
+        "-md",
+        str(pair.draft),
+        "-f",
+        f.name,
+        "-n",
+        str(N_TOKENS),
+        "--spec-type",
+        "draft-simple",
+        "--spec-draft-n-max",
+        str(DRAFT_MAX),
+        "--spec-draft-n-min",
+        "0",
+        "--spec-draft-p-min",
+        str(P_MIN),
+        "--temp",
+        "0",
+        "-t",
+        str(n_threads),
+        "-c",
+        "4096",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(f.name)
     log = out.stdout + out.stderr
@@ -56,17 +77,35 @@ def main():
             cpp = run_cpp(binary, pair, model.target.render_chat(messages), n_threads)
             model.reset_cache()
             r = model.chat(messages, max_tokens=N_TOKENS, strategy="draft-model", draft_max=DRAFT_MAX, p_min=P_MIN)
-            rows.append({"prompt": prompt.name, "llama_cpp_decode_tps": cpp["decode_tps"],
-                         "llama_cpp_acceptance": cpp["acceptance"], "localspec_decode_tps": r.stats.tokens_per_s,
-                         "localspec_acceptance": r.stats.acceptance_rate, "localspec_tokens": len(r.tokens)})
+            rows.append(
+                {
+                    "prompt": prompt.name,
+                    "llama_cpp_decode_tps": cpp["decode_tps"],
+                    "llama_cpp_acceptance": cpp["acceptance"],
+                    "localspec_decode_tps": r.stats.tokens_per_s,
+                    "localspec_acceptance": r.stats.acceptance_rate,
+                    "localspec_tokens": len(r.tokens),
+                }
+            )
             print(rows[-1], flush=True)
     summary = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k.endswith("tps")}
     summary["ratio_localspec_over_llama_cpp"] = statistics.median(
-        r["localspec_decode_tps"] / r["llama_cpp_decode_tps"] for r in rows)
+        r["localspec_decode_tps"] / r["llama_cpp_decode_tps"] for r in rows
+    )
     print(json.dumps(summary, indent=1))
     out = Path(__file__).parent / "results" / "vs_llama_cpp.json"
-    out.write_text(json.dumps({"machine": machine_record(n_threads), "settings": {"n_tokens": N_TOKENS, "draft_max": DRAFT_MAX, "p_min": P_MIN,
-                                            "threads": n_threads}, "summary": summary, "rows": rows}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "machine": machine_record(n_threads),
+                "settings": {"n_tokens": N_TOKENS, "draft_max": DRAFT_MAX, "p_min": P_MIN, "threads": n_threads},
+                "summary": summary,
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

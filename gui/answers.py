@@ -31,8 +31,11 @@ class Answers:
         if not text or w.request is not None:
             return
         if not w.model_ready:
-            w.show_error("Load a model pair first (Model pair → Load pair)." if not w.loading
-                         else "The pair is still loading; send again when it is ready.")
+            w.show_error(
+                "Load a model pair first (Model pair → Load pair)."
+                if not w.loading
+                else "The pair is still loading; send again when it is ready."
+            )
             return
         w.hide_error()
         if w.conversation_id is None:
@@ -72,7 +75,9 @@ class Answers:
         if w.request is not None or not w.model_ready:
             return
         answers = [m for m in w.messages if m.role == "assistant" and m.kind == "chat" and m.id is not None]
-        target = next((m for m in answers if m.id == message_id), None) if message_id else (answers[-1] if answers else None)
+        target = (
+            next((m for m in answers if m.id == message_id), None) if message_id else (answers[-1] if answers else None)
+        )
         if target is None:
             return
         w.hide_error()
@@ -140,11 +145,13 @@ class Answers:
             return
         history = chat_history(w.messages[:last], w.settings.system_prompt)
         self._sent_text = ""
-        self._start(history, "baseline", {**w.settings.generation_options(), "strategy": "none"},
-                    parent_id=w.messages[-1].id)
+        self._start(
+            history, "baseline", {**w.settings.generation_options(), "strategy": "none"}, parent_id=w.messages[-1].id
+        )
 
-    def _start(self, history: list[dict], kind: str, options: dict, parent_id: int | None,
-               n_prompt: int | None = None) -> None:
+    def _start(
+        self, history: list[dict], kind: str, options: dict, parent_id: int | None, n_prompt: int | None = None
+    ) -> None:
         """Queue the answer to ``history``; ``n_prompt``: its prompt tokens when already
         counted (for the context meter while the answer streams)."""
         w = self.window
@@ -214,8 +221,10 @@ class Answers:
         line = format_stats(answer.stats, answer.finish_reason, w.session.baseline_tps if kind == "chat" else None)
         w.status.setText(("Plain decoding: " if kind == "baseline" else "") + line)
         if answer.finish_reason == "context":
-            w.show_error(f"The context is full ({w.settings.n_ctx} tokens): start a New chat, "
-                         "or raise Context and Load the pair again.")
+            w.show_error(
+                f"The context is full ({w.settings.n_ctx} tokens): start a New chat, "
+                "or raise Context and Load the pair again."
+            )
         w.update_buttons()
         w.update_context_meter()
         shown = next((m for m in w.messages if m.id == answer.id), answer)  # with its versions counted

@@ -18,8 +18,7 @@ from PySide6.QtWidgets import (
 
 from .chat_view import ChatView, legend_html
 
-BANNER_STYLE = ("background:#fde2e1; color:#7f1d1d; border:1px solid #f5a5a0;"
-                "border-radius:4px; padding:6px;")
+BANNER_STYLE = "background:#fde2e1; color:#7f1d1d; border:1px solid #f5a5a0;border-radius:4px; padding:6px;"
 
 
 class ChatInput(QPlainTextEdit):
@@ -76,8 +75,10 @@ class ChatPanel(QWidget):
         self.session_label = QLabel(session_text)
         self.session_label.setWordWrap(True)
         self.context_label = QLabel()
-        self.context_label.setToolTip("Tokens of this chat (and the message being typed) as the model reads them, "
-                                      "with its chat template, against the context size")
+        self.context_label.setToolTip(
+            "Tokens of this chat (and the message being typed) as the model reads them, "
+            "with its chat template, against the context size"
+        )
 
     def _lay_out(self) -> None:
         cv = QVBoxLayout(self)
@@ -115,4 +116,3 @@ class ChatPanel(QWidget):
     def hide_error(self) -> None:
         self.banner.setVisible(False)
         self.banner_close.setVisible(False)
-

@@ -6,7 +6,16 @@ from __future__ import annotations
 import re
 
 from PySide6.QtCore import QEvent, QUrl, Signal
-from PySide6.QtGui import QColor, QDesktopServices, QFont, QGuiApplication, QPalette, QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QFont,
+    QGuiApplication,
+    QPalette,
+    QTextCharFormat,
+    QTextCursor,
+    QTextFormat,
+)
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QVBoxLayout, QWidget
 
 from .message import Message, Segment
@@ -49,8 +58,11 @@ def format_stats(stats: dict | None, finish_reason: str | None = None, baseline_
     if stats.get("context_dropped_messages"):
         parts.append(f"{stats['context_dropped_messages']} oldest messages left out to fit the context")
     if finish_reason and finish_reason != "stop":
-        parts.append({"length": "stopped at max tokens", "cancelled": "stopped",
-                      "context": "context full"}.get(finish_reason, finish_reason))
+        parts.append(
+            {"length": "stopped at max tokens", "cancelled": "stopped", "context": "context full"}.get(
+                finish_reason, finish_reason
+            )
+        )
     return " · ".join(parts)
 
 
@@ -165,8 +177,9 @@ class ChatView(QWidget):
         head = QTextCharFormat()
         head.setFontWeight(QFont.Bold)
         head.setForeground(self.palette().color(QPalette.Link if msg.role == "user" else QPalette.Text))
-        title = {"user": "You"}.get(msg.role, "Plain decoding (no draft), same prompt"
-                                    if msg.kind == "baseline" else "Assistant")
+        title = {"user": "You"}.get(
+            msg.role, "Plain decoding (no draft), same prompt" if msg.kind == "baseline" else "Assistant"
+        )
         cursor.insertText(title, head)
         streaming = msg is self._streaming
         if msg.id is not None and not streaming and msg.kind == "chat":
@@ -202,8 +215,12 @@ class ChatView(QWidget):
         if msg.role == "user":
             self._insert_link(cursor, "Edit", f"edit:{msg.id}", "Edit this message and send it as a new version")
         else:
-            self._insert_link(cursor, "Regenerate", f"regenerate:{msg.id}",
-                              "Answer again, as a new version (Ctrl+R for the last answer)")
+            self._insert_link(
+                cursor,
+                "Regenerate",
+                f"regenerate:{msg.id}",
+                "Answer again, as a new version (Ctrl+R for the last answer)",
+            )
             for i, _ in enumerate(code_blocks(msg.content)):
                 cursor.insertText("   ", plain)
                 self._insert_link(cursor, f"Copy code {i + 1}", f"copy:{msg.id}:{i}", "Copy this code block")
@@ -293,19 +310,22 @@ class ChatView(QWidget):
 
 def contrast_ratio(foreground: QColor, background: QColor) -> float:
     """WCAG 2 contrast ratio of two colours (1 to 21)."""
+
     def luminance(c: QColor) -> float:
         channels = [x / 255 for x in (c.red(), c.green(), c.blue())]
         lin = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in channels]
         return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
     hi, lo = sorted((luminance(foreground), luminance(background)), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
 
 
 def legend_html() -> str:
     """The legend's rich text: a coloured swatch per highlighted source."""
-    items = [f'<span style="background:{SOURCE_COLOURS["accepted"].name()}; color:{DARK_TEXT}">&nbsp;accepted draft&nbsp;</span>',
-             f'<span style="background:{SOURCE_COLOURS["correction"].name()}; color:{DARK_TEXT}">&nbsp;target correction&nbsp;</span>',
-             f'<span style="background:{SOURCE_COLOURS["forced"].name()}; color:{DARK_TEXT}">&nbsp;forced by a grammar&nbsp;</span>',
-             '<span>&nbsp;plain: target only&nbsp;</span>']
+    items = [
+        f'<span style="background:{SOURCE_COLOURS["accepted"].name()}; color:{DARK_TEXT}">&nbsp;accepted draft&nbsp;</span>',
+        f'<span style="background:{SOURCE_COLOURS["correction"].name()}; color:{DARK_TEXT}">&nbsp;target correction&nbsp;</span>',
+        f'<span style="background:{SOURCE_COLOURS["forced"].name()}; color:{DARK_TEXT}">&nbsp;forced by a grammar&nbsp;</span>',
+        "<span>&nbsp;plain: target only&nbsp;</span>",
+    ]
     return "&nbsp;&nbsp;".join(items)
-

@@ -33,9 +33,14 @@ def fit_to_context(history: list[dict], count_tokens: CountTokens, overflow: str
         return Fitted(history, counted[0] if counted else None)
     n, n_ctx = counted
     if overflow != "drop-oldest":
-        return Fitted(None, None, 0, f"This message does not fit: the chat would be {n:,} tokens and the context "
-                      f"holds {n_ctx:,}. Start a New chat, raise Context and Load the pair again, or set "
-                      "Settings ▸ Too long to “Drop the oldest turns”.")
+        return Fitted(
+            None,
+            None,
+            0,
+            f"This message does not fit: the chat would be {n:,} tokens and the context "
+            f"holds {n_ctx:,}. Start a New chat, raise Context and Load the pair again, or set "
+            "Settings ▸ Too long to “Drop the oldest turns”.",
+        )
     head = 1 if history and history[0]["role"] == "system" else 0
     trimmed, dropped = list(history), 0
     while len(trimmed) - head > 1:  # a turn: a question and the answers after it
@@ -47,8 +52,13 @@ def fit_to_context(history: list[dict], count_tokens: CountTokens, overflow: str
         counted = count_tokens(trimmed)
         if counted is None or counted[0] < n_ctx:
             return Fitted(trimmed, counted[0] if counted else None, dropped)
-    return Fitted(None, None, 0, f"The message alone does not fit: {counted[0]:,} tokens with the system prompt, "
-                  f"the context holds {n_ctx:,}. Shorten it, or raise Context and Load the pair again.")
+    return Fitted(
+        None,
+        None,
+        0,
+        f"The message alone does not fit: {counted[0]:,} tokens with the system prompt, "
+        f"the context holds {n_ctx:,}. Shorten it, or raise Context and Load the pair again.",
+    )
 
 
 class ContextMeter:
@@ -85,7 +95,7 @@ class ContextMeter:
         return counted[1] if counted else self.window.settings.n_ctx
 
     def update(self) -> None:
-        """"Context 37 % full (1,512 / 4,096 tokens)", orange from 90 %, red when full."""
+        """ "Context 37 % full (1,512 / 4,096 tokens)", orange from 90 %, red when full."""
         w = self.window
         counted = self.tokens() if w.model_ready else None
         if counted is None:
@@ -96,6 +106,9 @@ class ContextMeter:
         colour = "#b91c1c" if share >= 100 else ("#b45309" if share >= 90 else "")
         text = f"Context {share:.0f} % full ({n:,} / {n_ctx:,} tokens)"
         if share >= 100 and w.request is None:
-            text += (": the oldest turns are left out when it is sent" if w.settings.overflow == "drop-oldest"
-                     else ": a message now is refused (see Settings ▸ Too long)")
+            text += (
+                ": the oldest turns are left out when it is sent"
+                if w.settings.overflow == "drop-oldest"
+                else ": a message now is refused (see Settings ▸ Too long)"
+            )
         self.label.setText(f'<span style="color:{colour}">{text}</span>' if colour else text)

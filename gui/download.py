@@ -9,7 +9,6 @@ import time
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from localspec.errors import DownloadCancelled, LocalspecError
-
 from localspec.models import discovery
 
 

@@ -32,13 +32,34 @@ def to_markdown(title: str, messages: list[Message]) -> str:
 def to_json(title: str, messages: list[Message]) -> str:
     """``{"format", "version", "title", "messages": [{role, content, kind, finish_reason,
     stats, segments: [{text, source, p_target, p_draft}]}]}``, indented UTF-8 text."""
-    return json.dumps({"format": FORMAT, "version": VERSION, "title": title, "messages": [
-        {"role": m.role, "content": m.content, "kind": m.kind, "finish_reason": m.finish_reason,
-         "stats": m.stats, "segments": m.segments_json()} for m in messages]}, indent=1, ensure_ascii=False)
+    return json.dumps(
+        {
+            "format": FORMAT,
+            "version": VERSION,
+            "title": title,
+            "messages": [
+                {
+                    "role": m.role,
+                    "content": m.content,
+                    "kind": m.kind,
+                    "finish_reason": m.finish_reason,
+                    "stats": m.stats,
+                    "segments": m.segments_json(),
+                }
+                for m in messages
+            ],
+        },
+        indent=1,
+        ensure_ascii=False,
+    )
 
 
-_SEGMENT_TYPES = {"text": (str,), "source": (str,), "p_target": (int, float, type(None)),
-                  "p_draft": (int, float, type(None))}
+_SEGMENT_TYPES = {
+    "text": (str,),
+    "source": (str,),
+    "p_target": (int, float, type(None)),
+    "p_draft": (int, float, type(None)),
+}
 
 
 def from_json(text: str) -> tuple[str, list[Message]]:
@@ -66,14 +87,20 @@ def _message(i: int, m) -> Message:
         raise ValueError(f"message {i + 1} has no valid role and content")
     segments = m.get("segments") or []
     if not isinstance(segments, list) or not all(
-            isinstance(s, dict) and set(s) == set(_SEGMENT_TYPES)
-            and all(isinstance(s[k], t) and not isinstance(s[k], bool) for k, t in _SEGMENT_TYPES.items())
-            for s in segments):
+        isinstance(s, dict)
+        and set(s) == set(_SEGMENT_TYPES)
+        and all(isinstance(s[k], t) and not isinstance(s[k], bool) for k, t in _SEGMENT_TYPES.items())
+        for s in segments
+    ):
         raise ValueError(f"message {i + 1}: segments must be objects with text, source, p_target, p_draft")
     stats = m.get("stats")
-    if stats is not None and not (isinstance(stats, dict) and all(
+    if stats is not None and not (
+        isinstance(stats, dict)
+        and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) or isinstance(v, (str, dict)) or v is None
-            for v in stats.values())):
+            for v in stats.values()
+        )
+    ):
         raise ValueError(f"message {i + 1}: stats must be an object of numbers")
     finish, kind = m.get("finish_reason"), m.get("kind", "chat")
     if not isinstance(finish, (str, type(None))) or kind not in ("chat", "baseline"):

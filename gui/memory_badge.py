@@ -52,8 +52,9 @@ class MemoryBadge(QLabel):
             return
         self.setText("Memory: reading the GGUF headers from the Hub…")
         self.setToolTip("")
-        threading.Thread(target=self._estimate_in_thread, args=(key, estimate), name="memory-estimate",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._estimate_in_thread, args=(key, estimate), name="memory-estimate", daemon=True
+        ).start()
 
     def stop(self) -> None:
         """Drop the results that arrive from now on (the window is closing)."""
@@ -76,8 +77,10 @@ class MemoryBadge(QLabel):
             return
         colour = self.COLOURS[est.verdict]
         least = "≥ " if est.partial else ""
-        self.setText(f'<span style="color:{colour}">●</span> Memory: {least}{gib(est.total)} '
-                     f'of {gib(est.available)} {est.where}: <b>{est.verdict}</b>')
+        self.setText(
+            f'<span style="color:{colour}">●</span> Memory: {least}{gib(est.total)} '
+            f"of {gib(est.available)} {est.where}: <b>{est.verdict}</b>"
+        )
         self.setToolTip(est.describe())
         self.memory = est
         self.shown.emit(est)

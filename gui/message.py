@@ -17,7 +17,7 @@ class Segment:
     p_draft: float | None = None
 
     @classmethod
-    def from_event(cls, event) -> "Segment":
+    def from_event(cls, event) -> Segment:
         return cls(event.text, getattr(event.source, "value", str(event.source)), event.p_target, event.p_draft)
 
 

@@ -8,12 +8,20 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar,
-                               QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from localspec.errors import LocalspecError
-
 from localspec.models import discovery
+
 from .download import human_bytes, start_download
 
 OPEN_FILE = "Open GGUF…"
@@ -216,8 +224,9 @@ class PairPicker(QWidget):
         if good:
             self.note.setText(f"{len(bad)} incompatible model(s) not listed (hover for reasons).")
         else:
-            self.note.setText("No compatible draft for this target; use No draft. "
-                              f"{len(bad)} model(s) checked (hover for reasons).")
+            self.note.setText(
+                f"No compatible draft for this target; use No draft. {len(bad)} model(s) checked (hover for reasons)."
+            )
         self.note.setToolTip("<br>".join(lines))
 
     def _target_activated(self, index: int) -> None:
@@ -233,8 +242,11 @@ class PairPicker(QWidget):
         missing = [r for r in refs if not r.downloaded]
         self.load_button.setText("Download && load" if missing else "Load pair")
         self.load_button.setEnabled(bool(refs) and self._job is None)
-        self.load_button.setToolTip("Fetch " + ", ".join(f"{r.name} ({human_bytes(r.size)})" for r in missing)
-                                    if missing else "Load both models (replaces the loaded pair)")
+        self.load_button.setToolTip(
+            "Fetch " + ", ".join(f"{r.name} ({human_bytes(r.size)})" for r in missing)
+            if missing
+            else "Load both models (replaces the loaded pair)"
+        )
 
     # --- load / download ----------------------------------------------------------------
 

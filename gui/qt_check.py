@@ -17,20 +17,40 @@ from pathlib import Path
 
 # Shared library -> Debian / Ubuntu package.
 DEBIAN_PACKAGES = {
-    "libxcb-cursor.so.0": "libxcb-cursor0", "libxkbcommon-x11.so.0": "libxkbcommon-x11-0",
-    "libxcb-icccm.so.4": "libxcb-icccm4", "libxcb-keysyms.so.1": "libxcb-keysyms1",
-    "libxcb-image.so.0": "libxcb-image0", "libxcb-render-util.so.0": "libxcb-render-util0",
-    "libxcb-shape.so.0": "libxcb-shape0", "libxcb-randr.so.0": "libxcb-randr0", "libxcb-xkb.so.1": "libxcb-xkb1",
-    "libxcb-sync.so.1": "libxcb-sync1", "libxcb-xfixes.so.0": "libxcb-xfixes0", "libxcb-shm.so.0": "libxcb-shm0",
-    "libxcb-render.so.0": "libxcb-render0", "libxcb-util.so.1": "libxcb-util1", "libxcb-xinput.so.0": "libxcb-xinput0",
-    "libX11-xcb.so.1": "libx11-xcb1", "libxcb.so.1": "libxcb1", "libX11.so.6": "libx11-6", "libSM.so.6": "libsm6",
-    "libICE.so.6": "libice6", "libfontconfig.so.1": "libfontconfig1", "libEGL.so.1": "libegl1", "libGL.so.1": "libgl1",
-    "libxkbcommon.so.0": "libxkbcommon0", "libdbus-1.so.3": "libdbus-1-3", "libglib-2.0.so.0": "libglib2.0-0",
-    "libfreetype.so.6": "libfreetype6", "libOpenGL.so.0": "libopengl0",
+    "libxcb-cursor.so.0": "libxcb-cursor0",
+    "libxkbcommon-x11.so.0": "libxkbcommon-x11-0",
+    "libxcb-icccm.so.4": "libxcb-icccm4",
+    "libxcb-keysyms.so.1": "libxcb-keysyms1",
+    "libxcb-image.so.0": "libxcb-image0",
+    "libxcb-render-util.so.0": "libxcb-render-util0",
+    "libxcb-shape.so.0": "libxcb-shape0",
+    "libxcb-randr.so.0": "libxcb-randr0",
+    "libxcb-xkb.so.1": "libxcb-xkb1",
+    "libxcb-sync.so.1": "libxcb-sync1",
+    "libxcb-xfixes.so.0": "libxcb-xfixes0",
+    "libxcb-shm.so.0": "libxcb-shm0",
+    "libxcb-render.so.0": "libxcb-render0",
+    "libxcb-util.so.1": "libxcb-util1",
+    "libxcb-xinput.so.0": "libxcb-xinput0",
+    "libX11-xcb.so.1": "libx11-xcb1",
+    "libxcb.so.1": "libxcb1",
+    "libX11.so.6": "libx11-6",
+    "libSM.so.6": "libsm6",
+    "libICE.so.6": "libice6",
+    "libfontconfig.so.1": "libfontconfig1",
+    "libEGL.so.1": "libegl1",
+    "libGL.so.1": "libgl1",
+    "libxkbcommon.so.0": "libxkbcommon0",
+    "libdbus-1.so.3": "libdbus-1-3",
+    "libglib-2.0.so.0": "libglib2.0-0",
+    "libfreetype.so.6": "libfreetype6",
+    "libOpenGL.so.0": "libopengl0",
 }
 NO_DISPLAY_NEEDED = ("offscreen", "minimal", "minimalegl", "vnc", "eglfs", "linuxfb")
-OTHER_SYSTEMS = "Fedora: sudo dnf install xcb-util-cursor xcb-util-wm xcb-util-keysyms libxkbcommon-x11; " \
-                "Arch: sudo pacman -S xcb-util-cursor xcb-util-wm xcb-util-keysyms"
+OTHER_SYSTEMS = (
+    "Fedora: sudo dnf install xcb-util-cursor xcb-util-wm xcb-util-keysyms libxkbcommon-x11; "
+    "Arch: sudo pacman -S xcb-util-cursor xcb-util-wm xcb-util-keysyms"
+)
 
 
 def install_line(libraries: list[str]) -> str:
@@ -53,8 +73,7 @@ def missing_libraries(files: list[Path]) -> list[str]:
         if not f.exists():
             continue
         try:
-            out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, errors="replace",
-                                 timeout=10).stdout
+            out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, errors="replace", timeout=10).stdout
         except (OSError, subprocess.TimeoutExpired):
             continue
         missing.update(m.group(1) for m in re.finditer(r"^\s*(\S+)\s*=>\s*not found", out, re.M))
@@ -80,8 +99,10 @@ def platform_problem(environ=os.environ, command: str = "localspec gui") -> str 
         return None
     x11, wayland = environ.get("DISPLAY", "").strip(), environ.get("WAYLAND_DISPLAY", "").strip()
     if not (x11 or wayland) or (wanted and wanted[0] == "xcb" and not x11):
-        return ("there is no display (neither DISPLAY nor WAYLAND_DISPLAY is set): run it from a desktop session, "
-                f"or under a virtual one: xvfb-run -a {command} (Debian/Ubuntu: sudo apt-get install xvfb)")
+        return (
+            "there is no display (neither DISPLAY nor WAYLAND_DISPLAY is set): run it from a desktop session, "
+            f"or under a virtual one: xvfb-run -a {command} (Debian/Ubuntu: sudo apt-get install xvfb)"
+        )
     if (wanted and wanted[0].startswith("wayland")) or (not x11 and wayland):
         return None
     missing = missing_libraries(xcb_plugin_files())

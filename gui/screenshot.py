@@ -31,6 +31,7 @@ def _wait(signal_ok, signal_fail, timeout_s: float):
             got.setdefault("ok", ok)
             got.setdefault("args", args)
             loop.quit()
+
         return handler
 
     signal_ok.connect(done(True))
@@ -47,20 +48,36 @@ def dark_palette():
     from PySide6.QtGui import QColor, QPalette
 
     p = QPalette()
-    for role, colour in ((QPalette.Window, "#202124"), (QPalette.WindowText, "#e8eaed"), (QPalette.Base, "#17181a"),
-                         (QPalette.AlternateBase, "#2a2b2e"), (QPalette.Text, "#e8eaed"), (QPalette.Button, "#2d2e31"),
-                         (QPalette.ButtonText, "#e8eaed"), (QPalette.Highlight, "#8ab4f8"),
-                         (QPalette.HighlightedText, "#202124"), (QPalette.Link, "#8ab4f8"),
-                         (QPalette.PlaceholderText, "#9aa0a6"), (QPalette.ToolTipBase, "#2d2e31"),
-                         (QPalette.ToolTipText, "#e8eaed")):
+    for role, colour in (
+        (QPalette.Window, "#202124"),
+        (QPalette.WindowText, "#e8eaed"),
+        (QPalette.Base, "#17181a"),
+        (QPalette.AlternateBase, "#2a2b2e"),
+        (QPalette.Text, "#e8eaed"),
+        (QPalette.Button, "#2d2e31"),
+        (QPalette.ButtonText, "#e8eaed"),
+        (QPalette.Highlight, "#8ab4f8"),
+        (QPalette.HighlightedText, "#202124"),
+        (QPalette.Link, "#8ab4f8"),
+        (QPalette.PlaceholderText, "#9aa0a6"),
+        (QPalette.ToolTipBase, "#2d2e31"),
+        (QPalette.ToolTipText, "#e8eaed"),
+    ):
         p.setColor(role, QColor(colour))
     for role in (QPalette.ButtonText, QPalette.Text, QPalette.WindowText):
         p.setColor(QPalette.Disabled, role, QColor("#6b6f75"))
     return p
 
 
-def render(out: Path, prompt: str = PROMPT, max_tokens: int = 160, compare: bool = False,
-           timeout_s: float = 300.0, regenerate: bool = True, dark: bool = False) -> Path:
+def render(
+    out: Path,
+    prompt: str = PROMPT,
+    max_tokens: int = 160,
+    compare: bool = False,
+    timeout_s: float = 300.0,
+    regenerate: bool = True,
+    dark: bool = False,
+) -> Path:
     """Load the default pair (draft max 4, p-min 0, so the draft model's tokens show),
     answer ``prompt``, regenerate it once (``regenerate``), optionally rerun it without
     the draft (``compare``), and save the window as a PNG at ``out``.  Raises

@@ -26,8 +26,9 @@ class WindowServer:
         self.port = port
         self.worker = ModelWorker(model, run_in=run_in)
         app = create_app(model, ServerConfig(model_name=model_name), worker=self.worker)
-        self._server = uvicorn.Server(uvicorn.Config(app, host=HOST, port=port, log_level="warning",
-                                                     timeout_graceful_shutdown=2))
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=2)
+        )
         self._thread = threading.Thread(target=self._server.run, name="localspec-window-server", daemon=True)
 
     @property

@@ -13,8 +13,10 @@ class ServeBox(QGroupBox):
     def __init__(self, parent: QWidget | None = None):
         super().__init__("Local server (OpenAI-compatible)", parent)
         self.switch = QCheckBox("Serve on localhost:")
-        self.switch.setToolTip("Let editors, agents and chat apps on this computer use the loaded pair "
-                               "(their requests wait in the same queue as this window's)")
+        self.switch.setToolTip(
+            "Let editors, agents and chat apps on this computer use the loaded pair "
+            "(their requests wait in the same queue as this window's)"
+        )
         self.port = QSpinBox()
         self.port.setRange(1024, 65535)
         self.url = QLineEdit()

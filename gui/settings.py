@@ -12,9 +12,15 @@ ALL_LAYERS = -1  # n_gpu_layers value meaning "offload every layer"
 MAX_LAYERS = 128  # the layer sliders' end; its last step means "all"
 DRAFT_MAX_CHOICES = ["auto"] + [str(n) for n in range(1, 17)]
 LIMITS = {  # field -> (lowest, highest) the panel accepts; a saved value outside is replaced by the default
-    "draft_min": (0, 16), "p_min": (0.0, 1.0), "temperature": (0.0, 2.0), "top_p": (0.0, 1.0),
-    "seed": (-1, 2**31 - 1), "max_tokens": (1, 32768), "n_ctx": (16, 1 << 20),
-    "gpu_layers": (ALL_LAYERS, MAX_LAYERS), "gpu_layers_draft": (ALL_LAYERS, MAX_LAYERS),
+    "draft_min": (0, 16),
+    "p_min": (0.0, 1.0),
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "seed": (-1, 2**31 - 1),
+    "max_tokens": (1, 32768),
+    "n_ctx": (16, 1 << 20),
+    "gpu_layers": (ALL_LAYERS, MAX_LAYERS),
+    "gpu_layers_draft": (ALL_LAYERS, MAX_LAYERS),
     "serve_port": (1024, 65535),
 }
 # What to do when a chat no longer fits the context: refuse with the numbers, or leave the
@@ -67,8 +73,14 @@ class Settings:
 
     def load_options(self) -> dict:
         """Keyword options for ``SpeculativeModel(...)`` (context size, GPU layers)."""
-        return {"n_ctx": self.n_ctx, "n_gpu_layers": self.gpu_layers, "n_gpu_layers_draft": self.gpu_layers_draft,
-                "draft_max": self.draft_max_value(), "draft_min": self.draft_min, "p_min": self.p_min}
+        return {
+            "n_ctx": self.n_ctx,
+            "n_gpu_layers": self.gpu_layers,
+            "n_gpu_layers_draft": self.gpu_layers_draft,
+            "draft_max": self.draft_max_value(),
+            "draft_min": self.draft_min,
+            "p_min": self.p_min,
+        }
 
 
 def settings_path() -> Path:

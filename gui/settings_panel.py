@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit,
-                               QSlider, QSpinBox, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QSlider,
+    QSpinBox,
+    QWidget,
+)
 
 from .settings import ALL_LAYERS, DRAFT_MAX_CHOICES, LIMITS, MAX_LAYERS, OVERFLOW_CHOICES, Settings
 
@@ -68,8 +77,10 @@ class SettingsPanel(QWidget):
         self.overflow = QComboBox()
         for key, label in OVERFLOW_CHOICES.items():
             self.overflow.addItem(label, key)
-        self.overflow.setToolTip("When the chat no longer fits the context: refuse the message with the numbers, "
-                                 "or leave the oldest turns out of what is sent (the system prompt stays)")
+        self.overflow.setToolTip(
+            "When the chat no longer fits the context: refuse the message with the numbers, "
+            "or leave the oldest turns out of what is sent (the system prompt stays)"
+        )
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("System prompt (optional)")
         self.system_prompt.setFixedHeight(64)

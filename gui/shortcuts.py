@@ -8,11 +8,13 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 # Keyboard shortcuts: (menu, label, key, slot name); listed in Help ▸ Shortcuts.
-SHORTCUTS = (("Chat", "New chat", "Ctrl+N", "new_chat"),
-             ("Chat", "Regenerate the last answer", "Ctrl+R", "regenerate"),
-             ("Chat", "Stop the answer / cancel editing", "Esc", "stop_or_cancel"),
-             ("Chat", "Focus the message box", "Ctrl+L", "focus_input"),
-             ("Chat", "Search conversations", "Ctrl+F", "focus_search"))
+SHORTCUTS = (
+    ("Chat", "New chat", "Ctrl+N", "new_chat"),
+    ("Chat", "Regenerate the last answer", "Ctrl+R", "regenerate"),
+    ("Chat", "Stop the answer / cancel editing", "Esc", "stop_or_cancel"),
+    ("Chat", "Focus the message box", "Ctrl+L", "focus_input"),
+    ("Chat", "Search conversations", "Ctrl+F", "focus_search"),
+)
 
 
 def build_menus(window: QMainWindow) -> dict[str, QAction]:

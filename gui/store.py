@@ -70,8 +70,10 @@ class ConversationStore:
             self._db.executescript(_SCHEMA)
             self._migrate()
             self._db.execute("SELECT id, title, created_at, updated_at, current_leaf FROM conversations LIMIT 1")
-            self._db.execute("SELECT id, conversation_id, role, content, kind, segments, stats, finish_reason, "
-                             "parent_id FROM messages LIMIT 1")
+            self._db.execute(
+                "SELECT id, conversation_id, role, content, kind, segments, stats, finish_reason, "
+                "parent_id FROM messages LIMIT 1"
+            )
         except sqlite3.Error:
             self._db.close()
             raise
@@ -90,14 +92,16 @@ class ConversationStore:
                 self._db.execute("ALTER TABLE conversations ADD COLUMN current_leaf INTEGER")
             self._db.execute(
                 "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p WHERE "
-                "p.conversation_id = messages.conversation_id AND p.id < messages.id) WHERE parent_id IS NULL")
+                "p.conversation_id = messages.conversation_id AND p.id < messages.id) WHERE parent_id IS NULL"
+            )
             self._db.execute(
                 "UPDATE conversations SET current_leaf = (SELECT MAX(m.id) FROM messages m WHERE "
-                "m.conversation_id = conversations.id) WHERE current_leaf IS NULL")
+                "m.conversation_id = conversations.id) WHERE current_leaf IS NULL"
+            )
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @classmethod
-    def open_or_recover(cls, path: Path | str | None = None) -> tuple["ConversationStore", str]:
+    def open_or_recover(cls, path: Path | str | None = None) -> tuple[ConversationStore, str]:
         """Open the store; a file that is not a usable database is moved aside (renamed
         ``*.unreadable-<time>``) and a new one started, and a folder that cannot be
         written gives an in-memory store.  Returns (store, a sentence for the user, or "")."""
@@ -108,12 +112,16 @@ class ConversationStore:
             aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
             try:
                 path.replace(aside)
-                return cls(path), f"The conversation history could not be read; it was kept as {aside.name} and a new one started."
+                return cls(
+                    path
+                ), f"The conversation history could not be read; it was kept as {aside.name} and a new one started."
             except (OSError, sqlite3.Error):
                 pass
         except (OSError, sqlite3.Error):
             pass
-        return cls(":memory:"), f"Conversations cannot be saved in {path.parent}; this session's chats are kept in memory only."
+        return cls(
+            ":memory:"
+        ), f"Conversations cannot be saved in {path.parent}; this session's chats are kept in memory only."
 
     def close(self) -> None:
         self._db.close()
@@ -121,8 +129,9 @@ class ConversationStore:
     def create(self, title: str = "New chat") -> int:
         now = time.time()
         with self._db:
-            cur = self._db.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
-                                   (title, now, now))
+            cur = self._db.execute(
+                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)", (title, now, now)
+            )
         return cur.lastrowid
 
     def list(self, query: str = "") -> list[ConversationInfo]:
@@ -136,7 +145,9 @@ class ConversationStore:
             rows = self._db.execute(
                 "SELECT id, title, updated_at FROM conversations c WHERE title LIKE ?1 ESCAPE '\\' OR EXISTS "
                 "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ?1 ESCAPE '\\') "
-                "ORDER BY updated_at DESC, id DESC", (like,))
+                "ORDER BY updated_at DESC, id DESC",
+                (like,),
+            )
         return [ConversationInfo(*row) for row in rows]
 
     def title(self, conversation_id: int) -> str | None:
@@ -160,12 +171,21 @@ class ConversationStore:
             cur = self._db.execute(
                 "INSERT INTO messages (conversation_id, role, content, kind, segments, stats, finish_reason, parent_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, message.role, message.content, message.kind,
-                 json.dumps(message.segments_json()) if message.segments else None,
-                 json.dumps(message.stats) if message.stats is not None else None, message.finish_reason,
-                 parent_id))
-            self._db.execute("UPDATE conversations SET updated_at = ?, current_leaf = ? WHERE id = ?",
-                             (time.time(), cur.lastrowid, conversation_id))
+                (
+                    conversation_id,
+                    message.role,
+                    message.content,
+                    message.kind,
+                    json.dumps(message.segments_json()) if message.segments else None,
+                    json.dumps(message.stats) if message.stats is not None else None,
+                    message.finish_reason,
+                    parent_id,
+                ),
+            )
+            self._db.execute(
+                "UPDATE conversations SET updated_at = ?, current_leaf = ? WHERE id = ?",
+                (time.time(), cur.lastrowid, conversation_id),
+            )
         message.id, message.parent_id = cur.lastrowid, parent_id
         return message.id
 
@@ -177,16 +197,22 @@ class ConversationStore:
             return
         with self._db:
             self._db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
-            self._db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ? AND current_leaf = ?",
-                             (row[1], row[0], message_id))
+            self._db.execute(
+                "UPDATE conversations SET current_leaf = ? WHERE id = ? AND current_leaf = ?",
+                (row[1], row[0], message_id),
+            )
 
     def current_leaf(self, conversation_id: int) -> int | None:
         row = self._db.execute("SELECT current_leaf FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         return row[0] if row else None
 
     def _belongs(self, conversation_id: int, message_id: int) -> bool:
-        return self._db.execute("SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
-                                (message_id, conversation_id)).fetchone() is not None
+        return (
+            self._db.execute(
+                "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?", (message_id, conversation_id)
+            ).fetchone()
+            is not None
+        )
 
     def set_leaf(self, conversation_id: int, message_id: int | None) -> None:
         """Show the path ending at ``message_id`` (None: an empty path); an id that is not
@@ -199,9 +225,14 @@ class ConversationStore:
     def messages(self, conversation_id: int) -> list[Message]:
         """The path shown: root to current leaf, each message with ``versions`` set
         (its place among its siblings of the same role, and their number)."""
-        rows = {r[0]: r for r in self._db.execute(
-            "SELECT id, role, content, kind, segments, stats, finish_reason, parent_id FROM messages "
-            "WHERE conversation_id = ?", (conversation_id,))}
+        rows = {
+            r[0]: r
+            for r in self._db.execute(
+                "SELECT id, role, content, kind, segments, stats, finish_reason, parent_id FROM messages "
+                "WHERE conversation_id = ?",
+                (conversation_id,),
+            )
+        }
         path, mid, seen = [], self.current_leaf(conversation_id), set()
         while mid is not None and mid in rows and mid not in seen:  # a damaged file may hold a cycle
             seen.add(mid)
@@ -210,20 +241,35 @@ class ConversationStore:
         out = []
         for mid, role, content, kind, segments, stats, finish, parent in reversed(path):
             siblings = self.siblings(mid)
-            out.append(Message(role, content, _segments(segments), _stats(stats), finish, kind, mid, parent,
-                               (siblings.index(mid) + 1, len(siblings))))
+            out.append(
+                Message(
+                    role,
+                    content,
+                    _segments(segments),
+                    _stats(stats),
+                    finish,
+                    kind,
+                    mid,
+                    parent,
+                    (siblings.index(mid) + 1, len(siblings)),
+                )
+            )
         return out
 
     def siblings(self, message_id: int) -> list[int]:
         """Ids of the versions of a message, oldest first: the messages of its role and
         kind under the same parent (itself included)."""
-        row = self._db.execute("SELECT conversation_id, parent_id, role, kind FROM messages WHERE id = ?",
-                               (message_id,)).fetchone()
+        row = self._db.execute(
+            "SELECT conversation_id, parent_id, role, kind FROM messages WHERE id = ?", (message_id,)
+        ).fetchone()
         if row is None:
             return []
         cid, parent, role, kind = row
-        rows = self._db.execute("SELECT id FROM messages WHERE conversation_id = ? AND parent_id IS ? AND role = ? "
-                                "AND kind = ? ORDER BY id", (cid, parent, role, kind))
+        rows = self._db.execute(
+            "SELECT id FROM messages WHERE conversation_id = ? AND parent_id IS ? AND role = ? "
+            "AND kind = ? ORDER BY id",
+            (cid, parent, role, kind),
+        )
         return [r[0] for r in rows]
 
     def switch_to(self, conversation_id: int, message_id: int) -> None:
@@ -233,8 +279,9 @@ class ConversationStore:
             return
         leaf, seen = message_id, {message_id}
         while True:
-            row = self._db.execute("SELECT MAX(id) FROM messages WHERE conversation_id = ? AND parent_id = ?",
-                                   (conversation_id, leaf)).fetchone()
+            row = self._db.execute(
+                "SELECT MAX(id) FROM messages WHERE conversation_id = ? AND parent_id = ?", (conversation_id, leaf)
+            ).fetchone()
             if row[0] is None or row[0] in seen:  # no child, or a cycle in a damaged file
                 break
             leaf = row[0]

@@ -122,13 +122,21 @@ class MainWindow(QMainWindow):
         self.new_button, self.search, self.conversations = left.new_button, left.search, left.conversations
         self.banner, self.banner_close, self.legend = chat.banner, chat.banner_close, chat.legend
         self.highlight_box, self.view, self.input = chat.highlight_box, chat.view, chat.input
-        self.send_button, self.stop_button, self.compare_button = chat.send_button, chat.stop_button, chat.compare_button
+        self.send_button, self.stop_button, self.compare_button = (
+            chat.send_button,
+            chat.stop_button,
+            chat.compare_button,
+        )
         self.status, self.busy = chat.status, chat.busy
         self.session_label, self.context_label = chat.session_label, chat.context_label
         self.picker, self.panel, self.memory_badge = side.picker, side.settings_panel, side.memory_badge
         serve = side.serve_box
-        self.serve_switch, self.serve_port, self.serve_url, self.serve_copy = (serve.switch, serve.port, serve.url,
-                                                                               serve.copy_button)
+        self.serve_switch, self.serve_port, self.serve_url, self.serve_copy = (
+            serve.switch,
+            serve.port,
+            serve.url,
+            serve.copy_button,
+        )
 
     @property
     def memory_estimate(self):
@@ -307,7 +315,7 @@ class MainWindow(QMainWindow):
         return self.context_meter.tokens()
 
     def update_context_meter(self) -> None:
-        """"Context 37 % full (1,512 / 4,096 tokens)" under the input."""
+        """ "Context 37 % full (1,512 / 4,096 tokens)" under the input."""
         self.context_meter.update()
 
     def focus_input(self) -> None:

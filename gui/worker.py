@@ -112,8 +112,9 @@ class ChatWorker(QObject):
             self._model = None
             self.loadFailed.emit(f"internal error ({type(exc).__name__}): {exc}")
             return
-        self.loaded.emit({"target": str(target), "draft": str(draft) if draft else None,
-                          "load_s": time.perf_counter() - started})
+        self.loaded.emit(
+            {"target": str(target), "draft": str(draft) if draft else None, "load_s": time.perf_counter() - started}
+        )
 
     @Slot(int, object, object)
     def generate(self, request_id: int, messages: list, options: dict) -> None:
@@ -140,8 +141,10 @@ class ChatWorker(QObject):
             if batch:
                 self.round.emit(request_id, batch)
             result = generation.result
-            self.finished.emit(request_id, {"text": result.text, "finish_reason": result.finish_reason,
-                                            "stats": result.stats.to_dict()})
+            self.finished.emit(
+                request_id,
+                {"text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.to_dict()},
+            )
         except (LocalspecError, OSError, ValueError) as exc:
             self.failed.emit(request_id, str(exc) or type(exc).__name__)
         except Exception as exc:  # a bug: keep the app alive, say so, keep the traceback on stderr

@@ -4,27 +4,32 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
-from localspec.models.catalog import PairEntry, load_catalog
-from localspec.models.compat import check_compatibility
-from localspec.decoding.drafters import (DraftModelDrafter, GrammarDrafter, PredictionDrafter, PromptLookupDrafter,
-                                         SuffixDrafter)
+from localspec.decoding.drafters import (
+    DraftModelDrafter,
+    GrammarDrafter,
+    PredictionDrafter,
+    PromptLookupDrafter,
+    SuffixDrafter,
+)
 from localspec.decoding.grammar import Constraint, response_format_grammar
-from localspec.decoding.tool_calls import ToolFormat, call_grammar, check_tools, messages_for_template, tool_format
+from localspec.decoding.loop import DraftParams, Generation, GenerationParams
+from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
+from localspec.decoding.sampling import SamplingParams
+from localspec.decoding.stats import GenerationResult
+from localspec.decoding.tool_calls import ToolFormat, call_grammar, check_tools, normalise_messages, tool_format
+from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
-from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
-from localspec.models.gguf_info import check_gguf_file
+from localspec.models.catalog import PairEntry, load_catalog
+from localspec.models.compat import check_compatibility
 from localspec.models.discovery import ModelRef, ensure_local, model_ref, pick_draft, recommended_pair
+from localspec.models.gguf_info import check_gguf_file
 from localspec.models.hub import ProgressFn
-from localspec.decoding.sampling import SamplingParams
-from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
-from localspec.decoding.loop import DraftParams, Generation, GenerationParams
-from localspec.decoding.stats import GenerationResult
 
 Messages = list[dict]
 
@@ -36,9 +41,12 @@ class ResolvedPair:
     pair: PairEntry | None  # the catalogue pair it came from, if any
 
 
-def resolve_pair(target: str | Path | None = None, draft: str | Path | None = "auto",
-                 progress: ProgressFn | None = None,
-                 cancel: threading.Event | None = None) -> ResolvedPair:
+def resolve_pair(
+    target: str | Path | None = None,
+    draft: str | Path | None = "auto",
+    progress: ProgressFn | None = None,
+    cancel: threading.Event | None = None,
+) -> ResolvedPair:
     """Turn user-facing names into local files, fetching catalogue files if needed.
 
     ``target``: None (the default pair), a pair or model name from ``models.toml``,
@@ -83,16 +91,28 @@ class SpeculativeModel:
     (the reasons are in ``.reasons``), UnsupportedModelError (a recurrent target).
     """
 
-    def __init__(self, target: str | Path, draft: str | Path | None = None, *,
-                 n_ctx: int = 4096, n_gpu_layers: int = -1, n_gpu_layers_draft: int = -1,
-                 n_threads: int | None = None, draft_max: int | str = "auto", draft_min: int = 0,
-                 p_min: float = 0.75, strategy: str = "auto", verbose: bool = False,
-                 suffix_store_tokens: int = 100_000,
-                 load_progress: Callable[[str, float], None] | None = None):
+    def __init__(
+        self,
+        target: str | Path,
+        draft: str | Path | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = -1,
+        n_gpu_layers_draft: int = -1,
+        n_threads: int | None = None,
+        draft_max: int | str = "auto",
+        draft_min: int = 0,
+        p_min: float = 0.75,
+        strategy: str = "auto",
+        verbose: bool = False,
+        suffix_store_tokens: int = 100_000,
+        load_progress: Callable[[str, float], None] | None = None,
+    ):
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= (1 << 20):
             raise InvalidOptionError(f"n_ctx must be an integer from 16 to {1 << 20} tokens, got {n_ctx!r}")
-        if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int)
-                                      or not 1 <= n_threads <= 512):
+        if n_threads is not None and (
+            isinstance(n_threads, bool) or not isinstance(n_threads, int) or not 1 <= n_threads <= 512
+        ):
             raise InvalidOptionError(f"n_threads must be an integer from 1 to 512, got {n_threads!r}")
         self.default_draft = DraftParams(draft_max=draft_max, draft_min=draft_min, p_min=p_min, strategy=strategy)
         self.target_path = Path(target)
@@ -102,22 +122,31 @@ class SpeculativeModel:
             verdict = check_compatibility(target_info, check_gguf_file(self.draft_path))
             if not verdict.compatible:
                 raise IncompatibleDraftError(
-                    f"{self.draft_path.name} cannot draft for {self.target_path.name}: "
-                    + "; ".join(verdict.reasons), verdict.reasons)
+                    f"{self.draft_path.name} cannot draft for {self.target_path.name}: " + "; ".join(verdict.reasons),
+                    verdict.reasons,
+                )
         self.owner = LlamaThread()
         try:
-            self.target = Engine(self.target_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-                                                                n_threads=n_threads), verbose=verbose,
-                                 load_progress=_for_role(load_progress, "target"), owner=self.owner)
+            self.target = Engine(
+                self.target_path,
+                EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads),
+                verbose=verbose,
+                load_progress=_for_role(load_progress, "target"),
+                owner=self.owner,
+            )
         except BaseException:
             self.owner.stop()
             raise
         self.drafter = None
         if self.draft_path is not None:
             try:
-                engine = Engine(self.draft_path, EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers_draft,
-                                                              n_threads=n_threads), verbose=verbose,
-                                load_progress=_for_role(load_progress, "draft"), owner=self.owner)
+                engine = Engine(
+                    self.draft_path,
+                    EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers_draft, n_threads=n_threads),
+                    verbose=verbose,
+                    load_progress=_for_role(load_progress, "draft"),
+                    owner=self.owner,
+                )
             except BaseException:
                 self.target.close()
                 self.owner.stop()
@@ -150,10 +179,17 @@ class SpeculativeModel:
             raise InvalidOptionError("strategy 'prediction' needs a prediction (the expected output text)")
         if dp.strategy == "none" or dp.draft_max == 0:
             return FixedPolicy(None, 0)
-        every = ([self.grammar] if constrained else []) + ([self.prediction] if predicted else []) + [
-            d for d in (self.drafter, self.suffix, self.lookup) if d is not None]
-        chosen = {"draft-model": [self.drafter], "prompt-lookup": [self.lookup], "suffix": [self.suffix],
-                  "prediction": [self.prediction]}.get(dp.strategy, every)
+        every = (
+            ([self.grammar] if constrained else [])
+            + ([self.prediction] if predicted else [])
+            + [d for d in (self.drafter, self.suffix, self.lookup) if d is not None]
+        )
+        chosen = {
+            "draft-model": [self.drafter],
+            "prompt-lookup": [self.lookup],
+            "suffix": [self.suffix],
+            "prediction": [self.prediction],
+        }.get(dp.strategy, every)
         if not dp.adaptive:
             return FixedPolicy(chosen[0], dp.draft_max)
         key = (dp.strategy, greedy, predicted, constrained)
@@ -161,8 +197,7 @@ class SpeculativeModel:
             caps = {id(self.lookup): 16, id(self.suffix): 16, id(self.prediction): 16, id(self.grammar): 16}
             if self.drafter is not None:
                 caps[id(self.drafter)] = 8
-            policy = AdaptivePolicy(chosen, max_k=caps, verify_costs=self._verify_costs,
-                                    draft_costs=self._draft_costs)
+            policy = AdaptivePolicy(chosen, max_k=caps, verify_costs=self._verify_costs, draft_costs=self._draft_costs)
             if not policy.calibrated:
                 engines = {id(self.drafter): self.drafter.engine} if self.drafter is not None else {}
                 self.owner.run(policy.calibrate, self.target, engines)
@@ -227,7 +262,7 @@ class SpeculativeModel:
         started = time.perf_counter()
         self._ensure_open()
         tools, tool_grammar = self._tools(options)
-        tokens = self.target.chat_tokens(_normalise_messages(messages), tools)
+        tokens = self.target.chat_tokens(normalise_messages(messages), tools)
         return self._start(tokens, started, stream, options, tool_grammar)
 
     @property
@@ -236,7 +271,8 @@ class SpeculativeModel:
         if not hasattr(self, "_tool_format"):
             self._tool_format = tool_format(
                 self.target.info.chat_template,
-                lambda text: self.target.tokenize(text, add_special=False, parse_special=True))
+                lambda text: self.target.tokenize(text, add_special=False, parse_special=True),
+            )
         return self._tool_format
 
     @property
@@ -258,13 +294,21 @@ class SpeculativeModel:
             return None, None
         fmt = self.tool_format
         if fmt is None:
-            raise InvalidOptionError(f"{self.target_path.name}'s chat template has no tool-call format localspec "
-                                     "knows (supported: <tool_call> JSON calls, as Qwen2.5 and Qwen3 write them)")
+            raise InvalidOptionError(
+                f"{self.target_path.name}'s chat template has no tool-call format localspec "
+                "knows (supported: <tool_call> JSON calls, as Qwen2.5 and Qwen3 write them)"
+            )
         grammar = call_grammar(fmt, tools, choice, parallel=bool(parallel))
         return tools, (grammar, fmt.open_token if choice == "auto" else None)
 
-    def _start(self, tokens: list[int], started: float, stream: bool, options: dict,
-               tool_grammar: tuple[str, int | None] | None = None):
+    def _start(
+        self,
+        tokens: list[int],
+        started: float,
+        stream: bool,
+        options: dict,
+        tool_grammar: tuple[str, int | None] | None = None,
+    ):
         prediction = options.pop("prediction", None)
         if prediction is not None and not isinstance(prediction, str):
             raise InvalidOptionError(f"prediction must be a string, got {type(prediction).__name__}")
@@ -274,17 +318,27 @@ class SpeculativeModel:
         params = self._params(options)
         predicted = self._tokenize_prediction(prediction)
         constraint = self._constraint(*tool_grammar) if tool_grammar else self._constraint(grammar)
-        policy = self._policy(params.draft, params.sampling.greedy, predicted=bool(predicted),
-                              constrained=constraint is not None)
+        policy = self._policy(
+            params.draft, params.sampling.greedy, predicted=bool(predicted), constrained=constraint is not None
+        )
         if not self._step_lock.acquire(blocking=False):
             raise EngineError("the model is busy with a generation in another thread")
         try:
             if self._active is not None and not self._active.finished:
                 self._active.supersede()
-            generation = Generation(self.target, self.drafters, policy, tokens, params, started_at=started,
-                                    lock=self._step_lock, owner=self.owner, constraint=constraint,
-                                    parse=parse_as.model_validate_json if parse_as is not None else None,
-                                    tool_calls=tool_grammar is not None)
+            generation = Generation(
+                self.target,
+                self.drafters,
+                policy,
+                tokens,
+                params,
+                started_at=started,
+                lock=self._step_lock,
+                owner=self.owner,
+                constraint=constraint,
+                parse=parse_as.model_validate_json if parse_as is not None else None,
+                tool_calls=tool_grammar is not None,
+            )
             self.prediction.set_prediction(predicted, len(tokens))
             self.grammar.set_constraint(constraint)
             if self.drafter is not None:
@@ -306,8 +360,20 @@ class SpeculativeModel:
         return self.target.tokenize(prediction, add_special=False, parse_special=False) if prediction else []
 
     def _params(self, options: dict) -> GenerationParams:
-        known = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop",
-                 "draft_max", "draft_min", "p_min", "strategy", "logprobs"}
+        known = {
+            "max_tokens",
+            "temperature",
+            "top_k",
+            "top_p",
+            "min_p",
+            "seed",
+            "stop",
+            "draft_max",
+            "draft_min",
+            "p_min",
+            "strategy",
+            "logprobs",
+        }
         unknown = set(options) - known
         if unknown:
             raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
@@ -363,7 +429,7 @@ class SpeculativeModel:
         self.target.close()
         self.owner.stop()
 
-    def __enter__(self) -> "SpeculativeModel":
+    def __enter__(self) -> SpeculativeModel:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -380,27 +446,14 @@ def _for_role(load_progress: Callable[[str, float], None] | None, role: str) -> 
     return None if load_progress is None else (lambda fraction: load_progress(role, fraction))
 
 
-def _normalise_messages(messages: str | Iterable[dict]) -> Messages:
-    if isinstance(messages, str):
-        return [{"role": "user", "content": messages}]
-    if not isinstance(messages, (list, tuple)):
-        raise InvalidOptionError(f"messages must be a string or a list of {{'role', 'content'}} dicts, got {messages!r}")
-    result = list(messages)
-    if not result:
-        raise InvalidOptionError("messages is empty")
-    for m in result:
-        calls = isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls")
-        content_ok = isinstance(m, dict) and (isinstance(m.get("content"), str) or (calls and m.get("content") is None))
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not content_ok:
-            raise InvalidOptionError(f"each message needs a string 'role' and 'content', got {m!r}")
-        if calls and not isinstance(m["tool_calls"], list):
-            raise InvalidOptionError(f"an assistant message's tool_calls must be a list, got {m['tool_calls']!r}")
-    return messages_for_template(result)
-
-
-def load(target: str | Path | None = None, draft: str | Path | None = "auto", *,
-         progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-         **kwargs) -> SpeculativeModel:
+def load(
+    target: str | Path | None = None,
+    draft: str | Path | None = "auto",
+    *,
+    progress: ProgressFn | None = None,
+    cancel: threading.Event | None = None,
+    **kwargs,
+) -> SpeculativeModel:
     """Resolve (and fetch if needed) a target and draft, then load both.
 
     ``target`` / ``draft`` as in :func:`resolve_pair`; the catalogue pair's recommended
@@ -420,8 +473,14 @@ def load(target: str | Path | None = None, draft: str | Path | None = "auto", *,
 _shared: tuple[tuple, SpeculativeModel] | None = None
 
 
-def chat(messages: str | Messages, *, target: str | Path | None = None, draft: str | Path | None = "auto",
-         stream: bool = False, **options) -> GenerationResult | Generation:
+def chat(
+    messages: str | Messages,
+    *,
+    target: str | Path | None = None,
+    draft: str | Path | None = "auto",
+    stream: bool = False,
+    **options,
+) -> GenerationResult | Generation:
     """One call: answer ``messages`` with the default pair (or ``target`` / ``draft``).
 
     The loaded models are kept for the next call with the same ``target`` and ``draft``.

@@ -39,7 +39,12 @@ def _sysctl(name: str) -> str:
 @lru_cache(maxsize=1)
 def cpu_model() -> str:
     """E.g. "Intel(R) Xeon(R) Platinum 8481C" (Linux), "Apple M2" (macOS)."""
-    return _cpuinfo_field("model name") or _sysctl("machdep.cpu.brand_string") or platform.processor() or platform.machine()
+    return (
+        _cpuinfo_field("model name")
+        or _sysctl("machdep.cpu.brand_string")
+        or platform.processor()
+        or platform.machine()
+    )
 
 
 @lru_cache(maxsize=1)

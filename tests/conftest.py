@@ -58,8 +58,7 @@ def real_pair_paths():
 def real_model(real_pair_paths):
     from localspec.api import SpeculativeModel
 
-    with SpeculativeModel(real_pair_paths.target, real_pair_paths.draft, n_ctx=4096,
-                          draft_max=4, p_min=0.0) as model:
+    with SpeculativeModel(real_pair_paths.target, real_pair_paths.draft, n_ctx=4096, draft_max=4, p_min=0.0) as model:
         yield model
 
 
@@ -79,9 +78,12 @@ def path_noise(model, prompt_tokens, answer_tokens):
     engine.trim(len(prompt_tokens))
     one = np.stack([engine.decode([t], [0])[0] for t in answer_tokens])
     engine.trim(len(prompt_tokens))
-    batched = np.concatenate([engine.decode(answer_tokens[i: i + VERIFY_BATCH],
-                                            range(len(answer_tokens[i: i + VERIFY_BATCH])))
-                              for i in range(0, len(answer_tokens), VERIFY_BATCH)])
+    batched = np.concatenate(
+        [
+            engine.decode(answer_tokens[i : i + VERIFY_BATCH], range(len(answer_tokens[i : i + VERIFY_BATCH])))
+            for i in range(0, len(answer_tokens), VERIFY_BATCH)
+        ]
+    )
     rows = np.arange(len(answer_tokens))[:, None]
     best = np.concatenate([np.argsort(one, axis=1)[:, -2:], np.argsort(batched, axis=1)[:, -2:]], axis=1)
     return float(np.abs(one[rows, best] - batched[rows, best]).max())
@@ -95,8 +97,9 @@ def tie_tolerance(real_model):
     from localspec.bench.workloads import code_prompts
 
     first = code_prompts(1)[0].messages
-    noise = path_noise(real_model, real_model.target.chat_tokens(first),
-                       real_model.chat(first, max_tokens=40, draft_max=0).tokens)
+    noise = path_noise(
+        real_model, real_model.target.chat_tokens(first), real_model.chat(first, max_tokens=40, draft_max=0).tokens
+    )
     print(f"\npath noise {noise:.4f}: tie tolerance {2 * noise:.4f}")
     return 2 * noise
 

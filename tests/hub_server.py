@@ -43,13 +43,17 @@ class FakeHub:
 
     def ranges_asked(self, file: str) -> list[int]:
         """Start offsets of the ranged GETs made for ``file``."""
-        return [int(r.split("=")[1].split("-")[0]) for m, p, r in self.requests
-                if m == "GET" and p.endswith(file) and r]
+        return [
+            int(r.split("=")[1].split("-")[0]) for m, p, r in self.requests if m == "GET" and p.endswith(file) and r
+        ]
 
     def bytes_served(self, file: str) -> int:
         """Bytes asked of the CDN in closed ranges ``bytes=a-b`` of ``file``."""
-        spans = [r.split("=")[1].split("-") for m, p, r in self.requests
-                 if m == "GET" and p.startswith("/cdn/") and p.endswith(file) and r]
+        spans = [
+            r.split("=")[1].split("-")
+            for m, p, r in self.requests
+            if m == "GET" and p.startswith("/cdn/") and p.endswith(file) and r
+        ]
         return sum(int(b) + 1 - int(a) for a, b in spans if b)
 
 
@@ -79,7 +83,7 @@ def _handler(hub: FakeHub):
             hub.requests.append((self.command, path, self.headers.get("Range")))
             parts = path.strip("/").split("/")
             if parts[:2] == ["api", "models"] and "tree" in parts:
-                self._tree("/".join(parts[2:parts.index("tree")]))
+                self._tree("/".join(parts[2 : parts.index("tree")]))
             elif parts[0] == "cdn":
                 self._content((parts[1] + "/" + parts[2], "/".join(parts[3:])), head)
             elif len(parts) >= 5 and parts[2] == "resolve":
@@ -133,25 +137,33 @@ def _handler(hub: FakeHub):
                 return
             cut = hub.drop_after.pop(key, None)
             if cut is not None:
-                self.wfile.write(body[start:start + cut])
+                self.wfile.write(body[start : start + cut])
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return
             if not hub.trickle_s:
-                self.wfile.write(body[start:end + 1])
+                self.wfile.write(body[start : end + 1])
                 return
             for at in range(start, end + 1, 1024):
                 time.sleep(hub.trickle_s)
-                self.wfile.write(body[at:min(at + 1024, end + 1)])
+                self.wfile.write(body[at : min(at + 1024, end + 1)])
                 self.wfile.flush()
 
         def _tree(self, repo: str):
             if not self._gatekeep(repo):
                 return
-            listing = [{"type": "file", "path": f, "size": len(c), "oid": hashlib.sha1(c).hexdigest(),
-                        "lfs": {"oid": hashlib.sha256(c).hexdigest(), "size": len(c), "pointerSize": 134}}
-                       for (r, f), c in hub.files.items() if r == repo]
+            listing = [
+                {
+                    "type": "file",
+                    "path": f,
+                    "size": len(c),
+                    "oid": hashlib.sha1(c).hexdigest(),
+                    "lfs": {"oid": hashlib.sha256(c).hexdigest(), "size": len(c), "pointerSize": 134},
+                }
+                for (r, f), c in hub.files.items()
+                if r == repo
+            ]
             body = json.dumps(listing).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

@@ -7,16 +7,30 @@ from localspec.bench.workloads import EDIT_REQUESTS, edit_prompts, mtbench_promp
 
 
 def row(workload, prompt, strategy, tps, temp=0.0, rep=0, acc=None):
-    return {"workload": workload, "prompt": prompt, "strategy": strategy, "temperature": temp, "rep": rep,
-            "tokens_per_s": tps / 2, "decode_tokens_per_s": tps, "acceptance_rate": acc, "mean_accepted_length": None, "ttft_s": 0.1,
-            "overhead_share": 0.01, "overhead_ms_per_round": 0.3}
+    return {
+        "workload": workload,
+        "prompt": prompt,
+        "strategy": strategy,
+        "temperature": temp,
+        "rep": rep,
+        "tokens_per_s": tps / 2,
+        "decode_tokens_per_s": tps,
+        "acceptance_rate": acc,
+        "mean_accepted_length": None,
+        "ttft_s": 0.1,
+        "overhead_share": 0.01,
+        "overhead_ms_per_round": 0.3,
+    }
 
 
 def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
     rows = [
-        row("code", "HumanEval/0", "plain", 20.0), row("code", "HumanEval/0", "lookup", 30.0, acc=0.5),
-        row("code", "HumanEval/1", "plain", 10.0), row("code", "HumanEval/1", "lookup", 12.0, acc=0.7),
-        row("edit", "HumanEval/0", "plain", 40.0), row("edit", "HumanEval/0", "lookup", 20.0, acc=0.1),
+        row("code", "HumanEval/0", "plain", 20.0),
+        row("code", "HumanEval/0", "lookup", 30.0, acc=0.5),
+        row("code", "HumanEval/1", "plain", 10.0),
+        row("code", "HumanEval/1", "lookup", 12.0, acc=0.7),
+        row("edit", "HumanEval/0", "plain", 40.0),
+        row("edit", "HumanEval/0", "lookup", 20.0, acc=0.1),
     ]
     summary = {(s["workload"], s["strategy"]): s for s in summarize(rows)}
     assert summary[("code", "lookup")]["speedup"] == pytest.approx((1.5 + 1.2) / 2)
@@ -30,7 +44,10 @@ def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
 
 
 def test_acceptance_is_pooled_over_runs_that_count_their_tokens():
-    few, many = row("code", "HumanEval/0", "lookup", 30.0, acc=1.0), row("code", "HumanEval/0", "lookup", 30.0, rep=1, acc=0.5)
+    few, many = (
+        row("code", "HumanEval/0", "lookup", 30.0, acc=1.0),
+        row("code", "HumanEval/0", "lookup", 30.0, rep=1, acc=0.5),
+    )
     few.update(drafted_tokens=5, accepted_tokens=5)
     many.update(drafted_tokens=60, accepted_tokens=30)
     rows = [row("code", "HumanEval/0", "plain", 20.0), row("code", "HumanEval/0", "plain", 20.0, rep=1), few, many]
@@ -47,7 +64,12 @@ def test_workloads_come_from_real_sources():
 
 
 def test_multi_turn_workloads_carry_their_own_history():
-    from localspec.bench.workloads import REVISION_REQUESTS, measured_turns, mtbench_second_turns, revision_conversations
+    from localspec.bench.workloads import (
+        REVISION_REQUESTS,
+        measured_turns,
+        mtbench_second_turns,
+        revision_conversations,
+    )
 
     conversation = revision_conversations(1)[0]
     prompts = measured_turns(conversation, lambda messages: f"answer after {len(messages)} messages")
@@ -78,8 +100,14 @@ def test_the_quick_run_asks_every_workload_once_with_four_strategies():
 
     config = BenchConfig.quick()
     prompts = prompts_for(config)
-    assert [p.workload for p in prompts] == ["code", "edit", "mtbench-writing", "mtbench-math", "mtbench-coding",
-                                             "mtbench-extraction"]
+    assert [p.workload for p in prompts] == [
+        "code",
+        "edit",
+        "mtbench-writing",
+        "mtbench-math",
+        "mtbench-coding",
+        "mtbench-extraction",
+    ]
     assert [s.name for s in config.strategies] == ["plain", "prompt-lookup k=8", "suffix k=8", "adaptive"]
     assert (config.second_turns, config.revisions, config.reps) == (2, 1, 1)
 

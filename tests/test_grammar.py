@@ -19,8 +19,12 @@ from localspec.decoding.stats import TokenSource
 from localspec.errors import InvalidOptionError
 from localspec.llama.grammar_vocab import grammar_tokenizer
 
-PICK = {"type": "object", "properties": {"c": {"enum": ["ab", "cd", "ef"]}, "s": {"type": "string", "maxLength": 2}},
-        "required": ["c", "s"], "additionalProperties": False}
+PICK = {
+    "type": "object",
+    "properties": {"c": {"enum": ["ab", "cd", "ef"]}, "s": {"type": "string", "maxLength": 2}},
+    "required": ["c", "s"],
+    "additionalProperties": False,
+}
 PICK_FORMAT = {"type": "json_schema", "json_schema": {"name": "pick", "schema": PICK}}
 
 
@@ -52,8 +56,9 @@ def test_constrained_sampling_matches_constrained_plain(target_gguf, other_gguf,
                 drafted[name] = drafted.get(name, 0) + count
         return answers, drafted
 
-    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=draft_max,
-                          strategy=strategy) as spec:
+    with SpeculativeModel(
+        target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=draft_max, strategy=strategy
+    ) as spec:
         spec_answers, drafted = collect(spec)
     expected = "draft-model" if strategy == "draft-model" else "grammar"
     assert drafted.get(expected, 0) > 0, drafted
@@ -120,12 +125,21 @@ def test_a_schema_that_cannot_finish_in_max_tokens_ends_with_length(target_gguf)
     assert r.finish_reason == "length" and len(r.tokens) == 3 and r.parsed is None
 
 
-@pytest.mark.parametrize("response_format, message", [
-    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}, "cannot be compiled"),
-    ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema"),
-    ({"type": "xml"}, "response_format"),
-    ({"type": "json_schema", "json_schema": {"name": "x", "schema": "{not json"}}, "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "response_format, message",
+    [
+        (
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}},
+            },
+            "cannot be compiled",
+        ),
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema"),
+        ({"type": "xml"}, "response_format"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": "{not json"}}, "not valid JSON"),
+    ],
+)
 def test_a_schema_that_cannot_be_used_is_refused_with_its_reason(target_gguf, response_format, message):
     with SpeculativeModel(target_gguf, None, n_ctx=128) as m:
         with pytest.raises(InvalidOptionError, match=message):
@@ -141,20 +155,52 @@ class Book(BaseModel):
 
 
 SCHEMAS = [
-    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                                      "colour": {"enum": ["red", "green", "blue"]}},
-     "required": ["name", "age", "colour"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer"},
+            "colour": {"enum": ["red", "green", "blue"]},
+        },
+        "required": ["name", "age", "colour"],
+        "additionalProperties": False,
+    },
     Book.model_json_schema(),
-    {"type": "object", "properties": {"function": {"type": "string"}, "arguments": {"type": "object", "properties": {
-        "n": {"type": "integer"}, "strict": {"type": "boolean"}}, "required": ["n", "strict"]}},
-     "required": ["function", "arguments"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {
+            "function": {"type": "string"},
+            "arguments": {
+                "type": "object",
+                "properties": {"n": {"type": "integer"}, "strict": {"type": "boolean"}},
+                "required": ["n", "strict"],
+            },
+        },
+        "required": ["function", "arguments"],
+        "additionalProperties": False,
+    },
 ]
 QUESTIONS = [
-    "Invent a person for a story.", "Describe a famous novel.", "Call a function that checks whether 97 is prime.",
-    "Give me one example record.", "Answer in JSON.", "A character from a fairy tale.", "A science fiction book.",
-    "Call is_even on 10.", "A painter of the 19th century.", "A cookbook.", "Call factorial on 5 strictly.",
-    "Someone who likes green.", "A book about the sea.", "Call fib on 12.", "An old sailor.", "A children's book.",
-    "Call sqrt on 81.", "A baker from Paris.", "A poetry collection.", "Call abs on -3.",
+    "Invent a person for a story.",
+    "Describe a famous novel.",
+    "Call a function that checks whether 97 is prime.",
+    "Give me one example record.",
+    "Answer in JSON.",
+    "A character from a fairy tale.",
+    "A science fiction book.",
+    "Call is_even on 10.",
+    "A painter of the 19th century.",
+    "A cookbook.",
+    "Call factorial on 5 strictly.",
+    "Someone who likes green.",
+    "A book about the sea.",
+    "Call fib on 12.",
+    "An old sailor.",
+    "A children's book.",
+    "Call sqrt on 81.",
+    "A baker from Paris.",
+    "A poetry collection.",
+    "Call abs on -3.",
 ]
 
 

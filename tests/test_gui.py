@@ -7,14 +7,13 @@ import pytest
 
 pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -e '.[test]')")
 
-from localspec.llama.synthetic import write_model  # noqa: E402
-
-from localspec.models import discovery  # noqa: E402
 from gui.message import Message, Segment  # noqa: E402
 from gui.settings import Settings, load_settings, save_settings  # noqa: E402
 from gui.settings_panel import SettingsPanel  # noqa: E402
 from gui.store import ConversationStore  # noqa: E402
 from gui.window import MainWindow  # noqa: E402
+from localspec.llama.synthetic import write_model  # noqa: E402
+from localspec.models import discovery  # noqa: E402
 
 LOAD_MS = 60_000
 ANSWER_MS = 60_000
@@ -112,7 +111,6 @@ def test_answer_streams_per_round_with_highlighting_and_is_reopened(qtbot, windo
     assert window.conversations.count() == 0 and window.store.list() == []
 
 
-
 def test_loading_reports_progress_per_model(qtbot, window, target_gguf, small_draft_gguf):
     seen = []
     window.host.worker.loadProgress.connect(lambda role, fraction: seen.append((role, fraction)))
@@ -156,12 +154,12 @@ def test_closing_while_generating_shuts_down(qtbot, tmp_path, target_gguf):
     assert win.host.thread.isFinished()
 
 
-def test_draft_list_holds_exactly_the_compatible_drafts(qtbot, window, tmp_path, monkeypatch,
-                                                        target_gguf, small_draft_gguf, badbos_gguf):
+def test_draft_list_holds_exactly_the_compatible_drafts(
+    qtbot, window, tmp_path, monkeypatch, target_gguf, small_draft_gguf, badbos_gguf
+):
     cache = tmp_path / "cache"
     (cache / "local").mkdir(parents=True)
-    for name, src in [("synth-1.gguf", target_gguf), ("synth-2.gguf", small_draft_gguf),
-                      ("synth-3.gguf", badbos_gguf)]:
+    for name, src in [("synth-1.gguf", target_gguf), ("synth-2.gguf", small_draft_gguf), ("synth-3.gguf", badbos_gguf)]:
         shutil.copy(src, cache / "local" / name)
     monkeypatch.setenv("LOCALSPEC_CACHE", str(cache))
     window.picker.refresh()
@@ -215,9 +213,22 @@ def test_a_failed_answer_puts_the_text_back(qtbot, window, target_gguf, monkeypa
 
 
 def test_settings_round_trip(qtbot, tmp_path):
-    s = Settings(target="t.gguf", draft="d.gguf", draft_max="6", draft_min=2, p_min=0.5, temperature=0.7,
-                 top_p=0.9, seed=42, max_tokens=300, system_prompt="Be brief.", gpu_layers=12,
-                 gpu_layers_draft=-1, n_ctx=8192, highlight=False)
+    s = Settings(
+        target="t.gguf",
+        draft="d.gguf",
+        draft_max="6",
+        draft_min=2,
+        p_min=0.5,
+        temperature=0.7,
+        top_p=0.9,
+        seed=42,
+        max_tokens=300,
+        system_prompt="Be brief.",
+        gpu_layers=12,
+        gpu_layers_draft=-1,
+        n_ctx=8192,
+        highlight=False,
+    )
     save_settings(s)
     assert load_settings() == s
     panel = SettingsPanel()
@@ -246,8 +257,16 @@ def test_store_round_trip(tmp_path):
     store = ConversationStore(tmp_path / "s.sqlite3")
     cid = store.create("first")
     store.add_message(cid, Message("user", "hi"))
-    store.add_message(cid, Message("assistant", "ab", [Segment("a", "accepted"), Segment("b", "correction", 0.4, 0.6)],
-                                   {"accepted_tokens": 1}, "stop"))
+    store.add_message(
+        cid,
+        Message(
+            "assistant",
+            "ab",
+            [Segment("a", "accepted"), Segment("b", "correction", 0.4, 0.6)],
+            {"accepted_tokens": 1},
+            "stop",
+        ),
+    )
     msgs = store.messages(cid)
     assert msgs[1].segments[1] == Segment("b", "correction", 0.4, 0.6) and msgs[1].finish_reason == "stop"
     store.rename(cid, "second")
@@ -364,8 +383,9 @@ def test_an_unreadable_history_is_set_aside_and_the_window_starts(qtbot, tmp_pat
     win = MainWindow(autoload=False)
     qtbot.addWidget(win)
     assert not win.banner.isHidden() and "could not be read" in win.banner.text()
-    assert [p.name.split(".unreadable-")[0] for p in data.iterdir() if ".unreadable-" in p.name] == \
-        ["conversations.sqlite3"]
+    assert [p.name.split(".unreadable-")[0] for p in data.iterdir() if ".unreadable-" in p.name] == [
+        "conversations.sqlite3"
+    ]
     cid = win.store.create("works")
     assert win.store.title(cid) == "works"
     win.close()
@@ -374,18 +394,29 @@ def test_an_unreadable_history_is_set_aside_and_the_window_starts(qtbot, tmp_pat
 def test_damaged_rows_and_settings_fall_back_instead_of_failing(tmp_path):
     store = ConversationStore(tmp_path / "c.sqlite3")
     cid = store.create("x")
-    cur = store._db.execute("INSERT INTO messages (conversation_id, role, content, segments, stats) "
-                            "VALUES (?, 'assistant', 'hi', '{broken', '[1, 2]')", (cid,))
+    cur = store._db.execute(
+        "INSERT INTO messages (conversation_id, role, content, segments, stats) "
+        "VALUES (?, 'assistant', 'hi', '{broken', '[1, 2]')",
+        (cid,),
+    )
     store.set_leaf(cid, cur.lastrowid)
     (message,) = store.messages(cid)
     assert message.content == "hi" and message.segments == [] and message.stats is None
     path = tmp_path / "gui.json"
-    path.write_text('{"seed": 1099511627776, "draft_min": 100000000000000000000, "max_tokens": 0,'
-                    ' "draft_max": "\\u00b2", "n_ctx": 8, "temperature": 7.5, "top_p": 0.5}')
+    path.write_text(
+        '{"seed": 1099511627776, "draft_min": 100000000000000000000, "max_tokens": 0,'
+        ' "draft_max": "\\u00b2", "n_ctx": 8, "temperature": 7.5, "top_p": 0.5}'
+    )
     loaded = load_settings(path)
     defaults = Settings()
-    assert (loaded.seed, loaded.draft_min, loaded.max_tokens, loaded.draft_max, loaded.n_ctx, loaded.temperature) == \
-        (defaults.seed, defaults.draft_min, defaults.max_tokens, defaults.draft_max, defaults.n_ctx, defaults.temperature)
+    assert (loaded.seed, loaded.draft_min, loaded.max_tokens, loaded.draft_max, loaded.n_ctx, loaded.temperature) == (
+        defaults.seed,
+        defaults.draft_min,
+        defaults.max_tokens,
+        defaults.draft_max,
+        defaults.n_ctx,
+        defaults.temperature,
+    )
     assert loaded.top_p == 0.5
 
 

@@ -10,14 +10,14 @@ pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QColor, QGuiApplication, QPalette  # noqa: E402
+from test_gui import ANSWER_MS, ask, load, window  # noqa: E402,F401
+from test_hub_download import fake_hub  # noqa: E402,F401
+from test_memory import hub_ref, small_blocks  # noqa: E402,F401
 
 from gui import export  # noqa: E402
 from gui.chat_view import DARK_TEXT, SOURCE_COLOURS, ChatView, code_blocks, contrast_ratio  # noqa: E402
 from gui.message import Message, Segment  # noqa: E402
 from gui.store import SCHEMA_VERSION, ConversationStore  # noqa: E402
-from test_gui import ANSWER_MS, ask, load, window  # noqa: E402,F401
-from test_memory import hub_ref, small_blocks  # noqa: E402,F401
-from test_hub_download import fake_hub  # noqa: E402,F401
 
 
 def regenerate(qtbot, win, message_id=None):
@@ -91,15 +91,28 @@ def test_a_version_one_store_is_migrated_with_its_conversations(tmp_path):
 
 
 def test_export_round_trips_and_markdown_keeps_code_and_stats(qtbot, window, target_gguf, tmp_path):
-    messages = [Message("user", "write it"),
-                Message("assistant", "Here:\n```python\ndef f():\n    return 1\n```\n",
-                        [Segment("Here:\n", "target"), Segment("```python\ndef f():\n    return 1\n```\n", "accepted", 0.5, 0.4)],
-                        {"drafted_tokens": 4, "accepted_tokens": 3, "mean_accepted_length": 2.5, "generated_tokens": 9,
-                         "tokens_per_s": 12.5, "ttft_s": 0.3}, "stop")]
+    messages = [
+        Message("user", "write it"),
+        Message(
+            "assistant",
+            "Here:\n```python\ndef f():\n    return 1\n```\n",
+            [Segment("Here:\n", "target"), Segment("```python\ndef f():\n    return 1\n```\n", "accepted", 0.5, 0.4)],
+            {
+                "drafted_tokens": 4,
+                "accepted_tokens": 3,
+                "mean_accepted_length": 2.5,
+                "generated_tokens": 9,
+                "tokens_per_s": 12.5,
+                "ttft_s": 0.3,
+            },
+            "stop",
+        ),
+    ]
     title, back = export.from_json(export.to_json("Chat é", messages))
     assert title == "Chat é"
-    assert [(m.role, m.content, m.segments, m.stats, m.finish_reason, m.kind) for m in back] == \
-        [(m.role, m.content, m.segments, m.stats, m.finish_reason, m.kind) for m in messages]
+    assert [(m.role, m.content, m.segments, m.stats, m.finish_reason, m.kind) for m in back] == [
+        (m.role, m.content, m.segments, m.stats, m.finish_reason, m.kind) for m in messages
+    ]
     md = export.to_markdown("Chat", messages)
     assert "```python\ndef f():\n    return 1\n```" in md and "*Accepted 3/4 draft tokens (75 %)" in md
     with pytest.raises(ValueError):
@@ -128,7 +141,7 @@ def test_copy_links_put_each_code_block_on_the_clipboard(qtbot):
 
 
 def test_search_finds_titles_and_message_text(window):
-    a, b = window.store.create("Prime numbers"), window.store.create("Sorting")
+    _a, b = window.store.create("Prime numbers"), window.store.create("Sorting")
     window.store.add_message(b, Message("user", "use 100% quicksort_fast"))
     window.search.setText("prime")
     assert [window.conversations.item(i).text() for i in range(window.conversations.count())] == ["Prime numbers"]
@@ -214,8 +227,9 @@ def test_the_memory_badge_estimates_the_chosen_pair(window, target_gguf):
     assert window.memory_estimate.n_ctx == window.panel.apply_to(window.settings).n_ctx
 
 
-def test_the_badge_reads_a_hub_header_in_a_thread_before_download(qtbot, window, fake_hub, small_blocks, target_gguf,
-                                                                  monkeypatch):
+def test_the_badge_reads_a_hub_header_in_a_thread_before_download(
+    qtbot, window, fake_hub, small_blocks, target_gguf, monkeypatch
+):
     ref = hub_ref(fake_hub, target_gguf.read_bytes())
     monkeypatch.setattr(window.picker, "current_target", lambda: ref)
     monkeypatch.setattr(window.picker, "current_draft", lambda: None)
@@ -235,8 +249,10 @@ def test_the_context_meter_counts_the_rendered_chat_template(qtbot, window, targ
     assert window.context_tokens() == (expected, 512)
     assert window.context_label.text() == f"Context {100 * expected / 512:.0f} % full ({expected:,} / 512 tokens)"
     ask(qtbot, window, "hello world the code")
-    history = [{"role": "user", "content": "hello world the code"},
-               {"role": "assistant", "content": window.messages[-1].content}]
+    history = [
+        {"role": "user", "content": "hello world the code"},
+        {"role": "assistant", "content": window.messages[-1].content},
+    ]
     assert window.context_tokens()[0] == len(window.host.worker.model.target.chat_tokens(history))
     qtbot.waitUntil(lambda: "Context" in window.context_label.text(), timeout=2_000)
 
@@ -283,8 +299,9 @@ def test_the_serve_switch_answers_the_openai_client_through_the_window_model_thr
     def ask_server():
         client = openai.OpenAI(base_url=window.serve_url.text(), api_key="none", max_retries=0, timeout=60)
         got["start"] = time.perf_counter()
-        got["r"] = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hello"}],
-                                                  max_tokens=6, temperature=0)
+        got["r"] = client.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "hello"}], max_tokens=6, temperature=0
+        )
         got["end"] = time.perf_counter()
 
     from PySide6.QtCore import QTimer
@@ -306,8 +323,7 @@ def test_the_serve_switch_answers_the_openai_client_through_the_window_model_thr
     window.serve_switch.setChecked(False)
     assert window.host.server is None and window.serve_url.text() == ""
     with pytest.raises(openai.APIConnectionError):
-        openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
-                      timeout=5).models.list()
+        openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=5).models.list()
 
 
 def load_settings_serve(window):
@@ -332,15 +348,18 @@ def test_a_damaged_tree_and_foreign_ids_do_not_hang_or_lose_messages(tmp_path):
     assert [i.title for i in s.list("y\x00")] == ["c"]  # a NUL does not end the pattern early
 
 
-@pytest.mark.parametrize("bad", [
-    '{"format": "localspec-conversation", "version": 1, "messages": 5}',
-    '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "user", "content": "a", "segments": "abc"}]}',
-    '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "user", "content": "a", '
-    '"segments": [{"text": "a", "source": "target", "p_target": null, "p_draft": null, "extra": 1}]}]}',
-    '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "assistant", "content": "a", "stats": [1]}]}',
-    '{"format": "localspec-conversation", "version": 99, "messages": []}',
-    "[" * 100_000 + "]" * 100_000,
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"format": "localspec-conversation", "version": 1, "messages": 5}',
+        '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "user", "content": "a", "segments": "abc"}]}',
+        '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "user", "content": "a", '
+        '"segments": [{"text": "a", "source": "target", "p_target": null, "p_draft": null, "extra": 1}]}]}',
+        '{"format": "localspec-conversation", "version": 1, "messages": [{"role": "assistant", "content": "a", "stats": [1]}]}',
+        '{"format": "localspec-conversation", "version": 99, "messages": []}',
+        "[" * 100_000 + "]" * 100_000,
+    ],
+)
 def test_from_json_refuses_malformed_files_with_value_error(bad):
     with pytest.raises(ValueError):
         export.from_json(bad)

@@ -17,7 +17,8 @@ def test_screenshot_shows_a_highlighted_answer(qapp, tmp_path, real_pair_paths):
     image = QImage(str(out))
     assert (image.width(), image.height()) == SIZE
     accepted = SOURCE_COLOURS["accepted"].rgb()
-    hits = sum(1 for x in range(0, image.width(), 2) for y in range(0, image.height(), 2)
-               if image.pixel(x, y) == accepted)
+    hits = sum(
+        1 for x in range(0, image.width(), 2) for y in range(0, image.height(), 2) if image.pixel(x, y) == accepted
+    )
     assert hits > 200, f"only {hits} sampled pixels in the accepted-token colour"
     assert QColor(accepted).name() == "#b9ebc3"

@@ -6,13 +6,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from hub_server import FakeHub, serve
 from huggingface_hub import constants
 
-from hub_server import FakeHub, serve
+from localspec.errors import DownloadCancelled, DownloadError, InvalidOptionError
 from localspec.models import hub
 from localspec.models.catalog import ModelEntry
 from localspec.models.discovery import model_ref
-from localspec.errors import DownloadCancelled, DownloadError, InvalidOptionError
 
 REPO = "acme/Tiny-GGUF"
 FILE = "tiny-q4_k_m.gguf"
@@ -26,7 +26,9 @@ def fake_hub(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
     # huggingface_hub reads HF_ENDPOINT at import time; set what it derived from it.
     monkeypatch.setattr(constants, "ENDPOINT", fake.endpoint)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    )
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 << 10)
     monkeypatch.setenv("LOCALSPEC_CACHE", str(Path(constants.HF_HOME).parent / "localspec-cache"))
     yield fake
@@ -41,8 +43,11 @@ def entry_for(fake: FakeHub, repo=REPO, file=FILE, content=PAYLOAD, **kw) -> Mod
 def cache_files() -> list[Path]:
     """Model files visible in the HF cache: snapshot links and finished blobs."""
     root = Path(constants.HF_HUB_CACHE)
-    return [p for p in root.glob("models--*/*/**/*") if p.parent.name != "refs" and p.is_file()
-            and not p.name.endswith((".incomplete", ".lock"))]
+    return [
+        p
+        for p in root.glob("models--*/*/**/*")
+        if p.parent.name != "refs" and p.is_file() and not p.name.endswith((".incomplete", ".lock"))
+    ]
 
 
 def test_download_lands_in_the_hf_cache_with_progress(fake_hub):
@@ -118,11 +123,14 @@ def test_offline_mode_answers_from_the_cache(fake_hub, monkeypatch):
     assert fake_hub.requests == []
 
 
-@pytest.mark.parametrize("setup, message", [
-    (lambda f: None, "not-there.gguf not found in acme/Tiny-GGUF"),
-    (lambda f: f.gated.add(REPO), "acme/Tiny-GGUF is gated: accept its terms"),
-    (lambda f: f.private.add(REPO), "repository acme/Tiny-GGUF not found, or it is private"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda f: None, "not-there.gguf not found in acme/Tiny-GGUF"),
+        (lambda f: f.gated.add(REPO), "acme/Tiny-GGUF is gated: accept its terms"),
+        (lambda f: f.private.add(REPO), "repository acme/Tiny-GGUF not found, or it is private"),
+    ],
+)
 def test_hub_errors_are_one_clear_line(fake_hub, setup, message):
     fake_hub.add(REPO, FILE, PAYLOAD)
     setup(fake_hub)
@@ -142,7 +150,12 @@ def test_repo_quant_and_repo_file_specs(fake_hub):
     fake_hub.add(REPO, "tiny-q8_0.gguf", b"q8")
     sha = fake_hub.add(REPO, "tiny-Q4_K_M.gguf", PAYLOAD)
     ref = model_ref(f"{REPO}:q4_k_m")
-    assert (ref.entry.file, ref.entry.size, ref.entry.sha256, ref.downloaded) == ("tiny-Q4_K_M.gguf", len(PAYLOAD), sha, False)
+    assert (ref.entry.file, ref.entry.size, ref.entry.sha256, ref.downloaded) == (
+        "tiny-Q4_K_M.gguf",
+        len(PAYLOAD),
+        sha,
+        False,
+    )
     with pytest.raises(InvalidOptionError, match="no file with quantization 'iq2_xs'.*q4_k_m, q8_0"):
         model_ref(f"{REPO}:IQ2_XS")
     ref = model_ref(f"{REPO}:tiny-q8_0.gguf")

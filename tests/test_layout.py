@@ -49,7 +49,9 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 found.add(full if full in known else base)
@@ -72,7 +74,9 @@ def _layer(module: str) -> int | None:
 
 
 def test_only_the_llama_package_imports_llama_cpp():
-    importers = sorted(m for m, deps in _graph().items() if any(d == "llama_cpp" or d.startswith("llama_cpp.") for d in deps))
+    importers = sorted(
+        m for m, deps in _graph().items() if any(d == "llama_cpp" or d.startswith("llama_cpp.") for d in deps)
+    )
     assert importers and all(m.startswith("localspec.llama.") for m in importers), importers
 
 
@@ -97,7 +101,7 @@ def test_no_import_cycle():
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep):] + [dep])
+                cycles.append(stack[stack.index(dep) :] + [dep])
             elif dep not in state:
                 visit(dep, stack)
         stack.pop()
@@ -111,8 +115,11 @@ def test_no_import_cycle():
 
 @pytest.mark.parametrize("package, limit", [("localspec", 500), ("gui", 400)])
 def test_no_file_is_too_long(package, limit):
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / package).rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > limit}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / package).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > limit
+    }
     assert long == {}
 
 

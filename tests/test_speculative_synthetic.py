@@ -5,9 +5,9 @@ import pytest
 from scipy import stats
 
 from localspec.api import SpeculativeModel
-from localspec.llama.engine import Engine, EngineConfig
-from localspec.errors import ContextOverflowError
 from localspec.decoding.stats import TokenSource
+from localspec.errors import ContextOverflowError
+from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.synthetic import vocabulary
 
 PROMPT = "hello world the code"
@@ -65,8 +65,9 @@ def test_kv_cache_after_every_round_equals_fresh_prefill(target_gguf, other_gguf
     ref.close()
 
 
-@pytest.mark.parametrize("strategy, draft_max", [("draft-model", 3), ("prompt-lookup", 3), ("suffix", 3),
-                                                 ("auto", "auto")])
+@pytest.mark.parametrize(
+    "strategy, draft_max", [("draft-model", 3), ("prompt-lookup", 3), ("suffix", 3), ("auto", "auto")]
+)
 def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strategy, draft_max, monkeypatch):
     """Two-sample chi-square test on the 2nd and 3rd generated tokens (the ones that go
     through a speculative round), speculative vs plain sampling, fixed seeds, for every
@@ -89,8 +90,9 @@ def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strat
             drafted += r.stats.drafted_tokens
         return np.array(rows), drafted
 
-    with SpeculativeModel(target_gguf, other_gguf, n_ctx=1024, p_min=0.0, draft_max=draft_max,
-                          strategy=strategy) as spec:
+    with SpeculativeModel(
+        target_gguf, other_gguf, n_ctx=1024, p_min=0.0, draft_max=draft_max, strategy=strategy
+    ) as spec:
         spec.lookup.min_ngram = 1  # every single token repeats in this prompt: always a match
         if strategy == "suffix":  # earlier answers in the store: the suffix drafter's material
             for seed in range(10_000, 10_300):
@@ -152,8 +154,7 @@ def test_greedy_output_is_the_targets_with_every_drafter(target_gguf, other_gguf
     prompt = PROMPT + " hello world the code hello world"
     with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as plain:
         reference = plain.generate(prompt, max_tokens=80)
-    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=draft_max,
-                          strategy=strategy) as m:
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=draft_max, strategy=strategy) as m:
         r = m.generate(prompt, max_tokens=80)
     assert r.tokens == reference.tokens
 
@@ -172,7 +173,6 @@ def test_a_verify_view_of_the_logits_equals_the_copy(target_gguf):
         assert e.cache_tokens == [1, 5, 9, 11, 20, 21, 22, 23]
     finally:
         e.close()
-
 
 
 def _shared(a, b):
@@ -219,8 +219,12 @@ def test_a_trace_is_recorded_without_its_own_answer_in_the_suffix_store(target_g
     assert len(recorder.store) == len(answer)
 
     def copied(trace):  # positions whose suffix draft is the next 4+ tokens of the answer itself
-        return sum(1 for j, (tokens, *_) in enumerate(trace.free["suffix"])
-                   if len(tokens) >= 4 and tokens == answer[j:j + len(tokens)])
+        return sum(
+            1
+            for j, (tokens, *_) in enumerate(trace.free["suffix"])
+            if len(tokens) >= 4 and tokens == answer[j : j + len(tokens)]
+        )
+
     assert copied(own) >= len(answer) - 8
     assert copied(clean) < copied(own) - 5
 
@@ -230,8 +234,8 @@ def test_a_draft_ends_at_its_first_end_of_generation_token(target_gguf):
     stops there), so the loop cuts every draft just after it: a copy from the prompt that
     runs on into the chat template's <|im_end|> is not verified past it."""
     from localspec.decoding.drafters.base import Draft, ModelFreeDrafter
-    from localspec.decoding.policy import FixedPolicy
     from localspec.decoding.loop import DraftParams, Generation, GenerationParams
+    from localspec.decoding.policy import FixedPolicy
 
     class Copier(ModelFreeDrafter):
         name, prior_acceptance = "prompt-lookup", 0.5

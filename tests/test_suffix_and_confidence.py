@@ -2,11 +2,11 @@
 
 import pytest
 
-from localspec.decoding.drafters import Draft, SuffixDrafter
 from localspec.decoding.calibration import Calibration, CostAverage
+from localspec.decoding.drafters import Draft, SuffixDrafter
+from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
 from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.sampling import SamplingParams
-from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -21,8 +21,9 @@ def test_lookup_takes_the_longest_match_and_the_most_frequent_continuation():
     assert d.estimates == pytest.approx([2 / 3, 2 / 3, 2 / 3, 1 / 3, 1 / 2])  # count / (parent + 1)
     d = ix.lookup([3, 4, 5, 6], 10)  # three occurrences of the 4-gram: 7, 0, 7
     assert d.match_length == 4 and d.tokens[0] == 7 and d.estimates[0] == pytest.approx(2 / 4)
-    assert d.expected_accepted == pytest.approx(sum(
-        __import__("math").prod(d.estimates[: i + 1]) for i in range(len(d.estimates))))
+    assert d.expected_accepted == pytest.approx(
+        sum(__import__("math").prod(d.estimates[: i + 1]) for i in range(len(d.estimates)))
+    )
     assert ix.lookup([40, 41], 5).tokens == []
     low = ix.lookup([3, 4, 5, 6], 10, min_estimate=0.6)
     assert low.tokens == []  # 2/4 < 0.6: nothing worth drafting
@@ -268,8 +269,10 @@ def perfect_trace(n=9):
     from localspec.decoding.replay import Trace
 
     answer = list(range(100, 100 + n))
-    free = {"suffix": [([], [])] + [(answer[j:j + 16], [1.0] * len(answer[j:j + 16])) for j in range(1, n)],
-            "prompt-lookup": [([], [])] * n}
+    free = {
+        "suffix": [([], [])] + [(answer[j : j + 16], [1.0] * len(answer[j : j + 16])) for j in range(1, n)],
+        "prompt-lookup": [([], [])] * n,
+    }
     return Trace("w", "t", 10, answer, free, draft_next=[0] * n, draft_conf=[0.5] * n)
 
 
@@ -288,7 +291,7 @@ def test_fixed_acceptance_counts_drafted_and_accepted_tokens_and_cuts_to_the_mat
     from localspec.decoding.replay import Trace, fixed_acceptance
 
     answer = [10, 11, 12, 13, 14, 15, 16]
-    wrong_third = [([], [], [])] + [(answer[j:j + 2] + [99, 98], [0.5] * 4, [1, 2, 3, 4]) for j in range(1, 7)]
+    wrong_third = [([], [], [])] + [(answer[j : j + 2] + [99, 98], [0.5] * 4, [1, 2, 3, 4]) for j in range(1, 7)]
     trace = Trace("w", "t", 5, answer, {"suffix": wrong_third})
     # j=1: 4 drafted, 2 kept (+ the correction) -> j=4: 3 drafted (3 left), 2 kept -> j=7
     assert fixed_acceptance(trace, "suffix", 8) == (7, 4, 2)
@@ -340,13 +343,13 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
     answer = list(range(100, 200))
     picks = []
     for j in range(0, 60, 3):
-        suffix_draft = Draft(answer[j:j + 8], confidence=[0.3] * 8)
+        suffix_draft = Draft(answer[j : j + 8], confidence=[0.3] * 8)
         drafter, k = policy.plan(16, {id(free): suffix_draft}, 50 + j)
         picks.append(drafter.name if drafter else "plain")
         if drafter is model:  # it drafts 4, the target keeps 2 and corrects the 3rd
-            policy.observe(model, 4, 2, 0.004, flat(5), 5, None, answer[j:j + 3])
+            policy.observe(model, 4, 2, 0.004, flat(5), 5, None, answer[j : j + 3])
         else:
-            policy.observe(free, k, k, 0.0, flat(k + 1), k + 1, [0.3] * k, answer[j:j + k + 1])
+            policy.observe(free, k, k, 0.0, flat(k + 1), k + 1, [0.3] * k, answer[j : j + k + 1])
     assert picks[0] == "draft-model" and picks[-1] == "suffix"
     assert policy._calibrations[id(free)](0.3) > 0.8
     wrong = Draft([1, 2, 3], confidence=[0.3] * 3)
@@ -428,8 +431,9 @@ def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
     plans = []
     for _ in range(5):
         plans.append(policy.plan(8, {id(d): deep})[1])
-        policy.observe(d, plans[-1], 0, 0.0, verify(plans[-1] + 1), plans[-1] + 1, deep.confidence, [7],
-                       deep.depth)  # rejected, or judged against the target's token
+        policy.observe(
+            d, plans[-1], 0, 0.0, verify(plans[-1] + 1), plans[-1] + 1, deep.confidence, [7], deep.depth
+        )  # rejected, or judged against the target's token
     assert plans[0] == 4 and plans[3] <= 1  # shorter at once: 3 misses leave 0.4 of a 0.99 chance
     assert policy.plan(8, {id(d): deep}) == (None, 0)
     calibrated = policy._calibrations[id(d)](0.5, 16)
@@ -457,8 +461,9 @@ def test_a_failed_deep_draft_is_not_outvoted_by_the_short_matches_that_held():
     policy.new_generation()
     for _ in range(10):  # short proposals, each right
         drafter, k = policy.plan(8, {id(d): short})
-        policy.observe(drafter, k, k, 0.0, cpu_like_verify(k + 1), k + 1, short.confidence[:k], [5][:k] + [9],
-                       short.depth)
+        policy.observe(
+            drafter, k, k, 0.0, cpu_like_verify(k + 1), k + 1, short.confidence[:k], [5][:k] + [9], short.depth
+        )
     assert policy.plan(8, {id(d): deep}) == (d, 4)
     policy.observe(d, 4, 0, 0.0, cpu_like_verify(5), 5, deep.confidence, [7], deep.depth)
     assert cal(0.5, 16) > 0.9

@@ -56,8 +56,14 @@ def test_every_llama_call_of_a_pair_runs_on_its_owner_thread(target_gguf, other_
     model.reset_cache()
     model.close()
     names = {name for name, _ in llama_calls}
-    assert {"llama_model_load_from_file", "llama_decode", "llama_memory_seq_rm", "llama_tokenize",
-            "llama_free", "llama_model_free"} <= names
+    assert {
+        "llama_model_load_from_file",
+        "llama_decode",
+        "llama_memory_seq_rm",
+        "llama_tokenize",
+        "llama_free",
+        "llama_model_free",
+    } <= names
     assert {thread for _, thread in llama_calls} == {owner}
     assert first.stats.drafted_tokens > 0 and "".join(streamed) == first.text
     assert not any(t.ident == owner for t in threading.enumerate())  # the owner thread ended with close()

@@ -13,24 +13,42 @@ from localspec.decoding.tool_calls import split_tool_calls
 from localspec.errors import InvalidOptionError
 from localspec.server.openai_tools import ToolCallStream
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-           "required": ["city"], "additionalProperties": False}
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city now",
-                                      "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "add", "description": "Add two numbers", "parameters": {
-        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}}},
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "The weather in a city now", "parameters": WEATHER},
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"],
+            },
+        },
+    },
 ]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def test_the_stream_splits_content_and_call_pieces_as_the_sdk_reassembles_them():
-    text = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-            '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": {"x": "}"}}}\n</tool_call>')
+    text = (
+        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": {"x": "}"}}}\n</tool_call>'
+    )
     for step in (1, 3, 7, len(text)):
         stream, content, calls = ToolCallStream(), "", {}
         for i in range(0, len(text), step):
-            piece, deltas = stream.feed(text[i:i + step])
+            piece, deltas = stream.feed(text[i : i + step])
             content += piece
             for d in deltas:
                 call = calls.setdefault(d["index"], {"name": None, "arguments": "", "id": None})
@@ -39,7 +57,9 @@ def test_the_stream_splits_content_and_call_pieces_as_the_sdk_reassembles_them()
                 call["arguments"] += d["function"]["arguments"]
         assert content == "Let me check.\n"
         assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
-            ("get_weather", {"city": "Paris"}), ("add", {"a": 1, "b": {"x": "}"}})]
+            ("get_weather", {"city": "Paris"}),
+            ("add", {"a": 1, "b": {"x": "}"}}),
+        ]
         assert all(c["id"].startswith("call_") for c in calls.values())
     assert split_tool_calls(text)[0] == "Let me check."
 
@@ -53,16 +73,17 @@ def test_a_required_call_follows_its_schema_and_the_round_trip_answers(real_mode
     schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == call["name"])
     jsonschema.validate(json.loads(call["arguments"]), schema)
     assert r.stats.accepted_by_drafter.get("grammar", 0) >= 5  # the call's keys and quotes, drafted for free
-    follow = ASK + [{"role": "assistant", "content": None, "tool_calls": r.tool_calls},
-                    {"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": '{"celsius": 21}'}]
+    follow = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": r.tool_calls},
+        {"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": '{"celsius": 21}'},
+    ]
     final = real_model.chat(follow, tools=TOOLS, tool_choice="none", max_tokens=64)
     assert final.finish_reason in ("stop", "length") and final.text and not final.tool_calls
 
 
 @pytest.mark.real_pair
 def test_a_named_function_is_the_one_called_once(real_model):
-    r = real_model.chat(ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}},
-                        max_tokens=96)
+    r = real_model.chat(ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}}, max_tokens=96)
     assert [c["function"]["name"] for c in r.tool_calls] == ["add"]
 
 

@@ -39,19 +39,28 @@ def bfcl_cases(category: str, n: int) -> list[CallCase]:
 
 def call_schema(case: CallCase) -> dict:
     """JSON Schema of one call to one of the case's functions."""
-    options = [{"type": "object", "properties": {"name": {"const": f["name"]}, "arguments": _schema(f["parameters"])},
-                "required": ["name", "arguments"], "additionalProperties": False} for f in case.functions]
+    options = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": f["name"]}, "arguments": _schema(f["parameters"])},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for f in case.functions
+    ]
     return options[0] if len(options) == 1 else {"anyOf": options}
 
 
 def call_prompt(case: CallCase) -> list[dict]:
     tools = json.dumps(list(case.functions))
-    system = ("You call functions. Functions: " + tools + '\nReply with one call as JSON: {"name": ..., "arguments": {...}}.')
+    system = (
+        "You call functions. Functions: " + tools + '\nReply with one call as JSON: {"name": ..., "arguments": {...}}.'
+    )
     return [{"role": "system", "content": system}, *case.messages]
 
 
 def call_matches(case: CallCase, call: dict) -> bool:
-    (name, allowed), = case.answer.items()
+    ((name, allowed),) = case.answer.items()
     if call.get("name") != name:
         return False
     given = call.get("arguments", {})

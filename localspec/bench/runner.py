@@ -20,12 +20,21 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
-from localspec.llama.report import machine_line, machine_record
+from localspec.bench.workloads import (
+    MTBENCH_CATEGORIES,
+    Prompt,
+    call_prompts,
+    code_prompts,
+    edit_prompts,
+    measured_turns,
+    mtbench_prompts,
+    mtbench_second_turns,
+    revision_conversations,
+)
+from localspec.errors import InvalidOptionError
 from localspec.llama.engine import default_threads
 from localspec.llama.peer import load_peer_llama, peer_prompt_lookup
-from localspec.errors import InvalidOptionError
-from localspec.bench.workloads import (MTBENCH_CATEGORIES, Prompt, call_prompts, code_prompts, edit_prompts, measured_turns, mtbench_prompts,
-                        mtbench_second_turns, revision_conversations)
+from localspec.llama.report import machine_line, machine_record
 
 
 @dataclass(frozen=True)
@@ -35,14 +44,19 @@ class Strategy:
 
 
 PLAIN = Strategy("plain", {"strategy": "none"})
-ALL_STRATEGIES = [PLAIN] + [
-    Strategy(f"draft-model k={k} p-min={p}", {"strategy": "draft-model", "draft_max": k, "p_min": p})
-    for k in (2, 4, 8) for p in (0.0, 0.75)
-] + [
-    Strategy("prompt-lookup k=8", {"strategy": "prompt-lookup", "draft_max": 8}),
-    Strategy("suffix k=8", {"strategy": "suffix", "draft_max": 8}),
-    Strategy("adaptive", {"strategy": "auto", "draft_max": "auto"}),
-]
+ALL_STRATEGIES = (
+    [PLAIN]
+    + [
+        Strategy(f"draft-model k={k} p-min={p}", {"strategy": "draft-model", "draft_max": k, "p_min": p})
+        for k in (2, 4, 8)
+        for p in (0.0, 0.75)
+    ]
+    + [
+        Strategy("prompt-lookup k=8", {"strategy": "prompt-lookup", "draft_max": 8}),
+        Strategy("suffix k=8", {"strategy": "suffix", "draft_max": 8}),
+        Strategy("adaptive", {"strategy": "auto", "draft_max": "auto"}),
+    ]
+)
 LOOKUP, SUFFIX, ADAPTIVE = ALL_STRATEGIES[-3:]
 # The draft model at a fixed k is left to the full run (and --strategies): on a CPU it
 # loses on nearly every row and is the slowest to run.
@@ -67,17 +81,38 @@ class BenchConfig:
     peer_workloads: tuple[str, ...] = ("code", "edit")  # where the peers run (they are slow)
 
     @classmethod
-    def quick(cls) -> "BenchConfig":
+    def quick(cls) -> BenchConfig:
         """One repetition: 873 s measured on 2 CPU cores at 106 ms per target step, 231 s at 26 ms
         (before the two json-call prompts were added)."""
-        return cls(code=1, mtbench_per_category=1, mtbench_categories=("writing", "math", "coding", "extraction"),
-                   edit=1, calls=2, second_turns=2, revisions=1, max_tokens=64, reps=1,
-                   strategies=tuple(QUICK_STRATEGIES), peer_workloads=("edit",))
+        return cls(
+            code=1,
+            mtbench_per_category=1,
+            mtbench_categories=("writing", "math", "coding", "extraction"),
+            edit=1,
+            calls=2,
+            second_turns=2,
+            revisions=1,
+            max_tokens=64,
+            reps=1,
+            strategies=tuple(QUICK_STRATEGIES),
+            peer_workloads=("edit",),
+        )
 
     @classmethod
-    def smoke(cls) -> "BenchConfig":
-        return cls(code=1, mtbench_per_category=0, edit=1, calls=1, second_turns=0, revisions=1, max_tokens=16,
-                   temperatures=(0.0,), reps=1, strategies=tuple(QUICK_STRATEGIES), peers=False)
+    def smoke(cls) -> BenchConfig:
+        return cls(
+            code=1,
+            mtbench_per_category=0,
+            edit=1,
+            calls=1,
+            second_turns=0,
+            revisions=1,
+            max_tokens=16,
+            temperatures=(0.0,),
+            reps=1,
+            strategies=tuple(QUICK_STRATEGIES),
+            peers=False,
+        )
 
 
 def chosen_strategies(names: str) -> tuple[Strategy, ...]:
@@ -101,9 +136,11 @@ def prompts_for(config: BenchConfig, model: SpeculativeModel | None = None) -> l
         prompts += mtbench_prompts(config.mtbench_per_category, config.mtbench_categories)
     conversations = mtbench_second_turns(1)[: config.second_turns] + revision_conversations(config.revisions)
     if conversations and model is not None:
+
         def answer(messages):
             model.reset_cache()
             return model.chat(messages, max_tokens=config.max_tokens, strategy="none").text
+
         for conversation in conversations:
             prompts += measured_turns(conversation, answer)
     return prompts
@@ -128,14 +165,19 @@ def run(config: BenchConfig, log=print) -> dict:
                     if peer is not None and prompt.workload in config.peer_workloads:
                         rows.append(peer.run(model, prompt, temp, rep, config.max_tokens))
                     done += 1
-                    log(f"[{done}/{total}] {prompt.workload} {prompt.name} T={temp}: " + ", ".join(
-                        f"{r['strategy']} {r['tokens_per_s']:.1f}" for r in rows[first:]))
+                    log(
+                        f"[{done}/{total}] {prompt.workload} {prompt.name} T={temp}: "
+                        + ", ".join(f"{r['strategy']} {r['tokens_per_s']:.1f}" for r in rows[first:])
+                    )
         ceiling = copy_ceiling(model)
     if peer is not None:
         peer.close()
-    peers_note = {PEER_LOOKUP: "ran in the same process" if config.peers else "not run",
-                  "llama-speculative-simple": "on PATH but not driven by this script"
-                  if shutil.which("llama-speculative-simple") else "skipped: not on PATH"}
+    peers_note = {
+        PEER_LOOKUP: "ran in the same process" if config.peers else "not run",
+        "llama-speculative-simple": "on PATH but not driven by this script"
+        if shutil.which("llama-speculative-simple")
+        else "skipped: not on PATH",
+    }
     return {
         "config": {**asdict(config), "strategies": [s.name for s in config.strategies]},
         "machine": machine_record(n_threads),
@@ -152,26 +194,39 @@ def copy_ceiling(model: SpeculativeModel) -> dict:
     policy = model._policy(model.default_draft, greedy=True, predicted=False)
     c1 = policy.verify_cost(1)
     best = max(range(1, 18), key=lambda b: b / policy.verify_cost(b))
-    return {"speedup": best * c1 / policy.verify_cost(best), "batch": best,
-            "verify_ms": {b: 1000 * policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)}}
+    return {
+        "speedup": best * c1 / policy.verify_cost(best),
+        "batch": best,
+        "verify_ms": {b: 1000 * policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
+    }
 
 
-def _run_one(model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: float, rep: int,
-             max_tokens: int) -> dict:
+def _run_one(
+    model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: float, rep: int, max_tokens: int
+) -> dict:
     model.reset_cache()
     model.suffix.reset()  # no answer of another run in the store: each run sees only its own conversation
     structured = {"response_format": prompt.response_format} if prompt.response_format else {}
-    r = model.chat(prompt.messages, max_tokens=max_tokens, temperature=temp,
-                   seed=1000 * rep + 7, **strategy.options, **structured)
+    r = model.chat(
+        prompt.messages, max_tokens=max_tokens, temperature=temp, seed=1000 * rep + 7, **strategy.options, **structured
+    )
     s = r.stats
     return {
-        "workload": prompt.workload, "prompt": prompt.name, "strategy": strategy.name, "temperature": temp,
-        "rep": rep, "tokens": len(r.tokens), "total_s": s.total_s,
+        "workload": prompt.workload,
+        "prompt": prompt.name,
+        "strategy": strategy.name,
+        "temperature": temp,
+        "rep": rep,
+        "tokens": len(r.tokens),
+        "total_s": s.total_s,
         "tokens_per_s": len(r.tokens) / s.total_s if s.total_s else 0.0,
         "decode_tokens_per_s": s.tokens_per_s,
-        "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
-        "drafted_tokens": s.drafted_tokens, "accepted_tokens": s.accepted_tokens,
-        "ttft_s": s.ttft_s, "overhead_share": s.overhead_s / max(s.total_s - s.ttft_s, 1e-9),
+        "acceptance_rate": s.acceptance_rate,
+        "mean_accepted_length": s.mean_accepted_length,
+        "drafted_tokens": s.drafted_tokens,
+        "accepted_tokens": s.accepted_tokens,
+        "ttft_s": s.ttft_s,
+        "overhead_share": s.overhead_s / max(s.total_s - s.ttft_s, 1e-9),
         "overhead_ms_per_round": s.overhead_ms_per_round,
         "rounds_by_drafter": s.rounds_by_drafter,
     }
@@ -182,23 +237,49 @@ class _PeerLookup:
 
     def __init__(self, target: Path, n_threads: int):
         # logits_all is required by its draft path; n_ctx 2048 bounds that buffer (1.2 GB).
-        self.llm = load_peer_llama(target, n_ctx=2048, n_threads=n_threads, n_threads_batch=n_threads,
-                         logits_all=True, draft_model=peer_prompt_lookup(10),
-                         flash_attn=True, verbose=False)
+        self.llm = load_peer_llama(
+            target,
+            n_ctx=2048,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            logits_all=True,
+            draft_model=peer_prompt_lookup(10),
+            flash_attn=True,
+            verbose=False,
+        )
 
     def run(self, model: SpeculativeModel, prompt: Prompt, temp: float, rep: int, max_tokens: int) -> dict:
         tokens = model.target.chat_tokens(prompt.messages)
         self.llm.reset()
         start = time.perf_counter()
-        out = self.llm.create_completion(tokens, max_tokens=max_tokens, temperature=temp,
-                                         top_k=40 if temp else 1, top_p=0.95, min_p=0.05, seed=1000 * rep + 7)
+        out = self.llm.create_completion(
+            tokens,
+            max_tokens=max_tokens,
+            temperature=temp,
+            top_k=40 if temp else 1,
+            top_p=0.95,
+            min_p=0.05,
+            seed=1000 * rep + 7,
+        )
         total = time.perf_counter() - start
         n = out["usage"]["completion_tokens"]
-        return {"workload": prompt.workload, "prompt": prompt.name, "strategy": PEER_LOOKUP, "temperature": temp,
-                "rep": rep, "tokens": n, "total_s": total, "tokens_per_s": n / total if total else 0.0,
-                "decode_tokens_per_s": None,
-                "acceptance_rate": None, "mean_accepted_length": None, "ttft_s": None, "overhead_share": None,
-                "overhead_ms_per_round": None, "rounds_by_drafter": {}}
+        return {
+            "workload": prompt.workload,
+            "prompt": prompt.name,
+            "strategy": PEER_LOOKUP,
+            "temperature": temp,
+            "rep": rep,
+            "tokens": n,
+            "total_s": total,
+            "tokens_per_s": n / total if total else 0.0,
+            "decode_tokens_per_s": None,
+            "acceptance_rate": None,
+            "mean_accepted_length": None,
+            "ttft_s": None,
+            "overhead_share": None,
+            "overhead_ms_per_round": None,
+            "rounds_by_drafter": {},
+        }
 
     def close(self) -> None:
         self.llm.close()
@@ -240,15 +321,25 @@ def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
             return statistics.median(values) if values else None
 
         s = statistics.median(speedups) if speedups else None
-        out.append({"workload": workload, "temperature": temp, "strategy": strategy, "runs": len(rs),
-                    "tokens_per_s": med("tokens_per_s"), "decode_tokens_per_s": med("decode_tokens_per_s"),
-                    "speedup": s,
-                    "share_of_ceiling": (s - 1) / (ceiling - 1) if s is not None and ceiling and ceiling > 1 else None,
-                    "overhead_ms_per_round": med("overhead_ms_per_round"),
-                    "acceptance_rate": _pooled_acceptance(rs) if _counted(rs) else med("acceptance_rate"),
-                    "mean_accepted_length": med("mean_accepted_length"),
-                    "ttft_s": med("ttft_s"), "overhead_share_max": max((r["overhead_share"] for r in rs
-                                                                        if r["overhead_share"] is not None), default=None)})
+        out.append(
+            {
+                "workload": workload,
+                "temperature": temp,
+                "strategy": strategy,
+                "runs": len(rs),
+                "tokens_per_s": med("tokens_per_s"),
+                "decode_tokens_per_s": med("decode_tokens_per_s"),
+                "speedup": s,
+                "share_of_ceiling": (s - 1) / (ceiling - 1) if s is not None and ceiling and ceiling > 1 else None,
+                "overhead_ms_per_round": med("overhead_ms_per_round"),
+                "acceptance_rate": _pooled_acceptance(rs) if _counted(rs) else med("acceptance_rate"),
+                "mean_accepted_length": med("mean_accepted_length"),
+                "ttft_s": med("ttft_s"),
+                "overhead_share_max": max(
+                    (r["overhead_share"] for r in rs if r["overhead_share"] is not None), default=None
+                ),
+            }
+        )
     return out
 
 
@@ -273,23 +364,32 @@ def _speedup_of(row: dict, rows: list[dict]) -> float | None:
 
 def markdown(result: dict) -> str:
     ceiling = result.get("ceiling") or {}
-    lines = [f"Machine: {machine_line(result['machine'])}.", "", f"llama.cpp: {result['machine']['system_info']}.", "",
-             f"Copy ceiling max_b b*c(1)/c(b): x{ceiling.get('speedup', float('nan')):.2f} at b = {ceiling.get('batch')} "
-             f"(verify ms by batch: {ceiling.get('verify_ms')}).", "",
-             f"Config: {json.dumps(result['config'])}.", "",
-             "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | share of ceiling | acceptance "
-             "| mean accepted length | TTFT s | our ms per round |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Machine: {machine_line(result['machine'])}.",
+        "",
+        f"llama.cpp: {result['machine']['system_info']}.",
+        "",
+        f"Copy ceiling max_b b*c(1)/c(b): x{ceiling.get('speedup', float('nan')):.2f} at b = {ceiling.get('batch')} "
+        f"(verify ms by batch: {ceiling.get('verify_ms')}).",
+        "",
+        f"Config: {json.dumps(result['config'])}.",
+        "",
+        "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | share of ceiling | acceptance "
+        "| mean accepted length | TTFT s | our ms per round |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
 
     def f(x, fmt):
         return "" if x is None else format(x, fmt)
 
     for s in result["summary"]:
-        lines.append(f"| {s['workload']} | {s['temperature']} | {s['strategy']} | {f(s['tokens_per_s'], '.1f')} | "
-                     f"{f(s['decode_tokens_per_s'], '.1f')} | "
-                     f"{f(s['speedup'], '.2f')} | {f(s.get('share_of_ceiling'), '.0%')} | {f(s['acceptance_rate'], '.0%')} | "
-                     f"{f(s['mean_accepted_length'], '.2f')} | {f(s['ttft_s'], '.2f')} | "
-                     f"{f(s.get('overhead_ms_per_round'), '.2f')} |")
+        lines.append(
+            f"| {s['workload']} | {s['temperature']} | {s['strategy']} | {f(s['tokens_per_s'], '.1f')} | "
+            f"{f(s['decode_tokens_per_s'], '.1f')} | "
+            f"{f(s['speedup'], '.2f')} | {f(s.get('share_of_ceiling'), '.0%')} | {f(s['acceptance_rate'], '.0%')} | "
+            f"{f(s['mean_accepted_length'], '.2f')} | {f(s['ttft_s'], '.2f')} | "
+            f"{f(s.get('overhead_ms_per_round'), '.2f')} |"
+        )
     lines += ["", "Peers: " + "; ".join(f"{k}: {v}" for k, v in result["peers"].items()), ""]
     return "\n".join(lines)
 
@@ -327,7 +427,7 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def config_from_args(args) -> "BenchConfig":
+def config_from_args(args) -> BenchConfig:
     """The benchmark configuration for ``localspec bench``'s parsed arguments; raises
     InvalidOptionError for a bad ``--reps`` / ``--strategies`` or a missing matplotlib."""
     config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
@@ -338,8 +438,9 @@ def config_from_args(args) -> "BenchConfig":
     if args.strategies is not None:
         config = replace(config, strategies=chosen_strategies(args.strategies))
     if not args.smoke and importlib.util.find_spec("matplotlib") is None:  # checked before hours of work
-        raise InvalidOptionError("the benchmark's plot needs matplotlib: pip install -e '.[bench]' "
-                                 "(or run --smoke, which writes no plot)")
+        raise InvalidOptionError(
+            "the benchmark's plot needs matplotlib: pip install -e '.[bench]' (or run --smoke, which writes no plot)"
+        )
     return config
 
 

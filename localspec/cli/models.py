@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import sys
 
+from localspec.errors import LocalspecError, ModelFileError
 from localspec.models.catalog import format_params, load_catalog
 from localspec.models.discovery import DraftCandidate, ModelRef, drafts_for, ensure_local, list_models, model_ref
-from localspec.errors import LocalspecError, ModelFileError
 from localspec.models.hub import delete_cached, remove_abandoned_downloads
 
 
@@ -44,13 +44,27 @@ def list_all(as_json: bool = False) -> int:
     models = list_models()
     drafts = {m.name: _compatible_names(m) for m in models if m.downloaded and m.entry is None}
     if as_json:
-        print(json.dumps({
-            "default_pair": catalog.default_pair,
-            "pairs": [{"name": p.name, "target": p.target.name, "draft": p.draft.name,
-                       "description": p.description, "draft_max": p.draft_max, "draft_min": p.draft_min,
-                       "p_min": p.p_min} for p in catalog.pairs.values()],
-            "models": [_model_json(m, drafts.get(m.name)) for m in models],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "default_pair": catalog.default_pair,
+                    "pairs": [
+                        {
+                            "name": p.name,
+                            "target": p.target.name,
+                            "draft": p.draft.name,
+                            "description": p.description,
+                            "draft_max": p.draft_max,
+                            "draft_min": p.draft_min,
+                            "p_min": p.p_min,
+                        }
+                        for p in catalog.pairs.values()
+                    ],
+                    "models": [_model_json(m, drafts.get(m.name)) for m in models],
+                },
+                indent=2,
+            )
+        )
         return 0
     on_disk = {m.name for m in models if m.downloaded}
     print("Pairs (target <- draft; * = default):")
@@ -74,14 +88,31 @@ def list_drafts(target_spec: str, as_json: bool = False) -> int:
     target = model_ref(target_spec)
     candidates = drafts_for(target)
     if as_json:
-        print(json.dumps({"target": _model_json(target), "drafts": [
-            {**_model_json(c.model), "compatible": c.compatible, "recommended": c.recommended,
-             "reasons": c.reasons, "notes": c.notes} for c in candidates]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "target": _model_json(target),
+                    "drafts": [
+                        {
+                            **_model_json(c.model),
+                            "compatible": c.compatible,
+                            "recommended": c.recommended,
+                            "reasons": c.reasons,
+                            "notes": c.notes,
+                        }
+                        for c in candidates
+                    ],
+                },
+                indent=2,
+            )
+        )
         return 0
     print(f"Drafts for {target.label}:")
     if not candidates:
-        print("  none: no catalogue pairing and no other GGUF file on disk"
-              + ("" if target.downloaded else " (download the target to check files on disk)"))
+        print(
+            "  none: no catalogue pairing and no other GGUF file on disk"
+            + ("" if target.downloaded else " (download the target to check files on disk)")
+        )
     for c in candidates:
         print(_candidate_line(c))
     return 0
@@ -114,9 +145,16 @@ def _table(models: list[ModelRef]) -> None:
 
 
 def _model_json(m: ModelRef, compatible_drafts: list[str] | None = None) -> dict:
-    data = {"name": m.name, "repo": m.entry.repo if m.entry else None, "file": m.entry.file if m.entry else None,
-            "params": m.params, "size": m.size or None, "downloaded": m.downloaded,
-            "path": str(m.path) if m.path else None, "family": m.family or None}
+    data = {
+        "name": m.name,
+        "repo": m.entry.repo if m.entry else None,
+        "file": m.entry.file if m.entry else None,
+        "params": m.params,
+        "size": m.size or None,
+        "downloaded": m.downloaded,
+        "path": str(m.path) if m.path else None,
+        "family": m.family or None,
+    }
     if compatible_drafts is not None:
         data["compatible_drafts"] = compatible_drafts
     return data

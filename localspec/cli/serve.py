@@ -7,7 +7,6 @@ import sys
 from localspec.errors import InvalidOptionError
 
 
-
 def _server_class():
     import uvicorn
 
@@ -47,8 +46,8 @@ def examples(base: str, model_name: str, api_key: str | None) -> str:
     return (
         f"{note}"
         f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
-        f"-H \"Authorization: Bearer {curl_key}\" "
-        f"-d '{{\"model\": \"{model_name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'\n"
+        f'-H "Authorization: Bearer {curl_key}" '
+        f'-d \'{{"model": "{model_name}", "messages": [{{"role": "user", "content": "Hello"}}]}}\'\n'
         f"  python -c \"import os; from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key={py_key}); "
         f"print(c.chat.completions.create(model='{model_name}', "
         f"messages=[{{'role': 'user', 'content': 'Hello'}}]).choices[0].message.content)\""
@@ -65,24 +64,39 @@ def serve(args, load, defaults: dict) -> int:
     check_port_free(args.host, args.port)
     _Server = _server_class()
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"localspec: warning: serving on {args.host}: other machines can reach this server"
-              + ("" if args.api_key else "; set --api-key so only your clients can use it"), file=sys.stderr)
+        print(
+            f"localspec: warning: serving on {args.host}: other machines can reach this server"
+            + ("" if args.api_key else "; set --api-key so only your clients can use it"),
+            file=sys.stderr,
+        )
     defaults = {k: v for k, v in defaults.items() if v not in (None, [])}
     with load(args) as model:
         name = model.target_path.stem + (f"+{model.draft_path.stem}" if model.draft_path else "")
-        config = ServerConfig(model_name=name, api_key=args.api_key, cors_origins=tuple(args.cors),
-                              queue_size=args.queue, max_body_bytes=args.max_body, defaults=defaults)
+        config = ServerConfig(
+            model_name=name,
+            api_key=args.api_key,
+            cors_origins=tuple(args.cors),
+            queue_size=args.queue,
+            max_body_bytes=args.max_body,
+            defaults=defaults,
+        )
         app = create_app(model, config)
         host = f"[{args.host}]" if ":" in args.host else args.host
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}"
-        print(f"localspec: serving {name} on {base}/v1 (Ctrl-C stops)\n{examples(base, name, args.api_key)}",
-              file=sys.stderr, flush=True)
+        print(
+            f"localspec: serving {name} on {base}/v1 (Ctrl-C stops)\n{examples(base, name, args.api_key)}",
+            file=sys.stderr,
+            flush=True,
+        )
         # No grace timeout: Ctrl-C cancels the running answer, which then ends within one
         # round (or one prompt batch) and its stream closes cleanly; the models are freed
         # only after the model thread has stopped.
-        server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                        timeout_graceful_shutdown=None, lifespan="on"),
-                         on_exit=app.state.localspec.worker.cancel_all)
+        server = _Server(
+            uvicorn.Config(
+                app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=None, lifespan="on"
+            ),
+            on_exit=app.state.localspec.worker.cancel_all,
+        )
         try:
             server.run()
         except SystemExit:  # uvicorn exits by itself when it cannot bind

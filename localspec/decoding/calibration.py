@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 DECAY = 0.8  # weight of the past in every moving average, per observation
 STALL_CLIP = 3.0  # one verify counts at most this many times the current estimate (a stall is not a cost)

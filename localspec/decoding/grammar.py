@@ -75,8 +75,10 @@ def response_format_grammar(response_format: Any) -> tuple[str | None, Any]:
         if not isinstance(spec, dict) or "schema" not in spec:
             raise InvalidOptionError("response_format json_schema needs {'name', 'schema'}")
         return json_schema_grammar(spec["schema"]), None
-    raise InvalidOptionError("response_format must be {'type': 'text' | 'json_object' | 'json_schema', ...} "
-                             f"or a pydantic model class, got {response_format!r}")
+    raise InvalidOptionError(
+        "response_format must be {'type': 'text' | 'json_object' | 'json_schema', ...} "
+        f"or a pydantic model class, got {response_format!r}"
+    )
 
 
 class Constraint:
@@ -190,7 +192,7 @@ class Constraint:
             rows.consumed = 0
         if self.dormant and self.trigger in emitted:
             self.dormant = False
-            emitted = emitted[list(emitted).index(self.trigger):]
+            emitted = emitted[list(emitted).index(self.trigger) :]
         self.consumed += self.advance(emitted)
 
     @property

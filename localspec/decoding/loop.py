@@ -16,21 +16,29 @@ import codecs
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from localspec.decoding.drafters import Draft, Drafter, round_label
 from localspec.decoding.grammar import Constraint
+from localspec.decoding.sampling import (
+    CandidateRows,
+    Candidates,
+    RowArgmax,
+    SamplingParams,
+    accept_greedy,
+    accept_sampled,
+    row_candidates,
+    token_logprobs,
+)
+from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 from localspec.decoding.tool_calls import split_tool_calls
+from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
-from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
-from localspec.decoding.sampling import (CandidateRows, Candidates, RowArgmax, SamplingParams, accept_greedy, accept_sampled, row_candidates,
-                       token_logprobs)
-from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
-
 
 STRATEGIES = ("auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none")
 
@@ -56,8 +64,9 @@ class DraftParams:
         return self.draft_max == "auto"
 
     def __post_init__(self) -> None:
-        if not self.adaptive and (isinstance(self.draft_max, bool) or not isinstance(self.draft_max, int)
-                                  or self.draft_max < 0):
+        if not self.adaptive and (
+            isinstance(self.draft_max, bool) or not isinstance(self.draft_max, int) or self.draft_max < 0
+        ):
             raise InvalidOptionError(f"draft_max must be 'auto' or an integer >= 0, got {self.draft_max!r}")
         if isinstance(self.draft_min, bool) or not isinstance(self.draft_min, int) or self.draft_min < 0:
             raise InvalidOptionError(f"draft_min must be an integer >= 0, got {self.draft_min!r}")
@@ -90,9 +99,12 @@ class GenerationParams:
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidOptionError(f"stop strings must be non-empty strings, got {self.stop!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise InvalidOptionError(f"seed must be a non-negative integer, or None / -1 for a random one, got {self.seed!r}")
-        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
-                                          or not 0 <= self.logprobs <= 20):
+            raise InvalidOptionError(
+                f"seed must be a non-negative integer, or None / -1 for a random one, got {self.seed!r}"
+            )
+        if self.logprobs is not None and (
+            isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20
+        ):
             raise InvalidOptionError(f"logprobs must be an integer from 0 to 20, got {self.logprobs!r}")
 
 
@@ -110,10 +122,20 @@ class Generation:
     target's own by default) and hands back that round's events, so a caller on another
     thread pays one hand-off per round."""
 
-    def __init__(self, target: Engine, drafters: Sequence[Drafter], policy, prompt_tokens: Sequence[int],
-                 params: GenerationParams, started_at: float | None = None, lock: threading.Lock | None = None,
-                 owner: LlamaThread | None = None, constraint: Constraint | None = None,
-                 parse: Callable[[str], Any] | None = None, tool_calls: bool = False):
+    def __init__(
+        self,
+        target: Engine,
+        drafters: Sequence[Drafter],
+        policy,
+        prompt_tokens: Sequence[int],
+        params: GenerationParams,
+        started_at: float | None = None,
+        lock: threading.Lock | None = None,
+        owner: LlamaThread | None = None,
+        constraint: Constraint | None = None,
+        parse: Callable[[str], Any] | None = None,
+        tool_calls: bool = False,
+    ):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
         if len(prompt_tokens) >= target.n_ctx:
@@ -244,9 +266,17 @@ class Generation:
             verify_before = target.decode_s
             n_accepted, emitted = self._verify(context[-1], draft, rng, getattr(drafter, "forces", False))
             target.trim(len(context) + n_accepted)
-            self.policy.observe(drafter, len(draft.tokens), n_accepted, draft_cost_s,
-                                target.decode_s - verify_before, len(draft.tokens) + 1, draft.confidence,
-                                [t for t, *_ in emitted], draft.depth)
+            self.policy.observe(
+                drafter,
+                len(draft.tokens),
+                n_accepted,
+                draft_cost_s,
+                target.decode_s - verify_before,
+                len(draft.tokens) + 1,
+                draft.confidence,
+                [t for t, *_ in emitted],
+                draft.depth,
+            )
             stats.record_round(len(draft.tokens), n_accepted, round_label(drafter, draft))
             kept = context + draft.tokens[:n_accepted]
             for d in self.drafters:
@@ -263,9 +293,13 @@ class Generation:
             yield TokenEvent(-1, text, TokenSource.TARGET, round_no)
         calls = split_tool_calls(out.text)[1] if self._tool_calls else []
         self.result = GenerationResult(
-            text=out.text, tokens=out.tokens, sources=out.sources,
-            finish_reason="tool_calls" if calls and finish == "stop" else finish, stats=stats,
-            parsed=self._parsed(out.text, finish), tool_calls=calls or None,
+            text=out.text,
+            tokens=out.tokens,
+            sources=out.sources,
+            finish_reason="tool_calls" if calls and finish == "stop" else finish,
+            stats=stats,
+            parsed=self._parsed(out.text, finish),
+            tool_calls=calls or None,
         )
 
     def _parsed(self, text: str, finish: str) -> Any:
@@ -334,11 +368,14 @@ class Generation:
             q = draft.probs
             n, nxt = accept_sampled(draft.tokens, p, q, rng)
         kept = TokenSource.FORCED if forced else TokenSource.ACCEPTED
-        emitted = [(d, kept, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
-                   for i, d in enumerate(draft.tokens[:n])]
+        emitted = [
+            (d, kept, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
+            for i, d in enumerate(draft.tokens[:n])
+        ]
         source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
-        emitted.append((nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None,
-                        self._logprobs(logits, n, nxt)))
+        emitted.append(
+            (nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None, self._logprobs(logits, n, nxt))
+        )
         if self.constraint is not None:
             self.constraint.settle(rows, draft.tokens[:n] + [nxt])
         return n, emitted
@@ -411,7 +448,7 @@ class _TextAssembler:
 
     def take_delta(self) -> str:
         limit = self.end if self.end is not None else len(self.full) - self._held_back()
-        delta = self.full[self.sent:limit]
+        delta = self.full[self.sent : limit]
         self.sent = max(self.sent, limit)
         return delta
 
@@ -430,6 +467,6 @@ class _TextAssembler:
         if self.end is None:
             self.full += self.decoder.decode(b"", final=True)
             self.end = len(self.full)
-        delta = self.full[self.sent:self.end]
+        delta = self.full[self.sent : self.end]
         self.sent = self.end
         return delta

@@ -71,11 +71,19 @@ again, so a stalled c(1) is corrected within a few rounds, not a few hundred.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
-from localspec.decoding.calibration import (STALL_CLIP, Calibration, CostAverage, DrafterAcceptance, TextTrust,
-                                            cost_changes, fastest_of_two, padded_depths)
+from localspec.decoding.calibration import (
+    STALL_CLIP,
+    Calibration,
+    CostAverage,
+    DrafterAcceptance,
+    TextTrust,
+    cost_changes,
+    fastest_of_two,
+    padded_depths,
+)
 from localspec.decoding.drafters import Drafter
 
 _NEW_TEXT_KEEP = 0.25  # share of acceptance evidence a new generation keeps; the rest is the prior
@@ -133,8 +141,9 @@ class FixedPolicy:
             return min(k, max(1, int(factor * draft.depth[0])))
         return k
 
-    def observe(self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None,
-                emitted=None, depth=None) -> None:
+    def observe(
+        self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None, emitted=None, depth=None
+    ) -> None:
         pass
 
 
@@ -276,8 +285,7 @@ class AdaptivePolicy:
         cost = self.draft_costs[id(drafter)].value
         limit = self.max_k.get(id(drafter), 8)
         plain = 1.0 / self.verify_cost(1)
-        return any((k + 1) / (k * cost + self.verify_cost(k + 1)) > plain
-                   for k in range(1, limit + 1))
+        return any((k + 1) / (k * cost + self.verify_cost(k + 1)) > plain for k in range(1, limit + 1))
 
     def plan(self, k_cap: int, proposals: dict | None = None, n_context: int = 0) -> tuple[Drafter | None, int]:
         """(drafter, k) for the next round, k <= ``k_cap`` tokens; (None, 0) = plain.
@@ -355,13 +363,13 @@ class AdaptivePolicy:
         """Calibrated chances of tokens with these confidences and depths (one each)."""
         return list(map(self._calibrations[id(d)], confidence, depths))
 
-    def _learn_confidences(self, d, confidence: Sequence[float], depth: Sequence[int] | None,
-                           n_accepted: int) -> None:
+    def _learn_confidences(self, d, confidence: Sequence[float], depth: Sequence[int] | None, n_accepted: int) -> None:
         """Draft tokens with these confidences (and depths) were judged: the first
         ``n_accepted`` accepted, then one rejected unless all were accepted."""
         depths = padded_depths(depth, len(confidence))
-        self._trust.setdefault(id(d), TextTrust()).observe(self._calibrated(d, confidence, depths), n_accepted,
-                                                           [Calibration.group(x) for x in depths])
+        self._trust.setdefault(id(d), TextTrust()).observe(
+            self._calibrated(d, confidence, depths), n_accepted, [Calibration.group(x) for x in depths]
+        )
         self._calibrations[id(d)].observe(confidence, n_accepted, depth)
 
     def _best_length(self, d, draft, limit: int, cost_per_token: float) -> tuple[int, float]:
@@ -401,9 +409,18 @@ class AdaptivePolicy:
         kept, rate = self._best_length(drafter, draft, min(k, len(draft.tokens)), 0.0)
         return kept if rate > 1.0 / self.verify_cost(1) else 0
 
-    def observe(self, drafter, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float,
-                batch: int, confidence: Sequence[float] | None = None,
-                emitted: Sequence[int] | None = None, depth: Sequence[int] | None = None) -> None:
+    def observe(
+        self,
+        drafter,
+        n_drafted: int,
+        n_accepted: int,
+        draft_s: float,
+        verify_s: float,
+        batch: int,
+        confidence: Sequence[float] | None = None,
+        emitted: Sequence[int] | None = None,
+        depth: Sequence[int] | None = None,
+    ) -> None:
         """Learn from a finished round: ``draft_s`` seconds spent drafting (catch-up
         excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens,
         ``confidence`` the verified draft's per-token confidences (if it had them),

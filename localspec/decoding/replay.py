@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.decoding.drafters import Draft, round_label
 from localspec.decoding.calibration import CostAverage
+from localspec.decoding.drafters import Draft, round_label
 from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.sampling import SamplingParams
 
@@ -60,12 +60,27 @@ class Profile:
 
 
 PROFILES = {
-    "machine-A": Profile("machine-A", {1: 0.037, 2: 0.061, 5: 0.123, 9: 0.251, 17: 0.348}, 0.021, 0.0116,
-                         "measured (design notes, section 7: 2 CPU cores, compute-bound); prefill derived"),
-    "machine-B": Profile("machine-B", {1: 0.102, 2: 0.120, 5: 0.177, 17: 0.372}, 0.047, 0.0100,
-                         "measured (design notes, section 7: Xeon with AVX-512, memory-bound); prefill derived"),
-    "gpu-like": Profile("gpu-like", {1: 0.015, 2: 0.0151, 9: 0.0160, 17: 0.0175}, 0.0015, 0.00005,
-                        "assumed: verify nearly flat to 16 tokens, draft model 10 % of a target step"),
+    "machine-A": Profile(
+        "machine-A",
+        {1: 0.037, 2: 0.061, 5: 0.123, 9: 0.251, 17: 0.348},
+        0.021,
+        0.0116,
+        "measured (design notes, section 7: 2 CPU cores, compute-bound); prefill derived",
+    ),
+    "machine-B": Profile(
+        "machine-B",
+        {1: 0.102, 2: 0.120, 5: 0.177, 17: 0.372},
+        0.047,
+        0.0100,
+        "measured (design notes, section 7: Xeon with AVX-512, memory-bound); prefill derived",
+    ),
+    "gpu-like": Profile(
+        "gpu-like",
+        {1: 0.015, 2: 0.0151, 9: 0.0160, 17: 0.0175},
+        0.0015,
+        0.00005,
+        "assumed: verify nearly flat to 16 tokens, draft model 10 % of a target step",
+    ),
 }
 
 
@@ -89,8 +104,15 @@ class Trace:
     eog: list[int] = field(default_factory=list)
 
 
-def record(model, prompt_tokens: list[int], answer: list[int], workload: str, name: str,
-           prediction: list[int] | None = None, suffix=None) -> Trace:
+def record(
+    model,
+    prompt_tokens: list[int],
+    answer: list[int],
+    workload: str,
+    name: str,
+    prediction: list[int] | None = None,
+    suffix=None,
+) -> Trace:
     """A trace of ``answer`` (the target's greedy tokens after ``prompt_tokens``) with the
     drafters of ``model`` (a :class:`~localspec.api.SpeculativeModel`) and ``suffix``, a
     :class:`~localspec.decoding.drafters.SuffixDrafter` whose store holds the earlier answers but
@@ -128,7 +150,7 @@ def _draft_model_view(model, prompt_tokens, answer, chunk: int = 64):
     nexts, confs = [], []
     engine.decode(tokens[:first])
     for start in range(first, len(tokens) - 1, chunk):
-        piece = tokens[start: min(start + chunk, len(tokens) - 1)]
+        piece = tokens[start : min(start + chunk, len(tokens) - 1)]
         logits = engine.decode(piece, range(len(piece)))
         for row in logits:
             row = model.drafter._fit(row).astype(np.float64)
@@ -155,8 +177,7 @@ class _Stand:
 
 def _policy(profile: Profile, stands: list[_Stand]) -> AdaptivePolicy:
     verify = {b: CostAverage(profile.verify(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
-    policy = AdaptivePolicy(stands, max_k={id(s): (8 if not s.free else MAX_K) for s in stands},
-                            verify_costs=verify)
+    policy = AdaptivePolicy(stands, max_k={id(s): (8 if not s.free else MAX_K) for s in stands}, verify_costs=verify)
     for s in stands:
         if not s.free:
             policy.draft_costs[id(s)] = CostAverage(profile.draft_s, weight=1.0)
@@ -191,8 +212,9 @@ def _draft_model_draft(trace: Trace, j: int, k: int) -> Draft:
     return Draft(tokens, confidence=conf)
 
 
-def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float = 0.0,
-           session: dict | None = None) -> dict:
+def replay(
+    trace: Trace, profile: Profile, policy_maker=None, overhead_s: float = 0.0, session: dict | None = None
+) -> dict:
     """Run the adaptive policy (``policy_maker(profile, stands)``, default as in
     :class:`~localspec.api.SpeculativeModel`) over ``trace``; returns {"time_s",
     "plain_s", "speedup", "rounds": {drafter: n}}.  ``overhead_s``: our own cost per round.
@@ -234,8 +256,17 @@ def replay(trace: Trace, profile: Profile, policy_maker=None, overhead_s: float 
         n = _accepted(draft.tokens, answer, j)
         verify_s = profile.verify(len(draft.tokens) + 1)
         time_s += catch_up_s + draft_s + verify_s + overhead_s
-        policy.observe(drafter if draft.tokens else None, len(draft.tokens), n, draft_s, verify_s,
-                       len(draft.tokens) + 1, draft.confidence, answer[j: j + n + 1], draft.depth)
+        policy.observe(
+            drafter if draft.tokens else None,
+            len(draft.tokens),
+            n,
+            draft_s,
+            verify_s,
+            len(draft.tokens) + 1,
+            draft.confidence,
+            answer[j : j + n + 1],
+            draft.depth,
+        )
         if drafter is not None and not drafter.free:
             drafter.seen = n_context + n
         name = round_label(drafter, draft)
@@ -306,5 +337,7 @@ def save(traces: list[Trace], path: Path, extra: dict | None = None) -> None:
 
 def load(path: Path) -> tuple[list[Trace], dict]:
     data = json.loads(path.read_text())
-    traces = [Trace(**{**t, "free": {k: [tuple(x) for x in v] for k, v in t["free"].items()}}) for t in data.pop("traces")]
+    traces = [
+        Trace(**{**t, "free": {k: [tuple(x) for x in v] for k, v in t["free"].items()}}) for t in data.pop("traces")
+    ]
     return traces, data

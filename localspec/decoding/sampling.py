@@ -19,8 +19,8 @@ several for float64 arrays over the whole vocabulary (``benchmarks/loop_cost.py`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -85,11 +85,11 @@ class Candidates:
     probs: np.ndarray
 
     @classmethod
-    def one_hot(cls, token: int) -> "Candidates":
+    def one_hot(cls, token: int) -> Candidates:
         return cls(np.array([token], dtype=np.int64), np.ones(1))
 
     @classmethod
-    def from_dense(cls, probs: np.ndarray) -> "Candidates":
+    def from_dense(cls, probs: np.ndarray) -> Candidates:
         """From a dense ``(n_vocab,)`` vector of probabilities summing to 1."""
         ids = np.flatnonzero(probs > 0)
         return cls(ids.astype(np.int64), np.asarray(probs, dtype=np.float64)[ids])
@@ -178,13 +178,12 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
         ids = np.arange(row.size)
     z = row[ids].astype(np.float64)
     if not np.isfinite(z.max(initial=-np.inf)):
-        raise EngineError("the model's logits hold NaN or infinity (or nothing finite): "
-                          "no distribution to sample from")
+        raise EngineError("the model's logits hold NaN or infinity (or nothing finite): no distribution to sample from")
     with np.errstate(over="ignore"):  # a tiny temperature: 0 and -inf, never inf - inf
         p = np.exp((z - z.max()) / params.temperature)
     p /= p.sum()
     if params.top_p < 1.0 and p.size > _TOP_P_HEAD:  # the head holds the nucleus, mostly
-        head = np.argpartition(p, p.size - _TOP_P_HEAD)[p.size - _TOP_P_HEAD:]
+        head = np.argpartition(p, p.size - _TOP_P_HEAD)[p.size - _TOP_P_HEAD :]
         if p[head].sum() >= params.top_p:
             ids, p = ids[head], p[head]
     order = np.argsort(p)[::-1]  # most likely first: top-p and min-p both keep a prefix
@@ -204,8 +203,7 @@ def _few_candidates(logits: list[float], ids: list[int], params: SamplingParams)
     ranked = sorted(zip(logits, ids), reverse=True)  # most likely first: top-p and min-p keep a prefix
     peak = ranked[0][0]
     if not math.isfinite(peak) or any(z != z for z, _ in ranked):
-        raise EngineError("the model's logits hold NaN or infinity (or nothing finite): "
-                          "no distribution to sample from")
+        raise EngineError("the model's logits hold NaN or infinity (or nothing finite): no distribution to sample from")
     t = params.temperature
     weights = [math.exp((z - peak) / t) for z, _ in ranked]  # the top one is 1
     n = len(weights)
@@ -220,8 +218,9 @@ def _few_candidates(logits: list[float], ids: list[int], params: SamplingParams)
         n = min(n, sum(1 for w in weights if w >= params.min_p))
     kept = sorted((token, w) for (_, token), w in zip(ranked[:n], weights[:n]))
     norm = math.fsum(w for _, w in kept)
-    return Candidates(np.array([token for token, _ in kept], dtype=np.int64),
-                      np.array([w / norm for _, w in kept], dtype=np.float64))
+    return Candidates(
+        np.array([token for token, _ in kept], dtype=np.int64), np.array([w / norm for _, w in kept], dtype=np.float64)
+    )
 
 
 def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
@@ -236,7 +235,7 @@ def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
     n = row.size
     width = n // _GROUPS
     if k >= width:
-        return np.argpartition(row, n - k)[n - k:]
+        return np.argpartition(row, n - k)[n - k :]
     main = width * _GROUPS
     maxima = row[:main].reshape(_GROUPS, width).max(axis=0)
     floor = np.partition(maxima, width - k)[width - k]
@@ -246,7 +245,7 @@ def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
         ids = np.concatenate([ids, np.arange(main, n)])
     ids = ids[row[ids] >= floor]
     if ids.size > k:
-        ids = ids[np.argpartition(row[ids], ids.size - k)[ids.size - k:]]
+        ids = ids[np.argpartition(row[ids], ids.size - k)[ids.size - k :]]
     return ids
 
 

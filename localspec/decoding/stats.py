@@ -123,24 +123,40 @@ class GenerationStats:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        for name in ("prompt_eval_tokens", "acceptance_rate", "mean_accepted_length",
-                     "accepted_per_position", "overhead_s", "overhead_ms_per_round", "tokens_per_s"):
+        for name in (
+            "prompt_eval_tokens",
+            "acceptance_rate",
+            "mean_accepted_length",
+            "accepted_per_position",
+            "overhead_s",
+            "overhead_ms_per_round",
+            "tokens_per_s",
+        ):
             data[name] = getattr(self, name)
         return data
 
     def summary(self) -> str:
         """One line for people, e.g. for the CLI's stats line."""
-        line = (f"{self.generated_tokens} tokens, {self.tokens_per_s:.1f} t/s, TTFT {self.ttft_s:.2f} s, "
-                f"prompt {self.prompt_tokens} tokens ({self.prompt_cached_tokens} cached)")
+        line = (
+            f"{self.generated_tokens} tokens, {self.tokens_per_s:.1f} t/s, TTFT {self.ttft_s:.2f} s, "
+            f"prompt {self.prompt_tokens} tokens ({self.prompt_cached_tokens} cached)"
+        )
         if self.drafted_tokens:
-            line += (f" | draft: accepted {self.accepted_tokens}/{self.drafted_tokens} "
-                     f"({100 * self.acceptance_rate:.1f} %), mean accepted length {self.mean_accepted_length:.2f}")
-            by = ", ".join(f"{name} {self.accepted_by_drafter.get(name, 0)}/{n}"
-                           for name, n in sorted(self.drafted_by_drafter.items()) if n)
+            line += (
+                f" | draft: accepted {self.accepted_tokens}/{self.drafted_tokens} "
+                f"({100 * self.acceptance_rate:.1f} %), mean accepted length {self.mean_accepted_length:.2f}"
+            )
+            by = ", ".join(
+                f"{name} {self.accepted_by_drafter.get(name, 0)}/{n}"
+                for name, n in sorted(self.drafted_by_drafter.items())
+                if n
+            )
             line += f" [{by}]"
-        line += (f" | time: prompt {self.prompt_eval_s:.2f} s, draft {self.draft_s:.2f} s, "
-                 f"verify {self.verify_s:.2f} s, overhead {self.overhead_s:.2f} s "
-                 f"({self.overhead_ms_per_round:.2f} ms per round)")
+        line += (
+            f" | time: prompt {self.prompt_eval_s:.2f} s, draft {self.draft_s:.2f} s, "
+            f"verify {self.verify_s:.2f} s, overhead {self.overhead_s:.2f} s "
+            f"({self.overhead_ms_per_round:.2f} ms per round)"
+        )
         return line
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from localspec.errors import InvalidOptionError
@@ -67,7 +68,9 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
         if tool_choice.get("type") != "function" or name not in names:
             raise InvalidOptionError(f"tool_choice names no tool of this request: {tool_choice!r}")
     elif tool_choice not in ("auto", "none", "required"):
-        raise InvalidOptionError(f"tool_choice must be 'auto', 'none', 'required' or a named function, got {tool_choice!r}")
+        raise InvalidOptionError(
+            f"tool_choice must be 'auto', 'none', 'required' or a named function, got {tool_choice!r}"
+        )
     return list(tools), tool_choice
 
 
@@ -76,17 +79,28 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool
     one or more) to the allowed functions, each
     ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, and an optional
     newline after the last (where the model may end its turn)."""
-    chosen = [t["function"] for t in tools
-              if not isinstance(tool_choice, dict) or t["function"]["name"] == tool_choice["function"]["name"]]
-    options = [{"type": "object", "properties": {"name": {"const": f["name"]},
-                                                 "arguments": f.get("parameters") or {"type": "object"}},
-                "required": ["name", "arguments"], "additionalProperties": False} for f in chosen]
+    chosen = [
+        t["function"]
+        for t in tools
+        if not isinstance(tool_choice, dict) or t["function"]["name"] == tool_choice["function"]["name"]
+    ]
+    options = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": f["name"]}, "arguments": f.get("parameters") or {"type": "object"}},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for f in chosen
+    ]
     schema = options[0] if len(options) == 1 else {"anyOf": options}
     schema = {**schema, "x-guidance": {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}}
     repeat = ' ("\\n" call)*' if parallel and not isinstance(tool_choice, dict) else ""
-    return (f"%llguidance {{}}\nstart: call{repeat} \"\\n\"?\n"
-            f'call: <[{fmt.open_token}]> "\\n" payload "\\n" <[{fmt.close_token}]>\n'
-            f"payload: %json {json.dumps(schema)}\n")
+    return (
+        f'%llguidance {{}}\nstart: call{repeat} "\\n"?\n'
+        f'call: <[{fmt.open_token}]> "\\n" payload "\\n" <[{fmt.close_token}]>\n'
+        f"payload: %json {json.dumps(schema)}\n"
+    )
 
 
 def split_tool_calls(text: str) -> tuple[str, list[dict]]:
@@ -103,8 +117,13 @@ def split_tool_calls(text: str) -> tuple[str, list[dict]]:
         except ValueError:
             continue
         if isinstance(body, dict) and isinstance(body.get("name"), str):
-            calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                          "function": {"name": body["name"], "arguments": json.dumps(body.get("arguments", {}))}})
+            calls.append(
+                {
+                    "id": f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {"name": body["name"], "arguments": json.dumps(body.get("arguments", {}))},
+                }
+            )
     return text[:start].rstrip(), calls
 
 
@@ -131,3 +150,25 @@ def _call_for_template(call: dict) -> dict:
         except ValueError:
             raise InvalidOptionError(f"tool call arguments must be JSON, got {arguments!r}") from None
     return {**call, "function": {**function, "arguments": arguments}}
+
+
+def normalise_messages(messages: str | Iterable[dict]) -> list[dict]:
+    """A string (one user message) or OpenAI-style messages, checked and made ready for a
+    chat template (:func:`messages_for_template`); InvalidOptionError otherwise."""
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    if not isinstance(messages, (list, tuple)):
+        raise InvalidOptionError(
+            f"messages must be a string or a list of {{'role', 'content'}} dicts, got {messages!r}"
+        )
+    result = list(messages)
+    if not result:
+        raise InvalidOptionError("messages is empty")
+    for m in result:
+        calls = isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls")
+        content_ok = isinstance(m, dict) and (isinstance(m.get("content"), str) or (calls and m.get("content") is None))
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not content_ok:
+            raise InvalidOptionError(f"each message needs a string 'role' and 'content', got {m!r}")
+        if calls and not isinstance(m["tool_calls"], list):
+            raise InvalidOptionError(f"an assistant message's tool_calls must be a list, got {m['tool_calls']!r}")
+    return messages_for_template(result)

@@ -24,14 +24,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import platformdirs
 
-from localspec.llama import backend
 from localspec import machine
+from localspec.llama import backend
 
 ENV_NO_AMX = "LOCALSPEC_NO_AMX"
 PROBE_TIMEOUT_S = 180.0
@@ -70,13 +70,22 @@ def cache_file() -> Path:
 
 def machine_key() -> str:
     """Identifies this CPU, kernel and llama.cpp build: a probe answer holds for it only."""
-    parts = [machine.cpu_model(), " ".join(sorted(machine.cpu_flags())), platform.release(),
-             backend.llama_cpp_python_version(), backend.system_info()]
+    parts = [
+        machine.cpu_model(),
+        " ".join(sorted(machine.cpu_flags())),
+        platform.release(),
+        backend.llama_cpp_python_version(),
+        backend.system_info(),
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def child_command() -> list[str]:
-    return [sys.executable, "-c", "import sys; from localspec.llama.amx_child import probe_child; sys.exit(probe_child())"]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from localspec.llama.amx_child import probe_child; sys.exit(probe_child())",
+    ]
 
 
 def run_probe(command: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResult:
@@ -85,16 +94,25 @@ def run_probe(command: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT
     started = time.perf_counter()
     env = {**os.environ, "PYTHONFAULTHANDLER": ""}  # a crash report would only be noise here
     try:
-        done = subprocess.run(command or child_command(), capture_output=True, text=True,
-                              timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            command or child_command(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return ProbeResult(False, None, f"the probe did not finish in {timeout_s:.0f} s", time.perf_counter() - started)
     except OSError as exc:
         return ProbeResult(False, None, f"the probe could not start: {exc}", time.perf_counter() - started)
     seconds = time.perf_counter() - started
     if done.returncode < 0:
-        name = signal.Signals(-done.returncode).name if -done.returncode in signal.Signals._value2member_map_ \
+        name = (
+            signal.Signals(-done.returncode).name
+            if -done.returncode in signal.Signals._value2member_map_
             else f"signal {-done.returncode}"
+        )
         return ProbeResult(False, name, f"killed by {name}", seconds)
     if done.returncode == 0 and OK_LINE in done.stdout:
         return ProbeResult(True, None, "decoded a Q4_K_M model with llama.cpp's default buffer types", seconds)

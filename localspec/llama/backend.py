@@ -49,8 +49,11 @@ def _ggml():
             ("ggml_backend_dev_name", ctypes.c_char_p, [ctypes.c_void_p]),
             ("ggml_backend_dev_description", ctypes.c_char_p, [ctypes.c_void_p]),
             ("ggml_backend_dev_type", ctypes.c_int, [ctypes.c_void_p]),
-            ("ggml_backend_dev_memory", None, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                               ctypes.POINTER(ctypes.c_size_t)]),
+            (
+                "ggml_backend_dev_memory",
+                None,
+                [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
+            ),
             ("ggml_backend_dev_by_type", ctypes.c_void_p, [ctypes.c_int]),
             ("ggml_backend_dev_backend_reg", ctypes.c_void_p, [ctypes.c_void_p]),
             ("ggml_backend_reg_get_proc_address", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]),
@@ -108,7 +111,9 @@ def registered_backends() -> list[str]:
     """ggml backends this build registered, e.g. ["CPU"] or ["CUDA", "CPU"]."""
     _ensure_backends()
     lib = _ggml()
-    return [lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())]
+    return [
+        lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())
+    ]
 
 
 def gpu_backend() -> str:
@@ -139,8 +144,15 @@ def devices() -> list[Device]:
         dev = lib.ggml_backend_dev_get(i)
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        found.append(Device(lib.ggml_backend_dev_name(dev).decode(), lib.ggml_backend_dev_description(dev).decode(),
-                            _DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "?"), free.value, total.value))
+        found.append(
+            Device(
+                lib.ggml_backend_dev_name(dev).decode(),
+                lib.ggml_backend_dev_description(dev).decode(),
+                _DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "?"),
+                free.value,
+                total.value,
+            )
+        )
     return found
 
 
@@ -151,8 +163,9 @@ def cpu_extra_buffer_types() -> dict[str, int]:
     cpu = lib.ggml_backend_dev_by_type(0)
     if not cpu:
         return {}
-    address = lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(cpu),
-                                                    b"ggml_backend_dev_get_extra_bufts")
+    address = lib.ggml_backend_reg_get_proc_address(
+        lib.ggml_backend_dev_backend_reg(cpu), b"ggml_backend_dev_get_extra_bufts"
+    )
     if not address:
         return {}
     get_extra = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(address)
@@ -178,9 +191,15 @@ def repack_tensors(info: GGUFInfo, avx2: bool, avx512: bool) -> list[str]:
         types |= {Q.Q4_0, Q.Q4_K, Q.IQ4_NL, Q.MXFP4}
     if avx512:
         types.add(Q.Q2_K)
-    return [t.name for t in info.tensors
-            if t.ggml_type in types and len(t.shape) in (2, 3) and t.shape[1] % 8 == 0
-            and "token_embd" not in t.name and not t.name.endswith("_embd.weight")]
+    return [
+        t.name
+        for t in info.tensors
+        if t.ggml_type in types
+        and len(t.shape) in (2, 3)
+        and t.shape[1] % 8 == 0
+        and "token_embd" not in t.name
+        and not t.name.endswith("_embd.weight")
+    ]
 
 
 def _override_patterns(names: list[str]) -> list[str]:
@@ -231,7 +250,9 @@ def apply_no_amx(mparams, info: GGUFInfo, offloaded: bool) -> NoAmxPlacement:
     names = repack_tensors(info, has_feature("AVX2"), has_feature("AVX512"))
     patterns = _override_patterns(names)[: llama_cpp.llama_max_tensor_buft_overrides() - 1]
     encoded = [p.encode() for p in patterns]
-    table = (_BuftOverride * (len(encoded) + 1))(*[_BuftOverride(p, repack) for p in encoded], _BuftOverride(None, None))
+    table = (_BuftOverride * (len(encoded) + 1))(
+        *[_BuftOverride(p, repack) for p in encoded], _BuftOverride(None, None)
+    )
     mparams.tensor_buft_overrides = ctypes.cast(table, ctypes.c_void_p)
     return NoAmxPlacement(len(names), (table, encoded))
 

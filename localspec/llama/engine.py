@@ -15,20 +15,25 @@ import ctypes
 import logging
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import jinja2
-import numpy as np
-
 import llama_cpp
+import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from localspec import machine
+from localspec.errors import (
+    ContextOverflowError,
+    EngineError,
+    InvalidOptionError,
+    ModelFileError,
+    UnsupportedModelError,
+)
 from localspec.llama import amx_probe, backend
 from localspec.llama.owner import LlamaThread, owned
-from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError, ModelFileError, UnsupportedModelError
 from localspec.models.gguf_info import check_gguf_file
 
 _backend_ready = False
@@ -109,8 +114,14 @@ class Engine:
     ``load_progress(fraction)`` (0.0 to 1.0) is called while llama.cpp reads the weights.
     """
 
-    def __init__(self, path: str | Path, config: EngineConfig = EngineConfig(), verbose: bool = False,
-                 load_progress: Callable[[float], None] | None = None, owner: LlamaThread | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        config: EngineConfig = EngineConfig(),
+        verbose: bool = False,
+        load_progress: Callable[[float], None] | None = None,
+        owner: LlamaThread | None = None,
+    ):
         self.path = Path(path)
         self.config = config
         self.verbose = verbose
@@ -163,12 +174,15 @@ class Engine:
         cparams.n_threads_batch = n_threads
         if self.config.flash_attn is not None:
             cparams.flash_attn_type = (
-                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.config.flash_attn
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if self.config.flash_attn
                 else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
             )
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
-            raise EngineError(f"llama.cpp could not create a context of {self.config.n_ctx} tokens for {self.path.name}")
+            raise EngineError(
+                f"llama.cpp could not create a context of {self.config.n_ctx} tokens for {self.path.name}"
+            )
         # llama.cpp pads the context to a multiple of 256; honour the size asked for.
         self.n_ctx = min(int(llama_cpp.llama_n_ctx(self._ctx)), self.config.n_ctx)
         self.n_batch = min(int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
@@ -283,7 +297,9 @@ class Engine:
         for message, mark in zip(messages, markers):
             head, rest = rest.split(mark, 1)
             tokens += self.tokenize(head, add_special=False, parse_special=True) if head else []
-            tokens += self.tokenize(message["content"], add_special=False, parse_special=False) if message["content"] else []
+            tokens += (
+                self.tokenize(message["content"], add_special=False, parse_special=False) if message["content"] else []
+            )
         return tokens + (self.tokenize(rest, add_special=False, parse_special=True) if rest else [])
 
     @owned
@@ -293,7 +309,9 @@ class Engine:
         Raises InvalidOptionError when the template rejects the messages."""
         template = self.info.chat_template
         if not template:
-            raise UnsupportedModelError(f"{self.path.name} has no tokenizer.chat_template; use generate() with raw text")
+            raise UnsupportedModelError(
+                f"{self.path.name} has no tokenizer.chat_template; use generate() with raw text"
+            )
         bos = llama_cpp.llama_vocab_bos(self._vocab)
         eos = llama_cpp.llama_vocab_eos(self._vocab)
         formatter = Jinja2ChatFormatter(
@@ -341,7 +359,7 @@ class Engine:
         out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
         try:
             for start in range(0, len(tokens), step):
-                chunk = tokens[start:start + step]
+                chunk = tokens[start : start + step]
                 in_chunk = [(j, r - start) for j, r in enumerate(wanted) if start <= r < start + len(chunk)]
                 self._decode_chunk(chunk, n_past + start, [r for _, r in in_chunk])
                 for j, r in in_chunk:
@@ -398,7 +416,9 @@ class Engine:
         if n_keep >= len(self.cache_tokens):
             return
         if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
-            raise UnsupportedModelError(f"{self.path.name}: llama.cpp refused to trim the KV cache at position {n_keep}")
+            raise UnsupportedModelError(
+                f"{self.path.name}: llama.cpp refused to trim the KV cache at position {n_keep}"
+            )
         del self.cache_tokens[n_keep:]
 
     @owned

@@ -20,7 +20,8 @@ import functools
 import itertools
 import queue
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from localspec.errors import EngineError
 
@@ -51,8 +52,7 @@ class LlamaThread:
     def __init__(self, name: str | None = None):
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._stopped = False
-        self._thread = threading.Thread(target=self._serve, name=name or f"localspec-llama-{next(_names)}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=name or f"localspec-llama-{next(_names)}", daemon=True)
         self._thread.start()
         self.ident: int = self._thread.ident  # type: ignore[assignment]
 

@@ -11,7 +11,6 @@ import llama_cpp
 from localspec.llama import amx_probe, backend
 from localspec.models.gguf_info import check_gguf_file
 
-
 _peer_patch_lock = threading.Lock()
 
 
@@ -38,8 +37,11 @@ def load_peer_llama(path: str | Path, **kwargs):
 
         def params_without_amx():
             mparams = original()
-            placements.append(backend.apply_no_amx(mparams, info, offloaded=kwargs.get("n_gpu_layers", 0) != 0
-                                                   and backend.supports_gpu_offload()))
+            placements.append(
+                backend.apply_no_amx(
+                    mparams, info, offloaded=kwargs.get("n_gpu_layers", 0) != 0 and backend.supports_gpu_offload()
+                )
+            )
             return mparams
 
         bindings.llama_model_default_params = params_without_amx

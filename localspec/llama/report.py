@@ -11,10 +11,10 @@ from __future__ import annotations
 import platform
 import sys
 
-from localspec.llama import amx_probe, backend
-from localspec.models import hub
 from localspec import machine
+from localspec.llama import amx_probe, backend
 from localspec.llama.engine import default_threads
+from localspec.models import hub
 
 _warned = False
 
@@ -25,13 +25,17 @@ def gpu_warning() -> str | None:
     gpu = machine.gpu_hardware()
     if gpu is None or backend.supports_gpu_offload():
         return None
-    return (f"{gpu.vendor} GPU found, but this llama-cpp-python build is CPU-only, so models run "
-            f"slowly and speculation mostly loses; rebuild it for {gpu.backend}: {reinstall_command(gpu)}")
+    return (
+        f"{gpu.vendor} GPU found, but this llama-cpp-python build is CPU-only, so models run "
+        f"slowly and speculation mostly loses; rebuild it for {gpu.backend}: {reinstall_command(gpu)}"
+    )
 
 
 def reinstall_command(gpu: machine.GpuHardware) -> str:
-    return (f'CMAKE_ARGS="{gpu.cmake_flag}" {sys.executable} -m pip install --force-reinstall --no-deps '
-            f"--no-cache-dir llama-cpp-python=={backend.llama_cpp_python_version()}")
+    return (
+        f'CMAKE_ARGS="{gpu.cmake_flag}" {sys.executable} -m pip install --force-reinstall --no-deps '
+        f"--no-cache-dir llama-cpp-python=={backend.llama_cpp_python_version()}"
+    )
 
 
 def warn_gpu_once(write=lambda line: print(line, file=sys.stderr)) -> str | None:
@@ -65,17 +69,21 @@ def machine_record(n_threads: int | None = None) -> dict:
 
 def machine_line(record: dict) -> str:
     """``machine_record`` in one line for tables and plot titles."""
-    return (f"{record['cpu']}, {record['threads']} of {record['logical_cpus']} threads, "
-            f"{record['memory_bytes'] / 2**30:.0f} GiB, {record['backend']} build "
-            f"(llama-cpp-python {record['llama_cpp_python']}, llama.cpp {record['llama_cpp_commit']}), "
-            f"AMX {record['amx'].split(' (')[0]}")
+    return (
+        f"{record['cpu']}, {record['threads']} of {record['logical_cpus']} threads, "
+        f"{record['memory_bytes'] / 2**30:.0f} GiB, {record['backend']} build "
+        f"(llama-cpp-python {record['llama_cpp_python']}, llama.cpp {record['llama_cpp_commit']}), "
+        f"AMX {record['amx'].split(' (')[0]}"
+    )
 
 
 def report() -> dict:
     """Everything ``localspec doctor`` prints."""
     from importlib.metadata import version
-    from localspec.models.catalog import load_catalog
+
     from huggingface_hub import constants
+
+    from localspec.models.catalog import load_catalog
 
     gpu = machine.gpu_hardware()
     decision = amx_probe.amx_decision()
@@ -113,9 +121,14 @@ def report() -> dict:
         },
         "default_pair": {
             "name": pair.name,
-            **{role: {"name": entry.name, "size_bytes": entry.size,
-                      "path": str(on_disk[role]) if on_disk[role] else None}
-               for role, entry in (("target", pair.target), ("draft", pair.draft))},
+            **{
+                role: {
+                    "name": entry.name,
+                    "size_bytes": entry.size,
+                    "path": str(on_disk[role]) if on_disk[role] else None,
+                }
+                for role, entry in (("target", pair.target), ("draft", pair.draft))
+            },
         },
     }
 

@@ -13,8 +13,33 @@ import numpy as np
 from gguf import GGUFWriter, TokenType
 
 N_EMBD, N_HEAD, N_LAYER, N_FF, N_CTX_TRAIN = 64, 4, 2, 128, 2048
-WORDS = ["hello", "world", "the", "a", "code", "def", "return", "print", "if", "else", "for", "in",
-         "is", "not", "and", "or", "true", "false", "none", "x", "y", "z", "1", "2", "3"]
+WORDS = [
+    "hello",
+    "world",
+    "the",
+    "a",
+    "code",
+    "def",
+    "return",
+    "print",
+    "if",
+    "else",
+    "for",
+    "in",
+    "is",
+    "not",
+    "and",
+    "or",
+    "true",
+    "false",
+    "none",
+    "x",
+    "y",
+    "z",
+    "1",
+    "2",
+    "3",
+]
 
 
 def vocabulary(extra_words: int = 0) -> tuple[list[str], list[float], list[int]]:
@@ -32,10 +57,21 @@ def vocabulary(extra_words: int = 0) -> tuple[list[str], list[float], list[int]]
     return tokens, scores, [int(t) for t in types]
 
 
-def write_model(path: Path, seed: int, *, logit_scale: float = 1.0, extra_words: int = 0,
-                vocab_override: list[str] | None = None, bos_id: int = 1, size_label: str = "1M",
-                basename: str = "synthetic", architecture: str = "llama",
-                tokenizer_model: str = "llama", n_embd: int = N_EMBD, n_ff: int = N_FF) -> Path:
+def write_model(
+    path: Path,
+    seed: int,
+    *,
+    logit_scale: float = 1.0,
+    extra_words: int = 0,
+    vocab_override: list[str] | None = None,
+    bos_id: int = 1,
+    size_label: str = "1M",
+    basename: str = "synthetic",
+    architecture: str = "llama",
+    tokenizer_model: str = "llama",
+    n_embd: int = N_EMBD,
+    n_ff: int = N_FF,
+) -> Path:
     """Write a 2-layer llama with random float32 weights; returns ``path``.  ``size_label``
     is the parameter count the header claims (compatibility compares it); ``architecture``
     and ``tokenizer_model`` only change the header (such files are for metadata checks).

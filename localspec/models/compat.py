@@ -49,14 +49,19 @@ def check_compatibility(target: GGUFInfo, draft: GGUFInfo, *, require_smaller: b
 
 def _check_family(target: GGUFInfo, draft: GGUFInfo, result: Compatibility, require_smaller: bool) -> None:
     if target.architecture != draft.architecture:
-        result.reasons.append(f"draft architecture is {draft.architecture or 'unknown'!r}, "
-                              f"target {target.architecture or 'unknown'!r} (a different model family)")
+        result.reasons.append(
+            f"draft architecture is {draft.architecture or 'unknown'!r}, "
+            f"target {target.architecture or 'unknown'!r} (a different model family)"
+        )
     if draft.parameters > target.parameters:
-        result.reasons.append(f"the draft ({format_params(draft.parameters)} parameters) is larger than "
-                              f"the target ({format_params(target.parameters)})")
+        result.reasons.append(
+            f"the draft ({format_params(draft.parameters)} parameters) is larger than "
+            f"the target ({format_params(target.parameters)})"
+        )
     elif draft.parameters == target.parameters:
         (result.reasons if require_smaller else result.notes).append(
-            "the draft is as large as the target, so it cannot make decoding faster")
+            "the draft is as large as the target, so it cannot make decoding faster"
+        )
     if target.family != draft.family:
         result.notes.append(f"family names differ: draft {draft.family!r}, target {target.family!r}")
 
@@ -64,15 +69,15 @@ def _check_family(target: GGUFInfo, draft: GGUFInfo, result: Compatibility, requ
 def _check_vocabulary(target: GGUFInfo, draft: GGUFInfo, result: Compatibility) -> None:
     reasons = result.reasons
     if target.vocab_type != draft.vocab_type:
-        reasons.append(
-            f"draft tokenizer type is {draft.vocab_type!r}, target {target.vocab_type!r}"
-        )
+        reasons.append(f"draft tokenizer type is {draft.vocab_type!r}, target {target.vocab_type!r}")
     for name in ("bos", "eos"):
         t_add = bool(target.get(f"tokenizer.ggml.add_{name}_token", name == "bos" and target.vocab_type == "llama"))
         d_add = bool(draft.get(f"tokenizer.ggml.add_{name}_token", name == "bos" and draft.vocab_type == "llama"))
         if t_add != d_add:
-            reasons.append(f"the target {'adds' if t_add else 'does not add'} {name.upper()} and the draft "
-                           f"{'does' if d_add else 'does not'}")
+            reasons.append(
+                f"the target {'adds' if t_add else 'does not add'} {name.upper()} and the draft "
+                f"{'does' if d_add else 'does not'}"
+            )
         elif t_add:
             t_id, d_id = target.get(f"tokenizer.ggml.{name}_token_id"), draft.get(f"tokenizer.ggml.{name}_token_id")
             if t_id != d_id:
@@ -87,8 +92,7 @@ def _check_vocabulary(target: GGUFInfo, draft: GGUFInfo, result: Compatibility) 
         return
 
     mismatched = [
-        i for i in range(FIRST_CHECKED_TOKEN, min(target.n_vocab, draft.n_vocab))
-        if target.tokens[i] != draft.tokens[i]
+        i for i in range(FIRST_CHECKED_TOKEN, min(target.n_vocab, draft.n_vocab)) if target.tokens[i] != draft.tokens[i]
     ]
     if mismatched:
         shown = ", ".join(

@@ -17,9 +17,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localspec.errors import DownloadError, InvalidOptionError, ModelFileError
 from localspec.models.catalog import ModelEntry, PairEntry, format_params, hub_file_problem, load_catalog
 from localspec.models.compat import check_compatibility
-from localspec.errors import DownloadError, InvalidOptionError, ModelFileError
 from localspec.models.gguf_info import GGUFInfo, cached_header
 from localspec.models.hub import ProgressFn, cache_dir, check_reachable, ensure_model, find_local, hub_error_message
 
@@ -122,12 +122,13 @@ def model_ref(spec: str | Path | None) -> ModelRef:
     if sep and repo.count("/") == 1 and rest:
         return _hub_ref(repo, rest)
     known = ", ".join(sorted(catalog.pairs))
-    raise ModelFileError(f"model not found: {text!r} is not a file, a catalogue name (pairs: {known}; "
-                         "`localspec models` lists the models too), REPO:FILE or REPO:QUANT")
+    raise ModelFileError(
+        f"model not found: {text!r} is not a file, a catalogue name (pairs: {known}; "
+        "`localspec models` lists the models too), REPO:FILE or REPO:QUANT"
+    )
 
 
-def ensure_local(ref: ModelRef, progress: ProgressFn | None = None,
-                 cancel: threading.Event | None = None) -> Path:
+def ensure_local(ref: ModelRef, progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> Path:
     """The model's file on disk, downloaded first if needed (see :func:`localspec.models.hub.ensure_model`
     for progress, cancel and errors)."""
     if ref.path is not None:
@@ -161,10 +162,16 @@ def drafts_for(target: ModelRef) -> list[DraftCandidate]:
             candidates[ref.name] = _checked(ref, target_info, is_recommended)
         elif is_recommended:
             candidates[ref.name] = DraftCandidate(
-                ref, True, notes=["paired with this target in the catalogue; its header is checked once "
-                                  "both files are downloaded"], recommended=True)
-    return sorted(candidates.values(),
-                  key=lambda c: (not c.compatible, not c.recommended, c.model.params or 0, c.model.name))
+                ref,
+                True,
+                notes=[
+                    "paired with this target in the catalogue; its header is checked once both files are downloaded"
+                ],
+                recommended=True,
+            )
+    return sorted(
+        candidates.values(), key=lambda c: (not c.compatible, not c.recommended, c.model.params or 0, c.model.name)
+    )
 
 
 def pick_draft(target: ModelRef) -> ModelRef | None:
@@ -177,8 +184,7 @@ def pick_draft(target: ModelRef) -> ModelRef | None:
             return c.model
     if not target.params:
         return None
-    small = [c.model for c in compatible
-             if c.model.params and c.model.params <= DRAFT_SIZE_RATIO * target.params]
+    small = [c.model for c in compatible if c.model.params and c.model.params <= DRAFT_SIZE_RATIO * target.params]
     return min(small, key=lambda m: m.params, default=None)
 
 
@@ -274,13 +280,16 @@ def _entry_for_quant(repo: str, quant: str) -> ModelEntry:
     files = cached if len(cached) == 1 else _hub_repo_ggufs(repo)
     matching = _matching(files, quant)
     if len(matching) == 1 and _SPLIT_PART.search(matching[0][0]):
-        raise InvalidOptionError(f"{repo}: the {quant} file is split into parts ({matching[0][0]}); "
-                                 "split GGUF files are not supported yet, pick a single-file quantization")
+        raise InvalidOptionError(
+            f"{repo}: the {quant} file is split into parts ({matching[0][0]}); "
+            "split GGUF files are not supported yet, pick a single-file quantization"
+        )
     if len(matching) != 1:
         listed = ", ".join(sorted({_quant_of(f[0]) for f in files if _quant_of(f[0])})) or "none"
         what = "several files" if matching else "no file"
-        raise InvalidOptionError(f"{repo}: {what} with quantization {quant!r} (available: {listed}); "
-                                 "name the file as REPO:FILE")
+        raise InvalidOptionError(
+            f"{repo}: {what} with quantization {quant!r} (available: {listed}); name the file as REPO:FILE"
+        )
     name, size, sha256 = matching[0]
     return ModelEntry(name=Path(name).name, repo=repo, file=name, size=size, sha256=sha256, quant=quant.upper())
 
@@ -299,19 +308,24 @@ def _hub_repo_ggufs(repo: str) -> list[tuple[str, int, str]]:
     from huggingface_hub import HfApi, constants
 
     if constants.HF_HUB_OFFLINE:
-        raise DownloadError(f"offline (HF_HUB_OFFLINE is set) and no single matching file of {repo} is in the "
-                            "Hugging Face cache, so its files cannot be listed; name the file as REPO:FILE")
+        raise DownloadError(
+            f"offline (HF_HUB_OFFLINE is set) and no single matching file of {repo} is in the "
+            "Hugging Face cache, so its files cannot be listed; name the file as REPO:FILE"
+        )
     check_reachable(constants.ENDPOINT)
     try:
         tree = HfApi().list_repo_tree(repo, recursive=True)
-        return [(f.path, f.size, f.lfs.sha256 if getattr(f, "lfs", None) else "")
-                for f in tree if f.path.endswith(".gguf") and hasattr(f, "size")]
+        return [
+            (f.path, f.size, f.lfs.sha256 if getattr(f, "lfs", None) else "")
+            for f in tree
+            if f.path.endswith(".gguf") and hasattr(f, "size")
+        ]
     except Exception as exc:  # 401, 404, network: huggingface_hub raises many types
         raise DownloadError(hub_error_message(ModelEntry(name=repo, repo=repo, file="(file list)"), exc)) from None
 
 
 def _quant_of(filename: str) -> str:
-    """"qwen2.5-coder-7b-instruct-q4_k_m.gguf" -> "q4_k_m" (the last dash- or dot-separated
+    """ "qwen2.5-coder-7b-instruct-q4_k_m.gguf" -> "q4_k_m" (the last dash- or dot-separated
     part before the extension and any split suffix)."""
     stem = _SPLIT_PART.sub(".gguf", Path(filename).name.lower())[: -len(".gguf")]
     match = re.search(r"[-.]((?:i?q\d[\w]*)|f16|bf16|f32)$", stem)

@@ -23,11 +23,16 @@ _MAGIC = b"GGUF"
 _MAX_FIELD_BYTES = 1 << 26  # no header string is anywhere near 64 MiB (chat templates: KB)
 _MAX_ITEMS = 1 << 22  # nor an array near 4M items (the largest vocabularies: ~262k tokens)
 _SCALARS = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.FLOAT64: "<d",
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.FLOAT64: "<d",
     GGUFValueType.BOOL: "<?",
 }
 # Arrays of these are large and never needed as values (scores, merges, token types).
@@ -136,13 +141,19 @@ def read_gguf_header(f: BinaryIO, path: str | Path, size: int) -> GGUFInfo:
     path = Path(path)
     try:
         info, data_end = _read(_Bounded(f, size), path)
-    except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError, EOFError, MemoryError,
-            OverflowError) as exc:
+    except (
+        struct.error,
+        ValueError,
+        KeyError,
+        TypeError,
+        UnicodeDecodeError,
+        EOFError,
+        MemoryError,
+        OverflowError,
+    ) as exc:
         raise ModelFileError(f"{path}: malformed GGUF header ({type(exc).__name__}: {exc})") from None
     if data_end > size:
-        raise ModelFileError(
-            f"{path}: truncated GGUF file: its tensors need {data_end} bytes, the file has {size}"
-        )
+        raise ModelFileError(f"{path}: truncated GGUF file: its tensors need {data_end} bytes, the file has {size}")
     return info
 
 

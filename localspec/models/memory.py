@@ -61,7 +61,7 @@ class PairMemory:
 
     @property
     def verdict(self) -> str:
-        """"fits", "tight", "won't fit", or "unknown" when ``available`` is not known."""
+        """ "fits", "tight", "won't fit", or "unknown" when ``available`` is not known."""
         if not self.available:
             return "unknown"
         if self.total <= (1 - FREE_MARGIN) * self.available:
@@ -70,8 +70,11 @@ class PairMemory:
 
     def describe(self) -> str:
         """Several lines: each model's parts in GiB, the total against what is available."""
-        lines = [f"{m.name}: weights {gib(m.weights)}, KV cache {gib(m.kv_cache)} at {self.n_ctx} tokens, "
-                 f"compute {gib(m.compute)}" for m in self.models]
+        lines = [
+            f"{m.name}: weights {gib(m.weights)}, KV cache {gib(m.kv_cache)} at {self.n_ctx} tokens, "
+            f"compute {gib(m.compute)}"
+            for m in self.models
+        ]
         avail = f" of {gib(self.available)} {self.where}" if self.available else ""
         least = "at least " if self.partial else ""
         lines.append(f"Pair: {least}{gib(self.total)}{avail}: {self.verdict}")
@@ -141,8 +144,13 @@ def _per_layer(info: GGUFInfo, key: str, n_layer: int, name: str, default):
     return [_count(info, key, name)] * n_layer
 
 
-def pair_memory(target: str | Path, draft: str | Path | None, n_ctx: int, cache_type: str = "f16",
-                budget: tuple[int, str] | None = None) -> PairMemory:
+def pair_memory(
+    target: str | Path,
+    draft: str | Path | None,
+    n_ctx: int,
+    cache_type: str = "f16",
+    budget: tuple[int, str] | None = None,
+) -> PairMemory:
     """Estimate for target (+ draft) GGUF files on disk at ``n_ctx`` tokens each, against
     ``budget`` (bytes, where), by default :func:`ram_budget`.  Raises :class:`~localspec.errors.ModelFileError` for a missing
     or corrupt GGUF, ValueError for a header without the sizes needed."""
@@ -153,8 +161,9 @@ def pair_memory(target: str | Path, draft: str | Path | None, n_ctx: int, cache_
     return PairMemory(tuple(models), n_ctx, available, where)
 
 
-def pair_memory_of_refs(target, draft, n_ctx: int, cache_type: str = "f16",
-                        budget: tuple[int, str] | None = None) -> PairMemory:
+def pair_memory_of_refs(
+    target, draft, n_ctx: int, cache_type: str = "f16", budget: tuple[int, str] | None = None
+) -> PairMemory:
     """:func:`pair_memory` for :class:`~localspec.models.discovery.ModelRef` s.  A model on disk is
     read from its header; one not downloaded yet from its header on the Hub, read with
     range requests (:func:`localspec.models.hub.remote_gguf_header`, about 6 MB for a

@@ -24,7 +24,6 @@ its generation after the current speculative round, and a queued request whose c
 left never starts.
 """
 
-
 from __future__ import annotations
 
 import asyncio
@@ -34,10 +33,10 @@ import json
 import logging
 import socket
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -45,8 +44,6 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-
-from pydantic import ValidationError
 
 from localspec.api import check_response_format, check_tools
 from localspec.errors import InvalidOptionError, LocalspecError
@@ -93,16 +90,26 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
 
     middleware = []
     if config.cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                                     allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"]))
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.cors_origins),
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["*"],
+            )
+        )
     routes = [
         Route("/health", state.health, methods=["GET"]),
         Route("/v1/models", state.models, methods=["GET"]),
         Route("/v1/chat/completions", state.chat, methods=["POST"]),
         Route("/v1/completions", state.completions, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                    exception_handlers={HTTPException: _http_error, Exception: _internal_error})
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+    )
     app.router.redirect_slashes = False  # "/v1/chat/completions/" is a 404, not a redirect around the key check
     app.state.localspec = state
     return app
@@ -110,8 +117,10 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-    message = {404: f"no route {request.method} {request.url.path}",
-               405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
+    message = {
+        404: f"no route {request.method} {request.url.path}",
+        405: f"{request.method} is not allowed on {request.url.path}",
+    }.get(exc.status_code, str(exc.detail))
     return APIError(exc.status_code, message, code=code).response()
 
 
@@ -134,8 +143,11 @@ class _State:
         header = request.headers.get("authorization", "")
         token = header[7:].strip() if header.lower().startswith("bearer ") else ""
         if not hmac.compare_digest(token.encode(), self.config.api_key.encode()):
-            raise APIError(401, "Incorrect API key provided" if token else "Missing API key (Authorization: Bearer ...)",
-                           code="invalid_api_key")
+            raise APIError(
+                401,
+                "Incorrect API key provided" if token else "Missing API key (Authorization: Bearer ...)",
+                code="invalid_api_key",
+            )
 
     async def _body(self, request: Request, model_type: type[BaseModel]) -> BaseModel:
         limit = self.config.max_body_bytes
@@ -145,10 +157,13 @@ class _State:
         try:
             body = await asyncio.wait_for(self._read(request, limit), BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
-            raise APIError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s",
-                           code="request_timeout") from None
+            raise APIError(
+                408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s", code="request_timeout"
+            ) from None
         except ClientDisconnect:
-            raise APIError(400, "the client disconnected while sending the request", code="client_disconnected") from None
+            raise APIError(
+                400, "the client disconnected while sending the request", code="client_disconnected"
+            ) from None
         if not body.lstrip().startswith(b"{"):
             raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
         try:
@@ -170,8 +185,12 @@ class _State:
         options = dict(self.config.defaults)
         limit = self.config.max_tokens_limit or self.model.target.n_ctx
         if max_tokens is not None and max_tokens > limit:
-            raise APIError(400, f"max_tokens is {max_tokens}; this server allows at most {limit}", param="max_tokens",
-                           code="invalid_value")
+            raise APIError(
+                400,
+                f"max_tokens is {max_tokens}; this server allows at most {limit}",
+                param="max_tokens",
+                code="invalid_value",
+            )
         options["max_tokens"] = min(max_tokens or options.get("max_tokens") or limit, limit)
         for name in ("temperature", "top_p", "top_k", "min_p", "seed"):
             value = getattr(body, name)
@@ -188,8 +207,12 @@ class _State:
             options["response_format"] = fmt
         spec = body.speculative
         if spec is not None:
-            for ours, theirs in (("draft_max", spec.n_max), ("draft_min", spec.n_min), ("p_min", spec.p_min),
-                                 ("strategy", spec.strategy)):
+            for ours, theirs in (
+                ("draft_max", spec.n_max),
+                ("draft_min", spec.n_min),
+                ("p_min", spec.p_min),
+                ("strategy", spec.strategy),
+            ):
                 if theirs is not None:
                     options[ours] = theirs
         return options
@@ -204,13 +227,26 @@ class _State:
     # --- endpoints --------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": self.config.model_name, "busy": self.worker.busy,
-                             "waiting": self.worker.waiting})
+        return JSONResponse(
+            {"status": "ok", "model": self.config.model_name, "busy": self.worker.busy, "waiting": self.worker.waiting}
+        )
 
     async def models(self, request: Request) -> Response:
         async def answer(_):
-            return JSONResponse({"object": "list", "data": [
-                {"id": self.config.model_name, "object": "model", "created": self.created, "owned_by": "localspec"}]})
+            return JSONResponse(
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": self.config.model_name,
+                            "object": "model",
+                            "created": self.created,
+                            "owned_by": "localspec",
+                        }
+                    ],
+                }
+            )
+
         return await self._handle(request, answer)
 
     async def chat(self, request: Request) -> Response:
@@ -227,12 +263,19 @@ class _State:
         if body.prediction is not None:
             options["prediction"] = body.prediction.text()
         elif options.get("strategy") == "prediction":
-            raise APIError(400, "speculative.strategy 'prediction' needs a prediction", param="speculative.strategy",
-                           code="invalid_value")
+            raise APIError(
+                400,
+                "speculative.strategy 'prediction' needs a prediction",
+                param="speculative.strategy",
+                code="invalid_value",
+            )
         messages = [m.for_model() for m in body.messages]
         options.update(self._tool_options(body))
-        job = Job(lambda model: model.chat(messages, stream=True, **options), asyncio.get_running_loop(),
-                  logprobs=options.get("logprobs"))
+        job = Job(
+            lambda model: model.chat(messages, stream=True, **options),
+            asyncio.get_running_loop(),
+            logprobs=options.get("logprobs"),
+        )
         shape = ChatShape(self.config.model_name, body.logprobs, tools="tools" in options)
         return await self._run(request, job, body, shape)
 
@@ -246,11 +289,16 @@ class _State:
         try:
             check_tools(tools, choice or "auto")
         except LocalspecError as exc:
-            raise APIError(400, str(exc), param="tool_choice" if "tool_choice" in str(exc) else "tools",
-                           code="invalid_value") from None
+            raise APIError(
+                400, str(exc), param="tool_choice" if "tool_choice" in str(exc) else "tools", code="invalid_value"
+            ) from None
         if choice != "none" and not self.supports_tools:
-            raise APIError(400, f"{self.config.model_name} has no tool-call format in its chat template", param="tools",
-                           code="unsupported_value")
+            raise APIError(
+                400,
+                f"{self.config.model_name} has no tool-call format in its chat template",
+                param="tools",
+                code="unsupported_value",
+            )
         if choice == "none":
             return {}
         options = {"tools": tools, "tool_choice": choice or "auto"}
@@ -264,8 +312,11 @@ class _State:
         if body.logprobs is not None:
             options["logprobs"] = body.logprobs
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
-        job = Job(lambda model: model.generate(prompt, stream=True, **options), asyncio.get_running_loop(),
-                  logprobs=options.get("logprobs"))
+        job = Job(
+            lambda model: model.generate(prompt, stream=True, **options),
+            asyncio.get_running_loop(),
+            logprobs=options.get("logprobs"),
+        )
         return await self._run(request, job, body, CompletionShape(self.config.model_name, body.logprobs is not None))
 
     async def _run(self, request: Request, job: Job, body: CommonRequest, shape) -> Response:
@@ -277,14 +328,20 @@ class _State:
         kind, value = first
         if kind == "error":
             prompt_param = "prompt" if isinstance(body, CompletionRequest) else "messages"
-            raise from_localspec_error(value, prompt_param) if isinstance(value, LocalspecError) else APIError(
-                500, "internal server error", type="server_error", retry=True)
+            raise (
+                from_localspec_error(value, prompt_param)
+                if isinstance(value, LocalspecError)
+                else APIError(500, "internal server error", type="server_error", retry=True)
+            )
         if kind == "skipped":
             raise APIError(503, "the server is shutting down", type="server_error", retry=True)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
-            return StreamingResponse(self._sse(request, job, shape, include_usage), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                self._sse(request, job, shape, include_usage),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         pieces: list = []
         while True:
             item = await _next(job, request)
@@ -321,8 +378,16 @@ class _State:
                     yield "data: [DONE]\n\n"
                     return
                 if end[0] == "error":
-                    yield _sse({"error": {"message": "internal server error", "type": "server_error",
-                                          "param": None, "code": None}})
+                    yield _sse(
+                        {
+                            "error": {
+                                "message": "internal server error",
+                                "type": "server_error",
+                                "param": None,
+                                "code": None,
+                            }
+                        }
+                    )
                     return
         finally:
             job.cancel()  # the client left mid-stream (or the stream ended): stop within one round

@@ -15,9 +15,17 @@ class APIError(Exception):
     """An error answered in OpenAI's shape.  ``retry``: whether a retry may help (the
     SDK retries 408/409/429/5xx unless told ``x-should-retry: false``)."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None, retry: bool = False,
-                 headers: dict | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        retry: bool = False,
+        headers: dict | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.retry, self.headers = retry, headers or {}
@@ -40,8 +48,11 @@ _TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict", "none"}
 def _field_path(loc: tuple) -> str | None:
     """A pydantic error location as the request's own field path ("messages.0.role"),
     without the names of the union members tried ("str", "list[_TextPart]", ...)."""
-    parts = [str(p) for p in loc if isinstance(p, int) or (re.fullmatch(r"[a-z_][a-z0-9_]*", str(p))
-                                                           and str(p) not in _TYPE_NAMES)]
+    parts = [
+        str(p)
+        for p in loc
+        if isinstance(p, int) or (re.fullmatch(r"[a-z_][a-z0-9_]*", str(p)) and str(p) not in _TYPE_NAMES)
+    ]
     return ".".join(parts) or None
 
 

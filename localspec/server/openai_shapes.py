@@ -16,10 +16,15 @@ def usage(result: GenerationResult) -> dict:
     accepted = s.accepted_by_drafter.get("prediction", 0)
     completion = len(result.tokens)
     return {
-        "prompt_tokens": s.prompt_tokens, "completion_tokens": completion, "total_tokens": s.prompt_tokens + completion,
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": s.prompt_tokens + completion,
         "prompt_tokens_details": {"cached_tokens": s.prompt_cached_tokens},
-        "completion_tokens_details": {"accepted_prediction_tokens": accepted,
-                                      "rejected_prediction_tokens": drafted - accepted, "reasoning_tokens": 0},
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": drafted - accepted,
+            "reasoning_tokens": 0,
+        },
     }
 
 
@@ -31,11 +36,14 @@ def timings(result: GenerationResult) -> dict:
     prompt_ms = s.prompt_eval_s * 1000
     predicted_n = max(0, s.generated_tokens - 1)  # the first token came with the prompt eval
     return {
-        "prompt_n": s.prompt_eval_tokens, "prompt_ms": prompt_ms,
+        "prompt_n": s.prompt_eval_tokens,
+        "prompt_ms": prompt_ms,
         "prompt_per_second": s.prompt_eval_tokens / prompt_ms * 1000 if prompt_ms else 0.0,
-        "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
         "predicted_per_second": predicted_n / predicted_ms * 1000 if predicted_ms else 0.0,
-        "draft_n": s.drafted_tokens, "draft_n_accepted": s.accepted_tokens,
+        "draft_n": s.drafted_tokens,
+        "draft_n_accepted": s.accepted_tokens,
         "cache_n": s.prompt_cached_tokens,
         # ours, beside llama.cpp's: draft tokens per drafter ("grammar": the tokens a schema forced)
         "draft_n_by_drafter": dict(s.drafted_by_drafter),
@@ -57,12 +65,19 @@ class ChatShape:
         self.tool_stream = ToolCallStream() if tools else None
 
     def _chunk(self, choices: list) -> dict:
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model_name,
-                "system_fingerprint": None, "choices": choices}
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model_name,
+            "system_fingerprint": None,
+            "choices": choices,
+        }
 
     def first_chunk(self) -> dict:
-        return self._chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                             "finish_reason": None}])
+        return self._chunk(
+            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
+        )
 
     def delta_chunk(self, events: list) -> dict | None:
         text = "".join(e.text for e, _ in events)
@@ -93,12 +108,21 @@ class ChatShape:
     def whole(self, pieces: list, result: GenerationResult, model) -> dict:
         entries = [lp for _, lp in pieces if lp is not None]
         return {
-            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model_name,
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model_name,
             "system_fingerprint": None,
-            "choices": [{"index": 0, "message": _message(result),
-                         "logprobs": {"content": entries} if self.logprobs else None,
-                         "finish_reason": _finish_reason(result)}],
-            "usage": usage(result), "timings": timings(result),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": _message(result),
+                    "logprobs": {"content": entries} if self.logprobs else None,
+                    "finish_reason": _finish_reason(result),
+                }
+            ],
+            "usage": usage(result),
+            "timings": timings(result),
         }
 
 
@@ -115,9 +139,14 @@ class CompletionShape:
         self.model_name, self.logprobs = model_name, logprobs
 
     def _obj(self, text: str, finish: str | None, logprobs: dict | None) -> dict:
-        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_name,
-                "system_fingerprint": None,
-                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model_name,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
+        }
 
     def _legacy_logprobs(self, entries: list, offset: int = 0) -> dict | None:
         if not self.logprobs:
@@ -126,9 +155,12 @@ class CompletionShape:
         for e in entries:
             offsets.append(at)
             at += len(e["token"])
-        return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
-                "text_offset": offsets}
+        return {
+            "tokens": [e["token"] for e in entries],
+            "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "text_offset": offsets,
+        }
 
     def first_chunk(self) -> dict:
         return self._obj("", None, None)

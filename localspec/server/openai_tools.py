@@ -34,7 +34,7 @@ class ToolCallStream:
         self.text += delta
         first = self.text.find(OPEN)
         content_end = len(self.text) - _tail_prefix(self.text, OPEN) if first < 0 else first
-        content = self.text[self._content_sent:content_end]
+        content = self.text[self._content_sent : content_end]
         self._content_sent = max(self._content_sent, content_end)
         return content, self._call_deltas() if first >= 0 else []
 
@@ -48,8 +48,14 @@ class ToolCallStream:
                 header = _HEADER.match(self.text, start + len(OPEN))
                 if header is None:
                     return out  # the name is not complete yet
-                out.append({"index": self.calls, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                            "function": {"name": header.group(1), "arguments": ""}})
+                out.append(
+                    {
+                        "index": self.calls,
+                        "id": f"call_{uuid.uuid4().hex[:24]}",
+                        "type": "function",
+                        "function": {"name": header.group(1), "arguments": ""},
+                    }
+                )
                 self.calls += 1
                 self._in_call = (header.end(), 0)
             args_start, sent = self._in_call
@@ -59,7 +65,7 @@ class ToolCallStream:
                 self._in_call, self._scan = None, close + len(CLOSE)
             else:
                 args_end = max(args_start + sent, len(self.text) - _tail_prefix(self.text, _END))
-            piece = self.text[args_start + sent:args_end]
+            piece = self.text[args_start + sent : args_end]
             if piece:
                 out.append({"index": self.calls - 1, "function": {"arguments": piece}})
             if self._in_call is not None:

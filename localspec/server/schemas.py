@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -44,7 +44,7 @@ class ToolCall(BaseModel):
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Union[str, list[_TextPart], None] = None
+    content: str | list[_TextPart] | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
 
@@ -94,7 +94,7 @@ class NamedToolChoice(BaseModel):
 class Prediction(BaseModel):
     model_config = _STRICT
     type: Literal["content"]
-    content: Union[str, list[_TextPart]]
+    content: str | list[_TextPart]
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
@@ -109,7 +109,7 @@ class SpeculativeOptions(BaseModel):
     """llama.cpp's server names: n_max = draft_max, n_min = draft_min, p_min; plus strategy."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    n_max: Union[int, Literal["auto"], None] = None
+    n_max: int | Literal["auto"] | None = None
     n_min: int | None = Field(None, ge=0)
     p_min: float | None = Field(None, ge=0.0, le=1.0)
     strategy: Literal["auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none"] | None = None
@@ -155,7 +155,10 @@ class ResponseFormat(BaseModel):
             return None
         if self.type == "json_object":
             return {"type": "json_object"}
-        return {"type": "json_schema", "json_schema": {"name": self.json_schema.name, "schema": self.json_schema.schema_}}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": self.json_schema.name, "schema": self.json_schema.schema_},
+        }
 
 
 class CommonRequest(BaseModel):
@@ -169,7 +172,7 @@ class CommonRequest(BaseModel):
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     seed: int | None = Field(None, ge=-1)
-    stop: Union[str, list[str], None] = None
+    stop: str | list[str] | None = None
     n: int | None = 1
     stream: bool | None = False
     stream_options: StreamOptions | None = None
@@ -212,9 +215,12 @@ class CommonRequest(BaseModel):
             raise ValueError("only n = 1 is supported")
         return v
 
-
-    _no_penalties = _refused("presence_penalty", "frequency_penalty", "logit_bias",
-                             why="penalties and logit_bias are not supported (they would change the target's distribution)")
+    _no_penalties = _refused(
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        why="penalties and logit_bias are not supported (they would change the target's distribution)",
+    )
 
 
 class ChatRequest(CommonRequest):
@@ -224,12 +230,12 @@ class ChatRequest(CommonRequest):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     prediction: Prediction | None = None
     tools: list[Tool] | None = None
-    tool_choice: Union[Literal["auto", "none", "required"], NamedToolChoice, None] = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(CommonRequest):
-    prompt: Union[str, list[str]] = Field(min_length=1)
+    prompt: str | list[str] = Field(min_length=1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     suffix: str | None = None

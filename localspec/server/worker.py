@@ -81,8 +81,14 @@ class ModelWorker:
         try:
             self._jobs.put_nowait(job)
         except queue.Full:
-            raise APIError(503, f"the server is busy: {self.queue_size} requests are already waiting",
-                           type="server_error", code="queue_full", retry=True, headers={"Retry-After": "1"}) from None
+            raise APIError(
+                503,
+                f"the server is busy: {self.queue_size} requests are already waiting",
+                type="server_error",
+                code="queue_full",
+                retry=True,
+                headers={"Retry-After": "1"},
+            ) from None
         if self._run_in is not None:
             try:
                 self._run_in()
@@ -176,8 +182,11 @@ class ModelWorker:
             return None
         piece = self.model.target.token_bytes
         return {
-            "token": piece(event.token).decode("utf-8", "replace"), "logprob": event.logprob,
+            "token": piece(event.token).decode("utf-8", "replace"),
+            "logprob": event.logprob,
             "bytes": list(piece(event.token)),
-            "top_logprobs": [{"token": piece(t).decode("utf-8", "replace"), "logprob": lp, "bytes": list(piece(t))}
-                             for t, lp in (event.top_logprobs or ())],
+            "top_logprobs": [
+                {"token": piece(t).decode("utf-8", "replace"), "logprob": lp, "bytes": list(piece(t))}
+                for t, lp in (event.top_logprobs or ())
+            ],
         }

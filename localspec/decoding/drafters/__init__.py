@@ -7,5 +7,13 @@ from localspec.decoding.drafters.prediction import PredictionDrafter
 from localspec.decoding.drafters.prompt_lookup import PromptLookupDrafter
 from localspec.decoding.drafters.suffix import SuffixDrafter
 
-__all__ = ["Draft", "Drafter", "DraftModelDrafter", "GrammarDrafter", "PredictionDrafter", "PromptLookupDrafter", "SuffixDrafter",
-           "round_label"]
+__all__ = [
+    "Draft",
+    "Drafter",
+    "DraftModelDrafter",
+    "GrammarDrafter",
+    "PredictionDrafter",
+    "PromptLookupDrafter",
+    "SuffixDrafter",
+    "round_label",
+]

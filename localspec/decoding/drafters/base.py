@@ -7,9 +7,10 @@ returns up to k tokens with the distributions they were drawn from, and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -37,10 +38,10 @@ class Draft:
     depth: list[int] | None = None
 
     @classmethod
-    def empty(cls) -> "Draft":
+    def empty(cls) -> Draft:
         return cls(tokens=[])
 
-    def through_first(self, is_end) -> "Draft":
+    def through_first(self, is_end) -> Draft:
         """The draft up to and including its first token for which ``is_end(token)`` is
         true (an end-of-generation token: the target stops there, so nothing drafted
         after it can ever be emitted); the whole draft when there is none."""
@@ -49,13 +50,16 @@ class Draft:
                 return self.truncated(i + 1)
         return self
 
-    def truncated(self, k: int) -> "Draft":
+    def truncated(self, k: int) -> Draft:
         """The first ``k`` tokens (with their rows and confidences)."""
         if k >= len(self.tokens):
             return self
-        return Draft(self.tokens[:k], None if self.probs is None else self.probs[:k],
-                     None if self.confidence is None else self.confidence[:k],
-                     None if self.depth is None else self.depth[:k])
+        return Draft(
+            self.tokens[:k],
+            None if self.probs is None else self.probs[:k],
+            None if self.confidence is None else self.confidence[:k],
+            None if self.depth is None else self.depth[:k],
+        )
 
 
 class Drafter(Protocol):
@@ -74,8 +78,9 @@ class Drafter(Protocol):
     def lag(self, n_context: int) -> int:
         """Context tokens it must still read before it can draft (a draft model's catch-up)."""
 
-    def propose(self, context: Sequence[int], max_tokens: int, params: SamplingParams,
-                p_min: float, rng: np.random.Generator) -> Draft:
+    def propose(
+        self, context: Sequence[int], max_tokens: int, params: SamplingParams, p_min: float, rng: np.random.Generator
+    ) -> Draft:
         """Propose up to ``max_tokens`` tokens to follow ``context`` (all ids so far,
         the last one not yet verified by the target)."""
 

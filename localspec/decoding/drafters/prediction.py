@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,17 +51,17 @@ class PredictionDrafter(ModelFreeDrafter):
             return Draft.empty()
         self._follow(context)
         if self.pos is None:
-            self.pos = self._realign(np.asarray(context[self.n_prompt:], dtype=np.int64))
+            self.pos = self._realign(np.asarray(context[self.n_prompt :], dtype=np.int64))
         if self.pos is None or self.pos >= self.tokens.size:
             return Draft.empty()
-        tokens = [int(t) for t in self.tokens[self.pos: self.pos + max_tokens]]
+        tokens = [int(t) for t in self.tokens[self.pos : self.pos + max_tokens]]
         # Laplace's rule on the run of matches so far: long runs predict more of them.
         confidence = [(self.run + i + 1) / (self.run + i + 2) for i in range(len(tokens))]
         return Draft(tokens=tokens, confidence=confidence)
 
     def _follow(self, context: Sequence[int]) -> None:
         """Advance ``pos`` over the tokens emitted since the last call."""
-        for token in context[self.seen:]:
+        for token in context[self.seen :]:
             if self.pos is not None and self.pos < self.tokens.size and self.tokens[self.pos] == token:
                 self.pos += 1
                 self.last_pos = self.pos
@@ -82,7 +82,7 @@ class PredictionDrafter(ModelFreeDrafter):
         # One token is too weak a key anywhere, but right after where the output left
         # the prediction (an edit replaced a few tokens) it is usually the way back.
         if output.size:
-            near = self.tokens[self.last_pos: self.last_pos + self.RESYNC_WINDOW]
+            near = self.tokens[self.last_pos : self.last_pos + self.RESYNC_WINDOW]
             hits = np.flatnonzero(near == output[-1])
             if hits.size:
                 return self.last_pos + int(hits[0]) + 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localspec.decoding.drafters.base import Draft, match_length, ModelFreeDrafter, context_slice
+from localspec.decoding.drafters.base import Draft, ModelFreeDrafter, context_slice, match_length
 
 
 class PromptLookupDrafter(ModelFreeDrafter):
@@ -56,8 +56,11 @@ class PromptLookupDrafter(ModelFreeDrafter):
         context that does not continue the indexed one (another text) is indexed anew;
         the same list as last time is taken to have only grown, as the loop's does."""
         old = len(self._indexed)
-        if (len(context) < old or (self.min_ngram, self.max_ngram) != self._ngrams
-                or (context is not self._source and context_slice(context, 0, old) != self._indexed)):
+        if (
+            len(context) < old
+            or (self.min_ngram, self.max_ngram) != self._ngrams
+            or (context is not self._source and context_slice(context, 0, old) != self._indexed)
+        ):
             self._forget()
             old = 0
         self._source = context
@@ -68,7 +71,7 @@ class PromptLookupDrafter(ModelFreeDrafter):
         for e in range(max(old, 1), len(tokens)):  # every end before the context's last token
             for n, latest in self._latest.items():
                 if n <= e:
-                    latest[tuple(tokens[e - n:e])] = e
+                    latest[tuple(tokens[e - n : e])] = e
 
     def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
         if max_tokens <= 0 or len(context) < self.min_ngram + 1:
@@ -77,10 +80,11 @@ class PromptLookupDrafter(ModelFreeDrafter):
         tokens = self._indexed
         last = len(tokens)
         for n in range(min(self.max_ngram, last - 1), self.min_ngram - 1, -1):
-            end = self._latest[n].get(tuple(tokens[last - n:]))
+            end = self._latest[n].get(tuple(tokens[last - n :]))
             if end is not None:
                 matched = match_length(tokens, end, self.MAX_DEPTH)
-                follow = tokens[end: end + max_tokens]
-                return Draft(tokens=follow, confidence=[0.5] * len(follow),
-                             depth=[matched + i for i in range(len(follow))])
+                follow = tokens[end : end + max_tokens]
+                return Draft(
+                    tokens=follow, confidence=[0.5] * len(follow), depth=[matched + i for i in range(len(follow))]
+                )
         return Draft.empty()

@@ -68,8 +68,11 @@ class SuffixDrafter(ModelFreeDrafter):
         best = here if here.expected_accepted >= before.expected_accepted else before
         if not best.tokens:
             return Draft.empty()
-        return Draft(tokens=best.tokens, confidence=best.estimates,
-                     depth=[best.match_length + i for i in range(len(best.tokens))])
+        return Draft(
+            tokens=best.tokens,
+            confidence=best.estimates,
+            depth=[best.match_length + i for i in range(len(best.tokens))],
+        )
 
     def end(self, context, n_prompt) -> None:
         self._sync(context)

@@ -80,7 +80,7 @@ class SuffixIndex:
             for k, table in self._tables.items():
                 if end - k < start:
                     break  # KEYS ascend: longer keys do not fit either
-                key = hash(tuple(buf[end - k - base: end - base]))
+                key = hash(tuple(buf[end - k - base : end - base]))
                 positions = table.get(key)
                 if positions is None:
                     table[key] = [end]
@@ -104,7 +104,7 @@ class SuffixIndex:
         new_base = end + 1
         for k, table in self._tables.items():
             for stop in range(start + k, end + 1):
-                key = hash(tuple(self._buf[stop - k - self._base: stop - self._base]))
+                key = hash(tuple(self._buf[stop - k - self._base : stop - self._base]))
                 positions = table.get(key)
                 if positions is None:
                     continue
@@ -130,11 +130,11 @@ class SuffixIndex:
         for k in reversed(KEYS):
             if k > n:
                 continue
-            positions = self._tables[k].get(hash(tuple(context[n - k:])))
+            positions = self._tables[k].get(hash(tuple(context[n - k :])))
             if not positions:
                 continue
             # one more than followed: the context's own occurrence, if among them, is dropped
-            draft = self._walk(positions[-MAX_OCCURRENCES - 1:], max_tokens, min_estimate, k)
+            draft = self._walk(positions[-MAX_OCCURRENCES - 1 :], max_tokens, min_estimate, k)
             if draft.tokens:
                 return draft
         return SuffixDraft([], [], 0)
