@@ -94,7 +94,7 @@ def test_strategies_are_chosen_by_their_result_names_with_plain_always_first():
 
 def test_the_quick_run_asks_every_workload_once_with_four_strategies():
     """--quick keeps each workload (first turns of four MT-Bench categories, a second turn,
-    a revision, an edit, a code prompt) and the strategies the adaptive one is judged
+    a revision, an edit, a code prompt, two BFCL calls under their schema) and the strategies the adaptive one is judged
     against; without a model the conversations' measured turns are not built."""
     from localspec.bench.runner import BenchConfig, prompts_for
 
@@ -103,6 +103,8 @@ def test_the_quick_run_asks_every_workload_once_with_four_strategies():
     assert [p.workload for p in prompts] == [
         "code",
         "edit",
+        "json-call",
+        "json-call",
         "mtbench-writing",
         "mtbench-math",
         "mtbench-coding",

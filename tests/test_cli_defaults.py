@@ -5,6 +5,7 @@ and was checked as max_tokens=None."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
 import pytest
 
@@ -30,8 +31,22 @@ def _minimal_argv(name: str, sub: argparse.ArgumentParser) -> list[str]:
     return [name] + ["x"] * len(positionals)
 
 
+def _matplotlib_present(monkeypatch, present: bool) -> None:
+    """`localspec bench` (not --smoke) refuses to start without matplotlib, which the test
+    extra does not install; the defaults are judged as if it were there (or surely not)."""
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        if name == "matplotlib":
+            return real("json") if present else None
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
 @pytest.mark.parametrize("name", sorted(_subcommands()))
-def test_each_subcommand_s_defaults_pass_its_checks(name):
+def test_each_subcommand_s_defaults_pass_its_checks(name, monkeypatch):
+    _matplotlib_present(monkeypatch, True)
     argv = _minimal_argv(name, _subcommands()[name])
     args = commands._parser().parse_args(argv)
     commands.check_args(args)  # raises InvalidOptionError for an invalid default
@@ -60,3 +75,10 @@ def test_a_bad_option_is_refused_before_loading(argv, message, capsys):
     assert commands.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_bench_without_matplotlib_says_how_to_get_it_before_any_work(capsys, monkeypatch):
+    _matplotlib_present(monkeypatch, False)
+    assert commands.main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install -e '.[bench]'" in err and "Traceback" not in err and err.count("\n") == 1
