@@ -20,7 +20,7 @@ from localspec.decoding.loop import DraftParams, Generation, GenerationParams
 from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
 from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.stats import GenerationResult
-from localspec.decoding.tool_calls import ToolFormat, call_grammar, check_tools, normalise_messages, tool_format
+from localspec.decoding.tool_calls import ToolFormat, ToolRequest, normalise_messages, tool_format, tool_request
 from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.grammar_vocab import grammar_tokenizer
@@ -248,8 +248,8 @@ class SpeculativeModel:
                 ``tools`` / ``tool_choice`` ("auto", "none", "required", or
                 ``{"type": "function", "function": {"name"}}``) / ``parallel_tool_calls``
                 (True): OpenAI's function tools, rendered by the GGUF's chat template; a
-                call the model writes follows the function's schema (the grammar engages
-                at ``<tool_call>``, from the first token with "required") and comes back
+                call the model writes follows the function's schema (formats: Qwen's
+                ``<tool_call>``, Llama 3.x JSON; see :mod:`localspec.decoding.tool_calls`) and comes back
                 in ``result.tool_calls`` (OpenAI's shape) with finish_reason
                 "tool_calls"; ``result.content`` is the text before it.  Messages may
                 hold an assistant's ``tool_calls`` and ``{"role": "tool", "content"}``
@@ -279,27 +279,11 @@ class SpeculativeModel:
     def supports_tools(self) -> bool:
         return self.tool_format is not None
 
-    def _tools(self, options: dict) -> tuple[list[dict] | None, tuple[str, int | None] | None]:
+    def _tools(self, options: dict) -> tuple[list[dict] | None, ToolRequest | None]:
         """Pop ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: (the tools to render,
-        (the call grammar, its trigger token or None)) — (None, None) without tools or with
-        tool_choice "none"."""
-        tools, choice = options.pop("tools", None), options.pop("tool_choice", None)
-        parallel = options.pop("parallel_tool_calls", True)
-        if tools is None:
-            if choice not in (None, "none", "auto"):
-                raise InvalidOptionError("tool_choice needs tools")
-            return None, None
-        tools, choice = check_tools(tools, choice or "auto")
-        if choice == "none":
-            return None, None
-        fmt = self.tool_format
-        if fmt is None:
-            raise InvalidOptionError(
-                f"{self.target_path.name}'s chat template has no tool-call format localspec "
-                "knows (supported: <tool_call> JSON calls, as Qwen2.5 and Qwen3 write them)"
-            )
-        grammar = call_grammar(fmt, tools, choice, parallel=bool(parallel))
-        return tools, (grammar, fmt.open_token if choice == "auto" else None)
+        the call grammar and format) — (None, None) without tools or with tool_choice "none"."""
+        request = tool_request(options, lambda: self.tool_format, self.target_path.name)
+        return (request.tools, request) if request else (None, None)
 
     def _start(
         self,
@@ -307,7 +291,7 @@ class SpeculativeModel:
         started: float,
         stream: bool,
         options: dict,
-        tool_grammar: tuple[str, int | None] | None = None,
+        tool_grammar: ToolRequest | None = None,
     ):
         prediction = options.pop("prediction", None)
         if prediction is not None and not isinstance(prediction, str):
@@ -317,7 +301,9 @@ class SpeculativeModel:
             raise InvalidOptionError("response_format and tools cannot be combined in one request")
         params = self._params(options)
         predicted = self._tokenize_prediction(prediction)
-        constraint = self._constraint(*tool_grammar) if tool_grammar else self._constraint(grammar)
+        constraint = (
+            self._constraint(tool_grammar.grammar, tool_grammar.trigger) if tool_grammar else self._constraint(grammar)
+        )
         policy = self._policy(
             params.draft, params.sampling.greedy, predicted=bool(predicted), constrained=constraint is not None
         )
@@ -337,7 +323,7 @@ class SpeculativeModel:
                 owner=self.owner,
                 constraint=constraint,
                 parse=parse_as.model_validate_json if parse_as is not None else None,
-                tool_calls=tool_grammar is not None,
+                tool_format=tool_grammar.format if tool_grammar else None,
             )
             self.prediction.set_prediction(predicted, len(tokens))
             self.grammar.set_constraint(constraint)

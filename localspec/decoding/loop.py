@@ -35,7 +35,7 @@ from localspec.decoding.sampling import (
     token_logprobs,
 )
 from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
-from localspec.decoding.tool_calls import split_tool_calls
+from localspec.decoding.tool_calls import ToolFormat, split_tool_calls
 from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
@@ -134,7 +134,7 @@ class Generation:
         owner: LlamaThread | None = None,
         constraint: Constraint | None = None,
         parse: Callable[[str], Any] | None = None,
-        tool_calls: bool = False,
+        tool_format: ToolFormat | None = None,
     ):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
@@ -156,7 +156,7 @@ class Generation:
         self._owner = owner or target.owner
         self.constraint = constraint  # a grammar every emitted token satisfies (None: free text)
         self._parse = parse  # turns a finished answer into result.parsed
-        self._tool_calls = tool_calls  # the answer may hold tool calls to split off
+        self._tool_format = tool_format  # the answer may hold tool calls in this format
         self._events = self._run()
         self._ready: deque[TokenEvent] = deque()
 
@@ -291,7 +291,7 @@ class Generation:
         text = out.finish()
         if text:
             yield TokenEvent(-1, text, TokenSource.TARGET, round_no)
-        calls = split_tool_calls(out.text)[1] if self._tool_calls else []
+        calls = split_tool_calls(out.text, self._tool_format)[1] if self._tool_format else []
         self.result = GenerationResult(
             text=out.text,
             tokens=out.tokens,

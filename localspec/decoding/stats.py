@@ -179,4 +179,7 @@ class GenerationResult:
     @property
     def content(self) -> str:
         """The answer's text without its tool calls (the text before the first one)."""
-        return self.text if not self.tool_calls else self.text[: self.text.find("<tool_call>")].rstrip()
+        if not self.tool_calls:
+            return self.text
+        start = self.text.find("<tool_call>")  # Llama 3.x JSON calls are the whole answer
+        return self.text[:start].rstrip() if start >= 0 else ""

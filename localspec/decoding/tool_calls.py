@@ -1,16 +1,21 @@
 """Tool calls: the call format a model's chat template uses, the grammar of a call, and
 calls parsed back out of the answer.
 
-Supported format: Hermes-style ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``
-(Qwen2.5, Qwen2.5-Coder, Qwen3; ``<tool_call>`` and ``</tool_call>`` are single tokens
-there), recognised from the GGUF's chat template.  A template without it gets a clear
-refusal (:func:`tool_format` returns None).  The grammar (llguidance Lark) fixes the
-separators the template itself writes (``", "`` and ``": "``), so a call's keys, quotes and
-the function's name are forced tokens: the grammar drafter proposes them for free.
+Two formats, recognised from the GGUF's chat template (:func:`tool_format`; a template with
+neither gets a clear refusal):
 
-With ``tool_choice`` "auto" the grammar sleeps until the model emits ``<tool_call>`` (as
-llama-server engages its call grammar lazily, after the trigger); "required" or a named
-function engage it from the first token.
+- ``hermes``: ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, one or
+  more (Qwen2.5, Qwen2.5-Coder, Qwen3; ``<tool_call>`` and ``</tool_call>`` are single
+  tokens there).  With ``tool_choice`` "auto" the grammar sleeps until the model emits
+  ``<tool_call>`` (as llama-server engages its call grammar lazily, after the trigger).
+- ``llama3-json``: the whole answer is ``{"name": ..., "parameters": {...}}``, one call per
+  turn (Llama 3.1 / 3.2 / 3.3, whose template refuses more).  With "auto" the grammar is
+  the call or prose that does not begin with ``{`` or a space, active from the first token.
+
+"required" or a named function engage the call grammar from the first token.  The grammar
+(llguidance Lark) fixes the separators the templates themselves write (``", "`` and
+``": "``), so a call's keys, quotes and the function's name are forced tokens: the grammar
+drafter proposes them for free.
 """
 
 from __future__ import annotations
@@ -29,22 +34,40 @@ _CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
 
 @dataclass(frozen=True)
 class ToolFormat:
-    """A model's tool-call markers: their token ids and texts."""
+    """A model's tool-call format: ``name`` ("hermes" or "llama3-json"), the key that holds
+    a call's arguments, whether one answer may hold several calls, and for Hermes the token
+    ids of ``<tool_call>`` / ``</tool_call>``."""
 
-    open_token: int
-    close_token: int
-    name: str = "hermes"
+    name: str
+    arguments_key: str = "arguments"
+    parallel: bool = True
+    open_token: int | None = None
+    close_token: int | None = None
+
+    @property
+    def lazy_trigger(self) -> int | None:
+        """The token that wakes the call grammar under tool_choice "auto" (None: none)."""
+        return self.open_token
+
+
+LLAMA3_JSON = ToolFormat("llama3-json", arguments_key="parameters", parallel=False)
 
 
 def tool_format(chat_template: str | None, tokenize) -> ToolFormat | None:
-    """The Hermes format when ``chat_template`` renders tools with ``<tool_call>`` and both
-    markers are single tokens (``tokenize(text) -> ids``, special tokens parsed); else None."""
-    if not chat_template or "tools" not in chat_template or OPEN not in chat_template:
+    """The format ``chat_template`` renders tool calls in, else None: Hermes when it writes
+    ``<tool_call>`` and both markers are single tokens (``tokenize(text) -> ids``, special
+    tokens parsed); Llama 3.x JSON when it writes an assistant's call as ``{"name": ...,
+    "parameters": ...}``."""
+    if not chat_template or "tools" not in chat_template:
         return None
-    open_ids, close_ids = tokenize(OPEN), tokenize(CLOSE)
-    if len(open_ids) != 1 or len(close_ids) != 1:
-        return None
-    return ToolFormat(open_ids[0], close_ids[0])
+    if OPEN in chat_template:
+        open_ids, close_ids = tokenize(OPEN), tokenize(CLOSE)
+        if len(open_ids) != 1 or len(close_ids) != 1:
+            return None
+        return ToolFormat("hermes", open_token=open_ids[0], close_token=close_ids[0])
+    if "tool_call.name" in chat_template and '"parameters": ' in chat_template:
+        return LLAMA3_JSON
+    return None
 
 
 def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
@@ -74,57 +97,103 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
     return list(tools), tool_choice
 
 
+@dataclass(frozen=True)
+class ToolRequest:
+    """One request's tools: those to render, the call grammar, its lazy trigger token (None:
+    active from the first token) and the format the calls come back in."""
+
+    tools: list[dict]
+    grammar: str
+    trigger: int | None
+    format: ToolFormat
+
+
+def tool_request(options: dict, get_format, model_name: str) -> ToolRequest | None:
+    """Pop ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` from ``options``; None
+    without tools or with tool_choice "none".  ``get_format()`` gives the model's format
+    (None: its template has none).  InvalidOptionError for bad tools, tool_choice without
+    tools, or a model without a tool-call format."""
+    tools, choice = options.pop("tools", None), options.pop("tool_choice", None)
+    parallel = options.pop("parallel_tool_calls", True)
+    if tools is None:
+        if choice not in (None, "none", "auto"):
+            raise InvalidOptionError("tool_choice needs tools")
+        return None
+    tools, choice = check_tools(tools, choice or "auto")
+    if choice == "none":
+        return None
+    fmt = get_format()
+    if fmt is None:
+        raise InvalidOptionError(
+            f"{model_name}'s chat template has no tool-call format localspec knows (supported: "
+            "<tool_call> JSON calls as Qwen2.5 and Qwen3 write them, and Llama 3.x JSON calls)"
+        )
+    grammar = call_grammar(fmt, tools, choice, parallel=bool(parallel))
+    return ToolRequest(tools, grammar, fmt.lazy_trigger if choice == "auto" else None, fmt)
+
+
 def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool) -> str:
-    """An llguidance Lark grammar: one call (or, with ``parallel`` and no named function,
-    one or more) to the allowed functions, each
-    ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, and an optional
-    newline after the last (where the model may end its turn)."""
+    """An llguidance Lark grammar for the answer: one call (or, with ``parallel``, a format
+    that allows it and no named function, one or more) to the allowed functions, in
+    ``fmt``; with tool_choice "auto" in the Llama 3.x format, a call or prose."""
     chosen = [
         t["function"]
         for t in tools
         if not isinstance(tool_choice, dict) or t["function"]["name"] == tool_choice["function"]["name"]
     ]
+    key = fmt.arguments_key
     options = [
         {
             "type": "object",
-            "properties": {"name": {"const": f["name"]}, "arguments": f.get("parameters") or {"type": "object"}},
-            "required": ["name", "arguments"],
+            "properties": {"name": {"const": f["name"]}, key: f.get("parameters") or {"type": "object"}},
+            "required": ["name", key],
             "additionalProperties": False,
         }
         for f in chosen
     ]
     schema = options[0] if len(options) == 1 else {"anyOf": options}
     schema = {**schema, "x-guidance": {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}}
-    repeat = ' ("\\n" call)*' if parallel and not isinstance(tool_choice, dict) else ""
+    payload = f"payload: %json {json.dumps(schema)}\n"
+    if fmt.open_token is None:
+        start = (
+            "start: payload | prose\nprose: /[^{ \\t\\r\\n][\\s\\S]*/\n"
+            if tool_choice == "auto"
+            else "start: payload\n"
+        )
+        return "%llguidance {}\n" + start + payload
+    repeat = ' ("\\n" call)*' if parallel and fmt.parallel and not isinstance(tool_choice, dict) else ""
     return (
         f'%llguidance {{}}\nstart: call{repeat} "\\n"?\n'
-        f'call: <[{fmt.open_token}]> "\\n" payload "\\n" <[{fmt.close_token}]>\n'
-        f"payload: %json {json.dumps(schema)}\n"
+        f'call: <[{fmt.open_token}]> "\\n" payload "\\n" <[{fmt.close_token}]>\n' + payload
     )
 
 
-def split_tool_calls(text: str) -> tuple[str, list[dict]]:
+def split_tool_calls(text: str, fmt: ToolFormat | None = None) -> tuple[str, list[dict]]:
     """(the answer's text before its first call, the calls in OpenAI's shape: ``{"id",
-    "type": "function", "function": {"name", "arguments": JSON text}}``).  A call that is not
-    complete JSON (cut by max_tokens) is left out."""
+    "type": "function", "function": {"name", "arguments": JSON text}}``) for ``fmt``
+    (Hermes when None).  A call that is not complete JSON (cut by max_tokens) is left out."""
+    if fmt is not None and fmt.open_token is None:
+        call = _openai_call(text.strip(), fmt.arguments_key) if text.lstrip().startswith("{") else None
+        return ("", [call]) if call else (text, [])
     start = text.find(OPEN)
     if start < 0:
         return text, []
-    calls = []
-    for match in _CALL.finditer(text, start):
-        try:
-            body = json.loads(match.group(1))
-        except ValueError:
-            continue
-        if isinstance(body, dict) and isinstance(body.get("name"), str):
-            calls.append(
-                {
-                    "id": f"call_{uuid.uuid4().hex[:24]}",
-                    "type": "function",
-                    "function": {"name": body["name"], "arguments": json.dumps(body.get("arguments", {}))},
-                }
-            )
-    return text[:start].rstrip(), calls
+    calls = [_openai_call(m.group(1), "arguments") for m in _CALL.finditer(text, start)]
+    return text[:start].rstrip(), [c for c in calls if c]
+
+
+def _openai_call(body_text: str, arguments_key: str) -> dict | None:
+    try:
+        body = json.loads(body_text)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+        return None
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": body["name"], "arguments": json.dumps(body.get(arguments_key, {}))},
+    }
 
 
 def messages_for_template(messages: list[dict]) -> list[dict]:

@@ -71,12 +71,14 @@ def write_model(
     tokenizer_model: str = "llama",
     n_embd: int = N_EMBD,
     n_ff: int = N_FF,
+    chat_template: str | None = None,
 ) -> Path:
     """Write a 2-layer llama with random float32 weights; returns ``path``.  ``size_label``
     is the parameter count the header claims (compatibility compares it); ``architecture``
     and ``tokenizer_model`` only change the header (such files are for metadata checks).
     ``n_embd`` / ``n_ff``: hidden and feed-forward sizes (multiples of 256 let llama.cpp
-    quantize the weights to K-quants)."""
+    quantize the weights to K-quants).  ``chat_template``: the Jinja template to store
+    (default: a one-line ``role: content`` template)."""
     tokens, scores, types = vocabulary(extra_words)
     if vocab_override is not None:
         tokens = vocab_override
@@ -108,7 +110,8 @@ def write_model(
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_chat_template(
-        "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        chat_template
+        or "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}assistant:{% endif %}"
     )
 

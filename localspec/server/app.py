@@ -45,7 +45,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from localspec.api import check_response_format, check_tools
+from localspec.api import check_response_format
+from localspec.decoding.tool_calls import check_tools
 from localspec.errors import InvalidOptionError, LocalspecError
 from localspec.server.errors import APIError, from_localspec_error, from_validation_error
 from localspec.server.openai_shapes import ChatShape, CompletionShape
@@ -131,7 +132,8 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 class _State:
     def __init__(self, model, config: ServerConfig, worker: ModelWorker):
-        self.supports_tools = bool(getattr(model, "supports_tools", False))  # read once, not per request
+        self.tool_format = getattr(model, "tool_format", None)  # read once, not per request
+        self.supports_tools = self.tool_format is not None
         self.model, self.config, self.worker = model, config, worker
         self.created = int(time.time())
 
@@ -276,7 +278,8 @@ class _State:
             asyncio.get_running_loop(),
             logprobs=options.get("logprobs"),
         )
-        shape = ChatShape(self.config.model_name, body.logprobs, tools="tools" in options)
+        tool_format = self.tool_format if "tools" in options else None
+        shape = ChatShape(self.config.model_name, body.logprobs, tool_format=tool_format)
         return await self._run(request, job, body, shape)
 
     def _tool_options(self, body: ChatRequest) -> dict:

@@ -7,7 +7,7 @@ import time
 import uuid
 
 from localspec.decoding.stats import GenerationResult
-from localspec.server.openai_tools import ToolCallStream
+from localspec.server.openai_tools import tool_call_stream
 
 
 def usage(result: GenerationResult) -> dict:
@@ -58,11 +58,11 @@ def _finish_reason(result: GenerationResult) -> str:
 
 
 class ChatShape:
-    def __init__(self, model_name: str, logprobs: bool, tools: bool = False):
+    def __init__(self, model_name: str, logprobs: bool, tool_format=None):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model_name, self.logprobs = model_name, logprobs
-        self.tool_stream = ToolCallStream() if tools else None
+        self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
 
     def _chunk(self, choices: list) -> dict:
         return {

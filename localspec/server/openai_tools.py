@@ -1,9 +1,9 @@
 """Tool calls in OpenAI's streaming shape: the answer's text, as it streams, split into
 ``delta.content`` (the text before the first call) and ``delta.tool_calls[i]`` pieces (the
 call's id and name first, then its ``function.arguments`` text in pieces), as the openai
-SDK reassembles them.
+SDK reassembles them.  :func:`tool_call_stream` picks the reader for a model's format.
 
-The calls arrive as ``<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>``
+Hermes calls (:class:`ToolCallStream`) arrive as ``<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>``
 with exactly these separators (the call grammar fixes them; see
 :mod:`localspec.decoding.tool_calls`), so ARGS is everything after the header up to the
 ``}`` that closes the call object; a tail that may begin ``}\\n</tool_call>`` is held back until the
@@ -15,13 +15,28 @@ from __future__ import annotations
 import re
 import uuid
 
+from localspec.decoding.tool_calls import ToolFormat
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _HEADER = re.compile(r'\s*\{"name": "((?:[^"\\]|\\.)*)", "arguments": ')
 _END = "}\n" + CLOSE  # what follows a call's arguments
 
 
+def tool_call_stream(fmt: ToolFormat) -> ToolCallStream | JsonCallStream:
+    return ToolCallStream() if fmt.open_token is not None else JsonCallStream(fmt.arguments_key)
+
+
+def _header(index: int, name: str) -> dict:
+    return {
+        "index": index,
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": name, "arguments": ""},
+    }
+
+
 class ToolCallStream:
-    """Feed the streamed text; get (content delta, list of tool-call deltas)."""
+    """Hermes calls: feed the streamed text; get (content delta, list of tool-call deltas)."""
 
     def __init__(self):
         self.text = ""
@@ -48,14 +63,7 @@ class ToolCallStream:
                 header = _HEADER.match(self.text, start + len(OPEN))
                 if header is None:
                     return out  # the name is not complete yet
-                out.append(
-                    {
-                        "index": self.calls,
-                        "id": f"call_{uuid.uuid4().hex[:24]}",
-                        "type": "function",
-                        "function": {"name": header.group(1), "arguments": ""},
-                    }
-                )
+                out.append(_header(self.calls, header.group(1)))
                 self.calls += 1
                 self._in_call = (header.end(), 0)
             args_start, sent = self._in_call
@@ -71,6 +79,39 @@ class ToolCallStream:
             if self._in_call is not None:
                 self._in_call = (args_start, args_end - args_start)
                 return out
+
+
+class JsonCallStream:
+    """Llama 3.x calls: an answer that begins with ``{`` is one call, ``{"name": "NAME",
+    "parameters": ARGS}`` with these separators (the call grammar fixes them), and nothing
+    follows its closing ``}``; any other answer is content.  A trailing ``}`` is held back
+    until more text shows it was part of ARGS."""
+
+    def __init__(self, arguments_key: str = "parameters"):
+        self.text = ""
+        self.calls = 0
+        self._header = re.compile(r'\{"name": "((?:[^"\\]|\\.)*)", "' + re.escape(arguments_key) + '": ')
+        self._args_start = None
+        self._sent = 0  # characters of ARGS sent, or of content before the answer proved prose
+
+    def feed(self, delta: str) -> tuple[str, list[dict]]:
+        self.text += delta
+        if not self.text.startswith("{"):
+            content, self._sent = self.text[self._sent :], len(self.text)
+            return content, []
+        out = []
+        if self._args_start is None:
+            header = self._header.match(self.text)
+            if header is None:
+                return "", out
+            out.append(_header(0, header.group(1)))
+            self.calls, self._args_start, self._sent = 1, header.end(), 0
+        end = len(self.text) - (1 if self.text.endswith("}") else 0)
+        piece = self.text[self._args_start + self._sent : end]
+        if piece:
+            out.append({"index": 0, "function": {"arguments": piece}})
+            self._sent += len(piece)
+        return "", out
 
 
 def _tail_prefix(text: str, marker: str) -> int:
