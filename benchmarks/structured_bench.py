@@ -1,17 +1,23 @@
-"""Structured output under speculation: BFCL function calls as JSON-schema answers.
+"""Tool calls and JSON answers under speculation, through ``localspec serve`` and the openai
+client, beside llama.cpp's ``llama-server --jinja`` with the same target GGUF.
 
-    .venv/bin/python benchmarks/structured_bench.py             # simple_python 0-39, about 10 minutes on 2 cores
-    .venv/bin/python benchmarks/structured_bench.py --cases 4   # a quick look
+    .venv/bin/python benchmarks/structured_bench.py --llama-server PATH     # BFCL simple_python 0-199, parallel 0-99
+    .venv/bin/python benchmarks/structured_bench.py --simple 4 --parallel 2 --json 2   # a quick look, no peer
 
-Each case (``localspec.bench.bfcl``: the Berkeley Function Calling Leaderboard's
-``simple_python`` questions, the call asked for as ``{"name", "arguments"}`` under a schema
-built from the function) is answered greedily by the default pair three ways, one after the
-other in one process: free text with no drafting (unconstrained plain), under the schema with
-no drafting (constrained plain), and under the schema with the adaptive default (the
-grammar's forced text, suffix, prompt lookup and the draft model as drafters).  Decode speed
-is llama.cpp server's ``predicted_per_second`` computed from the statistics (tokens after
-the first over the time after the first).  Reported: median ratios per case, the share of
-constrained answers that parse and validate, and BFCL's AST check of the call.
+The cases are the Berkeley Function Calling Leaderboard's (``localspec.bench.bfcl``): each
+case's functions go out as OpenAI ``tools`` with ``tool_choice: "required"`` (parallel
+cases: ``parallel_tool_calls`` true), greedy, through one client.  Per case, one after the
+other: localspec with no drafting (constrained plain), localspec's adaptive default, the
+same messages without tools and no drafting (free plain: the grammar mask's cost), and the
+peer.  On the first ``--json`` simple cases, the call is also asked for as a JSON answer
+(``response_format`` json_schema ``{"name", "arguments"}``), plain and adaptive.
+
+Decode speed is each server's own ``timings.predicted_per_second`` (tokens after the first
+over the time after the first).  Reported: median ratios over the cases, the share of calls
+that parse and validate against their function's schema, and BFCL's AST accuracy (every
+expected call, any order, one to one).  ``--llama-server`` is the binary built from the
+llama.cpp that llama-cpp-python vendors (build commands in ``serve_bench.py``); it is started
+here as ``llama-server -m TARGET.gguf --jinja -c 4096 -np 1``.
 
 Written to benchmarks/results/structured-<machine>.json with the machine record.
 """
@@ -22,90 +28,169 @@ import argparse
 import json
 import statistics
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import jsonschema
+import openai
+from local_server import free_port, localspec_serve, running
 
-from localspec.api import load
-from localspec.bench.bfcl import bfcl_cases, call_matches, call_prompt, call_schema
+from localspec.api import resolve_pair
+from localspec.bench.bfcl import CallCase, bfcl_cases, call_prompt, call_schema, calls_match, openai_tools
 from localspec.llama.report import machine_line, machine_record
-from localspec.server.openai_shapes import timings
 
-MAX_TOKENS = 128
+PLAIN = {"speculative": {"strategy": "none"}}
+MAX_TOKENS = {"simple_python": 160, "parallel": 320}
+FREE_TOKENS = 64
 
 
-def _decode_tps(result) -> float:
-    return timings(result)["predicted_per_second"]
+def _tps(response) -> float:
+    return response.model_extra["timings"]["predicted_per_second"]
+
+
+def _calls(response, case: CallCase) -> tuple[list[dict], bool]:
+    """The response's calls as ``{"name", "arguments": dict}``, and whether every one parses
+    and validates against its function's parameters."""
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in openai_tools(case)}
+    calls, valid = [], True
+    for call in response.choices[0].message.tool_calls or []:
+        try:
+            arguments = json.loads(call.function.arguments)
+            jsonschema.validate(arguments, tools[call.function.name])
+        except (ValueError, KeyError, jsonschema.ValidationError):
+            valid, arguments = False, None
+        calls.append({"name": call.function.name, "arguments": arguments})
+    return calls, valid and bool(calls)
+
+
+def _tool_row(case: CallCase, category: str, ours, peer) -> dict:
+    request = {
+        "model": "m",
+        "messages": list(case.messages),
+        "tools": openai_tools(case),
+        "tool_choice": "required",
+        "temperature": 0,
+        "max_tokens": MAX_TOKENS[category],
+    }
+    if category == "parallel":
+        request["parallel_tool_calls"] = True
+    plain = ours.chat.completions.create(**request, extra_body=PLAIN)
+    adaptive = ours.chat.completions.create(**request)
+    row = {"id": case.id, "plain_tps": _tps(plain), "adaptive_tps": _tps(adaptive)}
+    for name, response in (("plain", plain), ("adaptive", adaptive)):
+        calls, row[f"{name}_valid"] = _calls(response, case)
+        row[f"{name}_ast"] = row[f"{name}_valid"] and calls_match(case, calls)
+    row["same_calls"] = _calls(plain, case)[0] == _calls(adaptive, case)[0]
+    row["drafted"] = adaptive.model_extra["timings"].get("draft_n_by_drafter", {})
+    if category == "simple_python":
+        free = ours.chat.completions.create(
+            model="m", messages=list(case.messages), temperature=0, max_tokens=FREE_TOKENS, extra_body=PLAIN
+        )
+        row["free_tps"] = _tps(free)
+    if peer is not None:
+        answer = peer.chat.completions.create(**request)
+        calls, row["peer_valid"] = _calls(answer, case)
+        row["peer_ast"] = row["peer_valid"] and calls_match(case, calls)
+        row["peer_tps"] = _tps(answer)
+    return row
+
+
+def _json_row(case: CallCase, ours) -> dict:
+    schema = call_schema(case)
+    request = {
+        "model": "m",
+        "messages": call_prompt(case),  # the functions in a system message
+        "temperature": 0,
+        "max_tokens": MAX_TOKENS["simple_python"],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "call", "schema": schema, "strict": True}},
+    }
+    plain = ours.chat.completions.create(**request, extra_body=PLAIN)
+    adaptive = ours.chat.completions.create(**request)
+    row = {"id": case.id, "plain_tps": _tps(plain), "adaptive_tps": _tps(adaptive)}
+    try:
+        call = json.loads(adaptive.choices[0].message.content)
+        jsonschema.validate(call, schema)
+        row["valid"], row["ast"] = True, calls_match(case, [call])
+    except (ValueError, jsonschema.ValidationError):
+        row["valid"], row["ast"] = False, False
+    row["same_text"] = plain.choices[0].message.content == adaptive.choices[0].message.content
+    return row
+
+
+def _median(values) -> float | None:
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+def _share(rows, key) -> float | None:
+    return sum(bool(r[key]) for r in rows) / len(rows) if rows and key in rows[0] else None
+
+
+def summarise(tool_rows: dict[str, list[dict]], json_rows: list[dict]) -> dict:
+    out: dict = {}
+    for category, rows in tool_rows.items():
+        out[category] = {
+            "cases": len(rows),
+            "adaptive_over_constrained_plain": _median(r["adaptive_tps"] / r["plain_tps"] for r in rows),
+            "constrained_plain_over_free_plain": _median(
+                r["plain_tps"] / r["free_tps"] for r in rows if "free_tps" in r
+            ),
+            "valid_share": {k: _share(rows, f"{k}_valid") for k in ("plain", "adaptive", "peer")},
+            "ast_accuracy": {k: _share(rows, f"{k}_ast") for k in ("plain", "adaptive", "peer")},
+            "same_calls_share": _share(rows, "same_calls"),
+            "peer_over_adaptive_tps": _median(r["peer_tps"] / r["adaptive_tps"] for r in rows if "peer_tps" in r),
+            "grammar_tokens_drafted": sum(r["drafted"].get("grammar", 0) for r in rows),
+        }
+    if json_rows:
+        out["json_answer"] = {
+            "cases": len(json_rows),
+            "adaptive_over_constrained_plain": _median(r["adaptive_tps"] / r["plain_tps"] for r in json_rows),
+            "valid_share": _share(json_rows, "valid"),
+            "ast_accuracy": _share(json_rows, "ast"),
+            "same_text_share": _share(json_rows, "same_text"),
+        }
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=40)
+    parser.add_argument("--simple", type=int, default=200, help="BFCL simple_python cases (from 0)")
+    parser.add_argument("--parallel", type=int, default=100, help="BFCL parallel cases (from 0)")
+    parser.add_argument("--json", type=int, default=50, help="simple cases also asked as a JSON answer")
+    parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
-    rows = []
-    with load() as model:
-        for case in bfcl_cases("simple_python", args.cases):
-            messages = call_prompt(case)
-            schema = call_schema(case)
-            fmt = {"type": "json_schema", "json_schema": {"name": "call", "schema": schema}}
-            free = model.chat(messages, max_tokens=MAX_TOKENS, strategy="none")
-            plain = model.chat(messages, max_tokens=MAX_TOKENS, strategy="none", response_format=fmt)
-            spec = model.chat(messages, max_tokens=MAX_TOKENS, response_format=fmt)
-            row = {
-                "id": case.id,
-                "free_tps": _decode_tps(free),
-                "constrained_plain_tps": _decode_tps(plain),
-                "adaptive_tps": _decode_tps(spec),
-                "tokens": len(spec.tokens),
-                "drafted": spec.stats.drafted_by_drafter,
-                "accepted": spec.stats.accepted_by_drafter,
-                "same_text": plain.text == spec.text,
-            }
-            try:
-                call = json.loads(spec.text)
-                jsonschema.validate(call, schema)
-                row["valid"], row["ast_match"] = True, call_matches(case, call)
-            except (ValueError, jsonschema.ValidationError):
-                row["valid"], row["ast_match"] = False, False
-            rows.append(row)
-            print(
-                f"{case.id}: x{row['adaptive_tps'] / row['constrained_plain_tps']:.2f} "
-                f"valid {row['valid']} ast {row['ast_match']} drafted {row['drafted']}",
-                file=sys.stderr,
-            )
-    summary = {
-        "cases": len(rows),
-        "adaptive_over_constrained_plain": statistics.median(
-            r["adaptive_tps"] / r["constrained_plain_tps"] for r in rows
-        ),
-        "constrained_plain_over_free_plain": statistics.median(
-            r["constrained_plain_tps"] / r["free_tps"] for r in rows
-        ),
-        "valid_share": sum(r["valid"] for r in rows) / len(rows),
-        "ast_accuracy": sum(r["ast_match"] for r in rows) / len(rows),
-        "same_text_share": sum(r["same_text"] for r in rows) / len(rows),
-        "grammar_tokens_drafted": sum(r["drafted"].get("grammar", 0) for r in rows),
-        "grammar_tokens_accepted": sum(r["accepted"].get("grammar", 0) for r in rows),
-    }
+    target = resolve_pair(None).target
+    tool_rows: dict[str, list[dict]] = {"simple_python": [], "parallel": []}
+    json_rows: list[dict] = []
+    with ExitStack() as stack:
+        port = free_port()
+        ours = openai.OpenAI(base_url=stack.enter_context(running(localspec_serve(port), port)) + "/v1", api_key="n")
+        peer = None
+        if args.llama_server:
+            port = free_port()
+            command = [args.llama_server, "-m", str(target), "--jinja", "-c", "4096", "-np", "1", "--port", str(port)]
+            peer = openai.OpenAI(base_url=stack.enter_context(running(command, port)) + "/v1", api_key="n")
+        for category, n in (("simple_python", args.simple), ("parallel", args.parallel)):
+            for i, case in enumerate(bfcl_cases(category, n)):
+                row = _tool_row(case, category, ours, peer)
+                tool_rows[category].append(row)
+                if category == "simple_python" and i < args.json:
+                    json_rows.append(_json_row(case, ours))
+                print(
+                    f"{case.id}: x{row['adaptive_tps'] / row['plain_tps']:.2f} ast {row['adaptive_ast']} "
+                    f"peer {row.get('peer_ast')} drafted {row['drafted']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    summary = summarise(tool_rows, json_rows)
     print(json.dumps(summary, indent=1))
-    name = record["cpu"].lower().replace(" ", "-")
-    path = Path(args.out) / f"structured-{name}.json"
-    path.write_text(
-        json.dumps(
-            {
-                "machine": record,
-                "command": " ".join(["benchmarks/structured_bench.py", *sys.argv[1:]]),
-                "max_tokens": MAX_TOKENS,
-                "summary": summary,
-                "rows": rows,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    path = Path(args.out) / f"structured-{record['cpu'].lower().replace(' ', '-')}.json"
+    command = " ".join(["benchmarks/structured_bench.py", *sys.argv[1:]])
+    result = {"machine": record, "command": command, "summary": summary, "tools": tool_rows, "json": json_rows}
+    path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}", file=sys.stderr)
     return 0
 

@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from pathlib import Path
+
+from local_server import free_port, localspec_serve, running
 
 PROMPTS = 5
 N_TOKENS = 128
@@ -88,30 +87,13 @@ def _run_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve_child(n_prompts: int) -> dict[str, list[float]]:
     """``localspec serve`` in its own process, driven by the openai client."""
     import openai
 
-    port = _free_port()
-    exe = Path(sys.executable).with_name("localspec")
-    server = subprocess.Popen([str(exe), "serve", "--port", str(port)], stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("localspec serve did not come up") from None
-                time.sleep(0.5)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+    port = free_port()
+    with running(localspec_serve(port), port) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="none")
         out: dict[str, list[float]] = {"plain": [], "adaptive": []}
         for name, strategy in (("plain", PLAIN), ("adaptive", ADAPTIVE)):
             for i in range(n_prompts):
@@ -124,9 +106,6 @@ def _serve_child(n_prompts: int) -> dict[str, list[float]]:
                 )
                 out[name].append(r.model_extra["timings"]["predicted_per_second"])
         return out
-    finally:
-        server.terminate()
-        server.wait(60)
 
 
 def _median(values: list[float]) -> float:

@@ -121,3 +121,18 @@ def test_unknown_mtbench_categories_are_refused_not_dropped():
         with pytest.raises(InvalidOptionError, match="MT-Bench categories"):
             mtbench_prompts(1, bad)
     assert [p.workload for p in mtbench_prompts(1, ("math",))] == ["mtbench-math"]
+
+
+def test_bfcl_parallel_calls_pair_with_the_answer_in_any_order_and_only_one_to_one():
+    """BFCL's own parallel_0: two calls to spotify.play; the tools carry OpenAI-legal names."""
+    from localspec.bench.bfcl import bfcl_cases, calls_match, openai_tools
+
+    case = bfcl_cases("parallel", 1)[0]
+    assert [t["function"]["name"] for t in openai_tools(case)] == ["spotify_play"]
+    swift = {"name": "spotify_play", "arguments": {"artist": "Taylor Swift", "duration": 20}}
+    maroon = {"name": "spotify.play", "arguments": {"artist": "maroon 5 ", "duration": 15.0}}
+    assert calls_match(case, [swift, maroon]) and calls_match(case, [maroon, swift])
+    assert not calls_match(case, [swift, swift])
+    assert not calls_match(case, [swift])
+    assert not calls_match(case, [swift, {**maroon, "arguments": {**maroon["arguments"], "extra": 1}}])
+    assert not calls_match(case, [swift, {**maroon, "name": "spotify_pause"}])

@@ -1,14 +1,17 @@
 """Function-calling cases of the Berkeley Function Calling Leaderboard (the ``bfcl-eval``
 package's ``BFCL_v4_*.json`` and ``possible_answer/``), as JSON-schema answers.
 
-A case's call is asked for as ``{"name": ..., "arguments": {...}}`` under a schema built
-from its function's parameters (BFCL's ``"type": "dict"`` is JSON Schema's ``object``);
-:func:`call_matches` is BFCL's AST check reduced to one call: the function's name, and
-every argument given among the values the possible answer allows (an optional one may be
+A case's call is asked for either as ``{"name": ..., "arguments": {...}}`` under a schema
+built from its function's parameters (BFCL's ``"type": "dict"`` is JSON Schema's
+``object``), or as OpenAI function tools (:func:`openai_tools`; dots in names become
+``_``, as BFCL's own OpenAI handler does).  :func:`calls_match` is BFCL's AST check: as many
+calls as the possible answer has, paired one to one in any order, each with the function's
+name and every argument given among the values the answer allows (an optional one may be
 left out where the answer allows "")."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
 import zipfile
@@ -26,7 +29,7 @@ class CallCase:
     id: str
     messages: tuple  # the question's messages ({"role", "content"} dicts)
     functions: tuple  # BFCL function descriptions (name, description, parameters)
-    answer: dict  # function name -> {argument: allowed values}
+    answers: tuple  # the expected calls: {function name: {argument: allowed values}} each
 
 
 def bfcl_cases(category: str, n: int) -> list[CallCase]:
@@ -34,7 +37,28 @@ def bfcl_cases(category: str, n: int) -> list[CallCase]:
     folder = _data_folder()
     questions = _read_jsonl(folder / f"BFCL_v4_{category}.json")[:n]
     answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(folder / "possible_answer" / f"BFCL_v4_{category}.json")}
-    return [CallCase(q["id"], tuple(q["question"][0]), tuple(q["function"]), answers[q["id"]][0]) for q in questions]
+    return [
+        CallCase(q["id"], tuple(q["question"][0]), tuple(q["function"]), tuple(answers[q["id"]])) for q in questions
+    ]
+
+
+def openai_tools(case: CallCase) -> list[dict]:
+    """The case's functions as OpenAI ``tools`` (JSON Schema parameters, ``.`` -> ``_``)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool_name(f["name"]),
+                "description": f.get("description", ""),
+                "parameters": _schema(f["parameters"]),
+            },
+        }
+        for f in case.functions
+    ]
+
+
+def tool_name(name: str) -> str:
+    return name.replace(".", "_")
 
 
 def call_schema(case: CallCase) -> dict:
@@ -60,10 +84,25 @@ def call_prompt(case: CallCase) -> list[dict]:
 
 
 def call_matches(case: CallCase, call: dict) -> bool:
-    ((name, allowed),) = case.answer.items()
-    if call.get("name") != name:
+    """One ``{"name", "arguments"}`` call against a single-call case."""
+    return calls_match(case, [call])
+
+
+def calls_match(case: CallCase, calls: list[dict]) -> bool:
+    """``calls`` (``{"name", "arguments": dict}`` each; names with or without the dots) pair
+    one to one with the case's expected calls, in some order."""
+    if len(calls) != len(case.answers) or len(calls) > 8:
+        return False
+    return any(all(map(_one_matches, case.answers, order)) for order in itertools.permutations(calls))
+
+
+def _one_matches(answer: dict, call: dict) -> bool:
+    ((name, allowed),) = answer.items()
+    if call.get("name") not in (name, tool_name(name)):
         return False
     given = call.get("arguments", {})
+    if not isinstance(given, dict):
+        return False
     for arg, values in allowed.items():
         if arg in given:
             if not any(_same(given[arg], v) for v in values):
