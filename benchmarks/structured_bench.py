@@ -63,6 +63,20 @@ def _calls(response, case: CallCase) -> tuple[list[dict], bool]:
     return calls, valid and bool(calls)
 
 
+def _content_calls(text: str) -> list[dict]:
+    """``{"name", "arguments"}`` objects written in ``text`` (one, or a JSON list of them)."""
+    start, end = (
+        min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1),
+        max(text.rfind("}"), text.rfind("]")),
+    )
+    try:
+        body = json.loads(text[start : end + 1]) if 0 <= start < end else None
+    except ValueError:
+        return []
+    calls = body if isinstance(body, list) else [body]
+    return [c for c in calls if isinstance(c, dict) and "name" in c and isinstance(c.get("arguments"), dict)]
+
+
 def _tool_row(case: CallCase, category: str, ours, peer) -> dict:
     request = {
         "model": "m",
@@ -78,9 +92,9 @@ def _tool_row(case: CallCase, category: str, ours, peer) -> dict:
     adaptive = ours.chat.completions.create(**request)
     row = {"id": case.id, "plain_tps": _tps(plain), "adaptive_tps": _tps(adaptive)}
     for name, response in (("plain", plain), ("adaptive", adaptive)):
-        calls, row[f"{name}_valid"] = _calls(response, case)
-        row[f"{name}_ast"] = row[f"{name}_valid"] and calls_match(case, calls)
-    row["same_calls"] = _calls(plain, case)[0] == _calls(adaptive, case)[0]
+        row[f"{name}_calls"], row[f"{name}_valid"] = _calls(response, case)
+        row[f"{name}_ast"] = row[f"{name}_valid"] and calls_match(case, row[f"{name}_calls"])
+    row["same_calls"] = row["plain_calls"] == row["adaptive_calls"]
     row["drafted"] = adaptive.model_extra["timings"].get("draft_n_by_drafter", {})
     if category == "simple_python":
         free = ours.chat.completions.create(
@@ -89,8 +103,11 @@ def _tool_row(case: CallCase, category: str, ours, peer) -> dict:
         row["free_tps"] = _tps(free)
     if peer is not None:
         answer = peer.chat.completions.create(**request)
-        calls, row["peer_valid"] = _calls(answer, case)
-        row["peer_ast"] = row["peer_valid"] and calls_match(case, calls)
+        row["peer_calls"], row["peer_valid"] = _calls(answer, case)
+        row["peer_ast"] = row["peer_valid"] and calls_match(case, row["peer_calls"])
+        row["peer_text"] = answer.choices[0].message.content
+        # generous to the peer: a call written as JSON in the content (often in a code block)
+        row["peer_content_ast"] = row["peer_ast"] or calls_match(case, _content_calls(row["peer_text"] or ""))
         row["peer_tps"] = _tps(answer)
     return row
 
@@ -136,7 +153,7 @@ def summarise(tool_rows: dict[str, list[dict]], json_rows: list[dict]) -> dict:
                 r["plain_tps"] / r["free_tps"] for r in rows if "free_tps" in r
             ),
             "valid_share": {k: _share(rows, f"{k}_valid") for k in ("plain", "adaptive", "peer")},
-            "ast_accuracy": {k: _share(rows, f"{k}_ast") for k in ("plain", "adaptive", "peer")},
+            "ast_accuracy": {k: _share(rows, f"{k}_ast") for k in ("plain", "adaptive", "peer", "peer_content")},
             "same_calls_share": _share(rows, "same_calls"),
             "peer_over_adaptive_tps": _median(r["peer_tps"] / r["adaptive_tps"] for r in rows if "peer_tps" in r),
             "grammar_tokens_drafted": sum(r["drafted"].get("grammar", 0) for r in rows),
@@ -165,32 +182,39 @@ def main() -> int:
     target = resolve_pair(None).target
     tool_rows: dict[str, list[dict]] = {"simple_python": [], "parallel": []}
     json_rows: list[dict] = []
+    path = Path(args.out) / f"structured-{record['cpu'].lower().replace(' ', '-')}.json"
+    command = " ".join(["benchmarks/structured_bench.py", *sys.argv[1:]])
+
+    def write() -> dict:  # after every case, so a long run that is stopped keeps what it measured
+        summary = summarise(tool_rows, json_rows)
+        result = {"machine": record, "command": command, "summary": summary, "tools": tool_rows, "json": json_rows}
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        return summary
+
     with ExitStack() as stack:
         port = free_port()
         ours = openai.OpenAI(base_url=stack.enter_context(running(localspec_serve(port), port)) + "/v1", api_key="n")
         peer = None
         if args.llama_server:
             port = free_port()
-            command = [args.llama_server, "-m", str(target), "--jinja", "-c", "4096", "-np", "1", "--port", str(port)]
-            peer = openai.OpenAI(base_url=stack.enter_context(running(command, port)) + "/v1", api_key="n")
+            command_line = [args.llama_server, "-m", str(target), "--jinja", "-c", "4096", "-np", "1"]
+            peer = openai.OpenAI(
+                base_url=stack.enter_context(running([*command_line, "--port", str(port)], port)) + "/v1", api_key="n"
+            )
         for category, n in (("simple_python", args.simple), ("parallel", args.parallel)):
             for i, case in enumerate(bfcl_cases(category, n)):
                 row = _tool_row(case, category, ours, peer)
                 tool_rows[category].append(row)
                 if category == "simple_python" and i < args.json:
                     json_rows.append(_json_row(case, ours))
+                write()
                 print(
                     f"{case.id}: x{row['adaptive_tps'] / row['plain_tps']:.2f} ast {row['adaptive_ast']} "
                     f"peer {row.get('peer_ast')} drafted {row['drafted']}",
                     file=sys.stderr,
                     flush=True,
                 )
-    summary = summarise(tool_rows, json_rows)
-    print(json.dumps(summary, indent=1))
-    path = Path(args.out) / f"structured-{record['cpu'].lower().replace(' ', '-')}.json"
-    command = " ".join(["benchmarks/structured_bench.py", *sys.argv[1:]])
-    result = {"machine": record, "command": command, "summary": summary, "tools": tool_rows, "json": json_rows}
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(write(), indent=1))
     print(f"wrote {path}", file=sys.stderr)
     return 0
 

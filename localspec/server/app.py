@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import socket
 import time
@@ -48,6 +47,7 @@ from starlette.routing import Route
 from localspec.api import check_response_format
 from localspec.decoding.tool_calls import check_tools
 from localspec.errors import InvalidOptionError, LocalspecError
+from localspec.server import anthropic_messages, openai_responses
 from localspec.server.errors import APIError, from_localspec_error, from_validation_error
 from localspec.server.openai_shapes import ChatShape, CompletionShape
 from localspec.server.schemas import ChatRequest, CommonRequest, CompletionRequest
@@ -104,6 +104,8 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
         Route("/v1/models", state.models, methods=["GET"]),
         Route("/v1/chat/completions", state.chat, methods=["POST"]),
         Route("/v1/completions", state.completions, methods=["POST"]),
+        *anthropic_messages.routes(state),
+        *openai_responses.routes(state),
     ]
     app = Starlette(
         routes=routes,
@@ -140,18 +142,20 @@ class _State:
     # --- plumbing --------------------------------------------------------------------------
 
     def _check_key(self, request: Request) -> None:
+        """Bearer token (OpenAI's clients) or ``x-api-key`` (Anthropic's)."""
         if self.config.api_key is None:
             return
         header = request.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        token = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
         if not hmac.compare_digest(token.encode(), self.config.api_key.encode()):
             raise APIError(
                 401,
-                "Incorrect API key provided" if token else "Missing API key (Authorization: Bearer ...)",
+                "Incorrect API key provided" if token else "Missing API key (Authorization: Bearer ... or x-api-key)",
                 code="invalid_api_key",
             )
 
-    async def _body(self, request: Request, model_type: type[BaseModel]) -> BaseModel:
+    async def read_body(self, request: Request, model_type: type[BaseModel]) -> BaseModel:
+        """The request's JSON body validated as ``model_type``; APIError (400 / 408 / 413)."""
         limit = self.config.max_body_bytes
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > limit:
@@ -183,17 +187,23 @@ class _State:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _options(self, body: CommonRequest, max_tokens: int | None) -> dict:
+    def base_options(self, max_tokens: int | None, param: str = "max_tokens") -> dict:
+        """The server's default generation options with the request's ``max_tokens``
+        (checked against the server's limit; ``param`` names the field in the error)."""
         options = dict(self.config.defaults)
         limit = self.config.max_tokens_limit or self.model.target.n_ctx
         if max_tokens is not None and max_tokens > limit:
             raise APIError(
                 400,
-                f"max_tokens is {max_tokens}; this server allows at most {limit}",
-                param="max_tokens",
+                f"{param} is {max_tokens}; this server allows at most {limit}",
+                param=param,
                 code="invalid_value",
             )
         options["max_tokens"] = min(max_tokens or options.get("max_tokens") or limit, limit)
+        return options
+
+    def _options(self, body: CommonRequest, max_tokens: int | None) -> dict:
+        options = self.base_options(max_tokens)
         for name in ("temperature", "top_p", "top_k", "min_p", "seed"):
             value = getattr(body, name)
             if value is not None:
@@ -219,12 +229,14 @@ class _State:
                     options[ours] = theirs
         return options
 
-    async def _handle(self, request: Request, handler) -> Response:
+    async def handle(self, request: Request, handler, render=APIError.response) -> Response:
+        """``await handler(request)`` after the key check; an APIError is answered by
+        ``render(error)`` (a protocol's own error shape; OpenAI's by default)."""
         try:
             self._check_key(request)
             return await handler(request)
         except APIError as exc:
-            return exc.response()
+            return render(exc)
 
     # --- endpoints --------------------------------------------------------------------------
 
@@ -249,16 +261,16 @@ class _State:
                 }
             )
 
-        return await self._handle(request, answer)
+        return await self.handle(request, answer)
 
     async def chat(self, request: Request) -> Response:
-        return await self._handle(request, self._chat)
+        return await self.handle(request, self._chat)
 
     async def completions(self, request: Request) -> Response:
-        return await self._handle(request, self._completions)
+        return await self.handle(request, self._completions)
 
     async def _chat(self, request: Request) -> Response:
-        body = await self._body(request, ChatRequest)
+        body = await self.read_body(request, ChatRequest)
         options = self._options(body, body.max_completion_tokens or body.max_tokens)
         if body.logprobs:
             options["logprobs"] = body.top_logprobs or 0
@@ -280,7 +292,7 @@ class _State:
         )
         tool_format = self.tool_format if "tools" in options else None
         shape = ChatShape(self.config.model_name, body.logprobs, tool_format=tool_format)
-        return await self._run(request, job, body, shape)
+        return await self.run(request, job, body, shape)
 
     def _tool_options(self, body: ChatRequest) -> dict:
         if body.tools is None:
@@ -310,7 +322,7 @@ class _State:
         return options
 
     async def _completions(self, request: Request) -> Response:
-        body = await self._body(request, CompletionRequest)
+        body = await self.read_body(request, CompletionRequest)
         options = self._options(body, body.max_tokens)
         if body.logprobs is not None:
             options["logprobs"] = body.logprobs
@@ -320,9 +332,14 @@ class _State:
             asyncio.get_running_loop(),
             logprobs=options.get("logprobs"),
         )
-        return await self._run(request, job, body, CompletionShape(self.config.model_name, body.logprobs is not None))
+        shape = CompletionShape(self.config.model_name, body.logprobs is not None)
+        return await self.run(request, job, body, shape, prompt_param="prompt")
 
-    async def _run(self, request: Request, job: Job, body: CommonRequest, shape) -> Response:
+    async def run(self, request: Request, job: Job, body, shape, prompt_param: str = "messages") -> Response:
+        """Queue ``job`` and answer in ``shape``'s protocol: a stream of its events when
+        ``body.stream``, else its whole response.  ``shape`` gives ``stream_start()``,
+        ``stream_events(events)``, ``stream_end(result, include_usage)``, ``stream_error()``
+        (lists of SSE text) and ``whole(pieces, result)`` (a JSON body)."""
         self.worker.submit(job)
         first = await _next(job, request)
         if first is None:  # the client left while the request waited
@@ -330,7 +347,6 @@ class _State:
             return Response(status_code=499)
         kind, value = first
         if kind == "error":
-            prompt_param = "prompt" if isinstance(body, CompletionRequest) else "messages"
             raise (
                 from_localspec_error(value, prompt_param)
                 if isinstance(value, LocalspecError)
@@ -338,7 +354,8 @@ class _State:
             )
         if kind == "skipped":
             raise APIError(503, "the server is shutting down", type="server_error", retry=True)
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        stream_options = getattr(body, "stream_options", None)
+        include_usage = bool(stream_options and stream_options.include_usage)
         if body.stream:
             return StreamingResponse(
                 self._sse(request, job, shape, include_usage),
@@ -354,13 +371,14 @@ class _State:
             if kind == "event":
                 pieces.append(value)
             elif kind == "done":
-                return JSONResponse(shape.whole(pieces, value, self.model))
+                return JSONResponse(shape.whole(pieces, value))
             elif kind == "error":
                 raise APIError(500, "internal server error", type="server_error", retry=True)
 
     async def _sse(self, request: Request, job: Job, shape, include_usage: bool) -> AsyncIterator[str]:
         try:
-            yield _sse(shape.first_chunk())
+            for text in shape.stream_start():
+                yield text
             while True:
                 item = await _next(job, request)
                 if item is None or await request.is_disconnected():
@@ -369,28 +387,12 @@ class _State:
                 while not job.events.empty() and batch[-1][0] == "event":  # one chunk per round, or so
                     batch.append(job.events.get_nowait())
                 events = [v for k, v in batch if k == "event"]
-                if events:
-                    chunk = shape.delta_chunk(events)
-                    if chunk is not None:
-                        yield _sse(chunk)
+                for text in shape.stream_events(events) if events else ():
+                    yield text
                 end = batch[-1]
-                if end[0] == "done":
-                    yield _sse(shape.final_chunk(end[1], self.model))
-                    if include_usage:
-                        yield _sse(shape.usage_chunk(end[1], self.model))
-                    yield "data: [DONE]\n\n"
-                    return
-                if end[0] == "error":
-                    yield _sse(
-                        {
-                            "error": {
-                                "message": "internal server error",
-                                "type": "server_error",
-                                "param": None,
-                                "code": None,
-                            }
-                        }
-                    )
+                if end[0] in ("done", "error"):
+                    for text in shape.stream_end(end[1], include_usage) if end[0] == "done" else shape.stream_error():
+                        yield text
                     return
         finally:
             job.cancel()  # the client left mid-stream (or the stream ended): stop within one round
@@ -405,10 +407,6 @@ async def _next(job: Job, request: Request):
             if await request.is_disconnected():
                 job.cancel()
                 return None
-
-
-def _sse(data: dict) -> str:
-    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -7,6 +7,7 @@ import time
 import uuid
 
 from localspec.decoding.stats import GenerationResult
+from localspec.server import sse
 from localspec.server.openai_tools import tool_call_stream
 
 
@@ -57,7 +58,28 @@ def _finish_reason(result: GenerationResult) -> str:
     return "length" if result.finish_reason in ("length", "context") else "stop"
 
 
-class ChatShape:
+class _OpenAIStream:
+    """OpenAI's stream: ``data:`` chunks, the usage chunk when asked for, ``data: [DONE]``."""
+
+    def stream_start(self) -> list[str]:
+        return [sse.data(self.first_chunk())]
+
+    def stream_events(self, events: list) -> list[str]:
+        chunk = self.delta_chunk(events)
+        return [sse.data(chunk)] if chunk is not None else []
+
+    def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
+        out = [sse.data(self.final_chunk(result))]
+        if include_usage:
+            out.append(sse.data(self.usage_chunk(result)))
+        return out + ["data: [DONE]\n\n"]
+
+    def stream_error(self) -> list[str]:
+        error = {"message": "internal server error", "type": "server_error", "param": None, "code": None}
+        return [sse.data({"error": error})]
+
+
+class ChatShape(_OpenAIStream):
     def __init__(self, model_name: str, logprobs: bool, tool_format=None):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
@@ -95,17 +117,17 @@ class ChatShape:
                 return None
         return self._chunk([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
 
-    def final_chunk(self, result: GenerationResult, model) -> dict:
+    def final_chunk(self, result: GenerationResult) -> dict:
         chunk = self._chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(result)}])
         chunk["timings"] = timings(result)
         return chunk
 
-    def usage_chunk(self, result: GenerationResult, model) -> dict:
+    def usage_chunk(self, result: GenerationResult) -> dict:
         chunk = self._chunk([])
         chunk["usage"] = usage(result)
         return chunk
 
-    def whole(self, pieces: list, result: GenerationResult, model) -> dict:
+    def whole(self, pieces: list, result: GenerationResult) -> dict:
         entries = [lp for _, lp in pieces if lp is not None]
         return {
             "id": self.id,
@@ -132,7 +154,7 @@ def _message(result: GenerationResult) -> dict:
     return {"role": "assistant", "content": result.content or None, "refusal": None, "tool_calls": result.tool_calls}
 
 
-class CompletionShape:
+class CompletionShape(_OpenAIStream):
     def __init__(self, model_name: str, logprobs: bool):
         self.id = f"cmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
@@ -172,18 +194,18 @@ class CompletionShape:
             return None
         return self._obj(text, None, self._legacy_logprobs(entries))
 
-    def final_chunk(self, result: GenerationResult, model) -> dict:
+    def final_chunk(self, result: GenerationResult) -> dict:
         obj = self._obj("", _finish_reason(result), None)
         obj["timings"] = timings(result)
         return obj
 
-    def usage_chunk(self, result: GenerationResult, model) -> dict:
+    def usage_chunk(self, result: GenerationResult) -> dict:
         obj = self._obj("", None, None)
         obj["choices"] = []
         obj["usage"] = usage(result)
         return obj
 
-    def whole(self, pieces: list, result: GenerationResult, model) -> dict:
+    def whole(self, pieces: list, result: GenerationResult) -> dict:
         obj = self._obj(result.text, _finish_reason(result), self._legacy_logprobs([lp for _, lp in pieces if lp]))
         obj["usage"] = usage(result)
         obj["timings"] = timings(result)
