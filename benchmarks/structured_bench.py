@@ -8,9 +8,11 @@ The cases are the Berkeley Function Calling Leaderboard's (``localspec.bench.bfc
 case's functions go out as OpenAI ``tools`` with ``tool_choice: "required"`` (parallel
 cases: ``parallel_tool_calls`` true), greedy, through one client.  Per case, one after the
 other: localspec with no drafting (constrained plain), localspec's adaptive default, the
-same messages without tools and no drafting (free plain: the grammar mask's cost), and the
-peer.  On the first ``--json`` simple cases, the call is also asked for as a JSON answer
-(``response_format`` json_schema ``{"name", "arguments"}``), plain and adaptive.
+peer; on the first ``--free`` simple cases also the same messages without tools and no
+drafting (free plain: the grammar mask's cost).  On the first ``--json`` simple cases, the
+call is also asked for as a JSON answer (``response_format`` json_schema ``{"name",
+"arguments"}``), plain and adaptive.  Simple and parallel cases take turns, and the result
+file is rewritten after every case.
 
 Decode speed is each server's own ``timings.predicted_per_second`` (tokens after the first
 over the time after the first).  Reported: median ratios over the cases, the share of calls
@@ -77,7 +79,7 @@ def _content_calls(text: str) -> list[dict]:
     return [c for c in calls if isinstance(c, dict) and "name" in c and isinstance(c.get("arguments"), dict)]
 
 
-def _tool_row(case: CallCase, category: str, ours, peer) -> dict:
+def _tool_row(case: CallCase, category: str, ours, peer, free: bool) -> dict:
     request = {
         "model": "m",
         "messages": list(case.messages),
@@ -96,11 +98,11 @@ def _tool_row(case: CallCase, category: str, ours, peer) -> dict:
         row[f"{name}_ast"] = row[f"{name}_valid"] and calls_match(case, row[f"{name}_calls"])
     row["same_calls"] = row["plain_calls"] == row["adaptive_calls"]
     row["drafted"] = adaptive.model_extra["timings"].get("draft_n_by_drafter", {})
-    if category == "simple_python":
-        free = ours.chat.completions.create(
+    if free:
+        answer = ours.chat.completions.create(
             model="m", messages=list(case.messages), temperature=0, max_tokens=FREE_TOKENS, extra_body=PLAIN
         )
-        row["free_tps"] = _tps(free)
+        row["free_tps"] = _tps(answer)
     if peer is not None:
         answer = peer.chat.completions.create(**request)
         row["peer_calls"], row["peer_valid"] = _calls(answer, case)
@@ -169,11 +171,22 @@ def summarise(tool_rows: dict[str, list[dict]], json_rows: list[dict]) -> dict:
     return out
 
 
+def _interleaved(n_simple: int, n_parallel: int):
+    """(category, index, case): simple and parallel cases in turn, so that a run stopped
+    early still holds both kinds."""
+    simple, parallel = bfcl_cases("simple_python", n_simple), bfcl_cases("parallel", n_parallel)
+    for i in range(max(len(simple), len(parallel))):
+        for category, cases in (("simple_python", simple), ("parallel", parallel)):
+            if i < len(cases):
+                yield category, i, cases[i]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--simple", type=int, default=200, help="BFCL simple_python cases (from 0)")
     parser.add_argument("--parallel", type=int, default=100, help="BFCL parallel cases (from 0)")
-    parser.add_argument("--json", type=int, default=50, help="simple cases also asked as a JSON answer")
+    parser.add_argument("--json", type=int, default=20, help="simple cases also asked as a JSON answer")
+    parser.add_argument("--free", type=int, default=50, help="simple cases also asked with no tools (mask cost)")
     parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
@@ -201,12 +214,11 @@ def main() -> int:
             peer = openai.OpenAI(
                 base_url=stack.enter_context(running([*command_line, "--port", str(port)], port)) + "/v1", api_key="n"
             )
-        for category, n in (("simple_python", args.simple), ("parallel", args.parallel)):
-            for i, case in enumerate(bfcl_cases(category, n)):
-                row = _tool_row(case, category, ours, peer)
-                tool_rows[category].append(row)
-                if category == "simple_python" and i < args.json:
-                    json_rows.append(_json_row(case, ours))
+        for category, i, case in _interleaved(args.simple, args.parallel):
+            row = _tool_row(case, category, ours, peer, free=category == "simple_python" and i < args.free)
+            tool_rows[category].append(row)
+            if category == "simple_python" and i < args.json:
+                json_rows.append(_json_row(case, ours))
                 write()
                 print(
                     f"{case.id}: x{row['adaptive_tps'] / row['plain_tps']:.2f} ast {row['adaptive_ast']} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from localspec.decoding.drafters import (
     PromptLookupDrafter,
     SuffixDrafter,
 )
+from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.loop import DraftParams, Generation, GenerationParams
 from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
@@ -70,6 +71,11 @@ def resolve_pair(
     target_path = ensure_local(target_ref, progress, cancel)
     draft_path = ensure_local(draft_ref, progress, cancel) if draft_ref is not None else None
     return ResolvedPair(target=target_path, draft=draft_path, pair=pair)
+
+
+_KNOWN_OPTIONS = frozenset(
+    "max_tokens temperature top_k top_p min_p seed stop draft_max draft_min p_min strategy logprobs".split()
+)
 
 
 class SpeculativeModel:
@@ -221,6 +227,20 @@ class SpeculativeModel:
                 raise InvalidOptionError(f"token ids must be in [0, {self.target.n_vocab})")
         return self._start(tokens, started, stream, options)
 
+    def infill(
+        self, prefix: str, suffix: str = "", *, extra: Sequence[dict] = (), stream: bool = False, **options
+    ) -> GenerationResult | Generation:
+        """Fill in the middle between ``prefix`` and ``suffix`` (code before and after the
+        cursor) with the target's FIM tokens; ``extra``: other files as ``[{"filename",
+        "text"}]`` (llama-server's ``input_extra``).  Layout and trimming to the context:
+        :func:`localspec.decoding.fim.fim_prompt`.  Options as in :meth:`chat`.
+        InvalidOptionError for a model without FIM tokens."""
+        started = time.perf_counter()
+        self._ensure_open()
+        reserve = min(options.get("max_tokens") or 512, self.target.n_ctx // 2)
+        tokens = engine_fim_prompt(self.target, prefix, suffix, extra, reserve)
+        return self._start(tokens, started, stream, options)
+
     def chat(self, messages: str | Messages, *, stream: bool = False, **options) -> GenerationResult | Generation:
         """Answer a conversation rendered with the target's own chat template.
 
@@ -346,21 +366,7 @@ class SpeculativeModel:
         return self.target.tokenize(prediction, add_special=False, parse_special=False) if prediction else []
 
     def _params(self, options: dict) -> GenerationParams:
-        known = {
-            "max_tokens",
-            "temperature",
-            "top_k",
-            "top_p",
-            "min_p",
-            "seed",
-            "stop",
-            "draft_max",
-            "draft_min",
-            "p_min",
-            "strategy",
-            "logprobs",
-        }
-        unknown = set(options) - known
+        unknown = set(options) - _KNOWN_OPTIONS
         if unknown:
             raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
         d = self.default_draft

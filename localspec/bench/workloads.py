@@ -108,6 +108,43 @@ def code_prompts(n: int) -> list[Prompt]:
     ]
 
 
+@dataclass(frozen=True)
+class FimCase:
+    """A fill-in-the-middle cut of one HumanEval solution at line boundaries, with other
+    problems' solutions as the editor's other open files (llama-server's ``input_extra``)."""
+
+    id: str
+    prefix: str
+    middle: str
+    suffix: str
+    extra: tuple  # ({"filename", "text"}, ...)
+
+
+def fim_cases(n: int, n_extra: int = 2) -> list[FimCase]:
+    """``n`` cuts: the middle is the second third of the canonical solution's lines (at
+    least one line); the extra files are the next ``n_extra`` problems, whole."""
+    tasks = humaneval_tasks(n + n_extra)
+    cases = []
+    for i, t in enumerate(tasks[:n]):
+        head, body = t["prompt"].splitlines(keepends=True), t["canonical_solution"].splitlines(keepends=True)
+        start, size = len(head) + len(body) // 3, max(1, len(body) // 3)
+        lines = head + body
+        extra = tuple(
+            {"filename": f"humaneval_{j}.py", "text": tasks[j]["prompt"] + tasks[j]["canonical_solution"]}
+            for j in range(i + 1, i + 1 + n_extra)
+        )
+        cases.append(
+            FimCase(
+                t["task_id"],
+                "".join(lines[:start]),
+                "".join(lines[start : start + size]),
+                "".join(lines[start + size :]),
+                extra,
+            )
+        )
+    return cases
+
+
 def edit_prompts(n: int) -> list[Prompt]:
     tasks = humaneval_tasks(n)
     return [

@@ -273,6 +273,20 @@ class Engine:
         return [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
 
     @owned
+    def fim_tokens(self) -> dict[str, int]:
+        """The vocabulary's fill-in-the-middle tokens that exist, by llama.cpp's names
+        (``pre``, ``suf``, ``mid``, ``pad``, ``rep``, ``sep``; Qwen2.5-Coder: ``<|fim_prefix|>``,
+        ``<|fim_suffix|>``, ``<|fim_middle|>``, ``<|fim_pad|>``, ``<|repo_name|>``,
+        ``<|file_sep|>``); empty for a model without them.  EngineError once closed."""
+        self._check_open()
+        found = {}
+        for name in ("pre", "suf", "mid", "pad", "rep", "sep"):
+            token = int(getattr(llama_cpp, f"llama_vocab_fim_{name}")(self._vocab))
+            if token >= 0:
+                found[name] = token
+        return found
+
+    @owned
     def token_text(self, token: int) -> str:
         """The vocabulary's text of ``token`` (special tokens by name); EngineError once closed."""
         self._check_open()

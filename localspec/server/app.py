@@ -47,8 +47,9 @@ from starlette.routing import Route
 from localspec.api import check_response_format
 from localspec.decoding.tool_calls import check_tools
 from localspec.errors import InvalidOptionError, LocalspecError
-from localspec.server import anthropic_messages, openai_responses
+from localspec.server import anthropic_messages, infill, openai_responses
 from localspec.server.errors import APIError, from_localspec_error, from_validation_error
+from localspec.server.infill import NO_FIM
 from localspec.server.openai_shapes import ChatShape, CompletionShape
 from localspec.server.schemas import ChatRequest, CommonRequest, CompletionRequest
 from localspec.server.worker import DEFAULT_QUEUE, Job, ModelWorker
@@ -104,6 +105,7 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
         Route("/v1/models", state.models, methods=["GET"]),
         Route("/v1/chat/completions", state.chat, methods=["POST"]),
         Route("/v1/completions", state.completions, methods=["POST"]),
+        *infill.routes(state),
         *anthropic_messages.routes(state),
         *openai_responses.routes(state),
     ]
@@ -136,6 +138,7 @@ class _State:
     def __init__(self, model, config: ServerConfig, worker: ModelWorker):
         self.tool_format = getattr(model, "tool_format", None)  # read once, not per request
         self.supports_tools = self.tool_format is not None
+        self.fim_tokens = model.target.fim_tokens() if hasattr(model, "target") else {}
         self.model, self.config, self.worker = model, config, worker
         self.created = int(time.time())
 
@@ -327,8 +330,14 @@ class _State:
         if body.logprobs is not None:
             options["logprobs"] = body.logprobs
         prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+        if body.suffix is not None and "pre" not in self.fim_tokens:
+            raise APIError(400, NO_FIM.format(self.config.model_name), param="suffix", code="unsupported_value")
         job = Job(
-            lambda model: model.generate(prompt, stream=True, **options),
+            lambda model: (
+                model.generate(prompt, stream=True, **options)
+                if body.suffix is None
+                else model.infill(prompt, body.suffix, stream=True, **options)
+            ),
             asyncio.get_running_loop(),
             logprobs=options.get("logprobs"),
         )

@@ -248,4 +248,3 @@ class CompletionRequest(CommonRequest):
         return v
 
     _no_echo = _refused("echo", why="echo is not supported")
-    _no_suffix = _refused("suffix", why="suffix (insertion) is not supported")
