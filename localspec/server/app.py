@@ -220,16 +220,8 @@ class _State:
             except LocalspecError as exc:
                 raise APIError(400, str(exc), param="response_format", code="invalid_value") from None
             options["response_format"] = fmt
-        spec = body.speculative
-        if spec is not None:
-            for ours, theirs in (
-                ("draft_max", spec.n_max),
-                ("draft_min", spec.n_min),
-                ("p_min", spec.p_min),
-                ("strategy", spec.strategy),
-            ):
-                if theirs is not None:
-                    options[ours] = theirs
+        if body.speculative is not None:
+            options.update(body.speculative.as_options())
         return options
 
     async def handle(self, request: Request, handler, render=APIError.response) -> Response:

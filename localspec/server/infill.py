@@ -4,7 +4,8 @@ llama.vim ask for it.
 Request (llama-server's fields): ``input_prefix`` and ``input_suffix`` (the code before and
 after the cursor), ``input_extra`` (``[{"filename", "text"}]``: other open files),
 ``prompt`` (text typed after the prefix), ``n_predict`` (-1: the server's limit),
-``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``, ``stop``, ``stream``; the
+``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``, ``stop``, ``stream``, and
+``speculative`` as in chat (``{n_max, n_min, p_min, strategy}``); the
 other knobs llama.vscode sends (``samplers``, ``cache_prompt``, ``n_indent``,
 ``t_max_prompt_ms``, ``t_max_predict_ms``, ``id_slot``, ``response_fields``, ...) are
 accepted and ignored.  The prompt is built by :func:`localspec.decoding.fim.fim_prompt`.
@@ -29,6 +30,7 @@ from localspec.decoding.stats import GenerationResult
 from localspec.server import sse
 from localspec.server.errors import APIError
 from localspec.server.openai_shapes import timings
+from localspec.server.schemas import SpeculativeOptions
 from localspec.server.worker import Job
 
 NO_FIM = "{} has no fill-in-the-middle tokens (suffix and /infill need a model trained for FIM, e.g. Qwen2.5-Coder)"
@@ -54,6 +56,7 @@ class InfillRequest(BaseModel):
     seed: int | None = None
     stop: list[str] | None = None
     stream: bool = False
+    speculative: SpeculativeOptions | None = None  # as in chat: {n_max, n_min, p_min, strategy}
 
 
 class InfillShape:
@@ -113,6 +116,8 @@ def routes(state) -> list[Route]:
         for name in ("temperature", "top_k", "top_p", "min_p", "seed", "stop"):
             if getattr(body, name) is not None:
                 options[name] = getattr(body, name)
+        if body.speculative is not None:
+            options.update(body.speculative.as_options())
         prefix, extra = body.input_prefix + body.prompt, [c.model_dump() for c in body.input_extra]
         job = Job(
             lambda model: model.infill(prefix, body.input_suffix, extra=extra, stream=True, **options),

@@ -121,6 +121,16 @@ class SpeculativeOptions(BaseModel):
             raise ValueError("must be 'auto' or an integer >= 0")
         return v
 
+    def as_options(self) -> dict:
+        """The library's option names: draft_max, draft_min, p_min, strategy (those set)."""
+        pairs = (
+            ("draft_max", self.n_max),
+            ("draft_min", self.n_min),
+            ("p_min", self.p_min),
+            ("strategy", self.strategy),
+        )
+        return {ours: theirs for ours, theirs in pairs if theirs is not None}
+
     @model_validator(mode="after")
     def _min_below_max(self):
         if isinstance(self.n_max, int) and self.n_min is not None and self.n_min > self.n_max:
