@@ -219,13 +219,13 @@ def main() -> int:
             tool_rows[category].append(row)
             if category == "simple_python" and i < args.json:
                 json_rows.append(_json_row(case, ours))
-                write()
-                print(
-                    f"{case.id}: x{row['adaptive_tps'] / row['plain_tps']:.2f} ast {row['adaptive_ast']} "
-                    f"peer {row.get('peer_ast')} drafted {row['drafted']}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            write()
+            print(
+                f"{case.id}: x{row['adaptive_tps'] / row['plain_tps']:.2f} ast {row['adaptive_ast']} "
+                f"peer {row.get('peer_ast')} drafted {row['drafted']}",
+                file=sys.stderr,
+                flush=True,
+            )
     print(json.dumps(write(), indent=1))
     print(f"wrote {path}", file=sys.stderr)
     return 0
