@@ -11,8 +11,8 @@ other: localspec with no drafting (constrained plain), localspec's adaptive defa
 peer; on the first ``--free`` simple cases also the same messages without tools and no
 drafting (free plain: the grammar mask's cost).  On the first ``--json`` simple cases, the
 call is also asked for as a JSON answer (``response_format`` json_schema ``{"name",
-"arguments"}``), plain and adaptive.  Simple and parallel cases take turns, and the result
-file is rewritten after every case.
+"arguments"}``), plain and adaptive; the peer gets the first ``--peer-cases`` of each kind.
+Simple and parallel cases take turns, and the result file is rewritten after every case.
 
 Decode speed is each server's own ``timings.predicted_per_second`` (tokens after the first
 over the time after the first).  Reported: median ratios over the cases, the share of calls
@@ -80,6 +80,7 @@ def _content_calls(text: str) -> list[dict]:
 
 
 def _tool_row(case: CallCase, category: str, ours, peer, free: bool) -> dict:
+    """Constrained plain, adaptive, optionally free plain and the peer, on one case."""
     request = {
         "model": "m",
         "messages": list(case.messages),
@@ -142,7 +143,9 @@ def _median(values) -> float | None:
 
 
 def _share(rows, key) -> float | None:
-    return sum(bool(r[key]) for r in rows) / len(rows) if rows and key in rows[0] else None
+    """The share of the rows that have ``key`` where it is true (None: no row has it)."""
+    having = [r for r in rows if key in r]
+    return sum(bool(r[key]) for r in having) / len(having) if having else None
 
 
 def summarise(tool_rows: dict[str, list[dict]], json_rows: list[dict]) -> dict:
@@ -158,6 +161,7 @@ def summarise(tool_rows: dict[str, list[dict]], json_rows: list[dict]) -> dict:
             "ast_accuracy": {k: _share(rows, f"{k}_ast") for k in ("plain", "adaptive", "peer", "peer_content")},
             "same_calls_share": _share(rows, "same_calls"),
             "peer_over_adaptive_tps": _median(r["peer_tps"] / r["adaptive_tps"] for r in rows if "peer_tps" in r),
+            "adaptive_ast_on_peer_cases": _share([r for r in rows if "peer_ast" in r], "adaptive_ast"),
             "grammar_tokens_drafted": sum(r["drafted"].get("grammar", 0) for r in rows),
         }
     if json_rows:
@@ -187,6 +191,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=100, help="BFCL parallel cases (from 0)")
     parser.add_argument("--json", type=int, default=20, help="simple cases also asked as a JSON answer")
     parser.add_argument("--free", type=int, default=50, help="simple cases also asked with no tools (mask cost)")
+    parser.add_argument("--peer-cases", type=int, default=10**6, help="cases of each kind also sent to the peer")
     parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
@@ -215,7 +220,8 @@ def main() -> int:
                 base_url=stack.enter_context(running([*command_line, "--port", str(port)], port)) + "/v1", api_key="n"
             )
         for category, i, case in _interleaved(args.simple, args.parallel):
-            row = _tool_row(case, category, ours, peer, free=category == "simple_python" and i < args.free)
+            free = category == "simple_python" and i < args.free
+            row = _tool_row(case, category, ours, peer if i < args.peer_cases else None, free)
             tool_rows[category].append(row)
             if category == "simple_python" and i < args.json:
                 json_rows.append(_json_row(case, ours))
