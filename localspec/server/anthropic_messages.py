@@ -1,7 +1,419 @@
-"""Placeholder: the routes of this protocol are being written."""
+"""Anthropic's Messages API, ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``,
+for the anthropic SDK and Claude Code.
+
+Request: ``model`` (any name), ``system`` (a string or text blocks), ``messages`` (content a
+string or ``text`` / ``tool_use`` / ``tool_result`` blocks, a tool_result's content a string
+or text blocks; ``thinking`` blocks are dropped; a final assistant message is a prefill the
+answer continues), ``max_tokens`` (required; lowered to the server's limit, as Claude Code
+asks for 32000), ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``, ``tools``
+(``[{name, description, input_schema}]``), ``tool_choice`` (``{"type": "auto" | "any" |
+"tool" | "none", "name", "disable_parallel_tool_use"}``), ``stream``.  Other fields
+(``metadata``, ``thinking``, ``cache_control``, ...) are ignored; images, documents and
+server tools get a 400.
+
+Response: ``{"id": "msg_…", "type": "message", "role": "assistant", "model", "content": [a
+text block, tool_use blocks {"id": "toolu_…", "name", "input"}], "stop_reason" (end_turn,
+max_tokens, stop_sequence, tool_use, model_context_window_exceeded), "stop_sequence",
+"usage": {"input_tokens", "output_tokens"}}`` plus llama.cpp's ``timings``.  ``input_tokens``
+is the whole prompt (the reused KV prefix is ``timings.cache_n``, not Anthropic's separately
+counted ``cache_read_input_tokens``).  A stream: ``message_start``, ``ping``, per block
+``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``) /
+``content_block_stop``, then ``message_delta`` (stop_reason, usage, timings), ``message_stop``.
+``count_tokens`` answers ``{"input_tokens": N}`` (the template rendered on the model's thread).
+
+Errors: ``{"type": "error", "error": {"type", "message"}}``: 400 invalid_request_error, 401
+authentication_error, 404 not_found_error, 408 timeout_error, 413 request_too_large, 429
+rate_limit_error, 503 overloaded_error, 500 api_error.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import uuid
+from typing import Literal
 
-def routes(state) -> list:
-    return []
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from localspec.decoding.stats import GenerationResult
+from localspec.decoding.tool_calls import check_tools, normalise_messages
+from localspec.errors import LocalspecError
+from localspec.server import sse
+from localspec.server.errors import APIError, from_localspec_error
+from localspec.server.openai_shapes import timings
+from localspec.server.openai_tools import tool_call_stream
+from localspec.server.worker import Job
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    """An APIError in Anthropic's shape, keeping its status and retry headers; a prompt over
+    the context starts "prompt is too long" as Anthropic's does (Claude Code compacts on it)."""
+    kind = _ERROR_TYPES.get(exc.status, "api_error" if exc.status >= 500 else "invalid_request_error")
+    headers = {"x-should-retry": "true" if exc.retry else "false", **exc.headers}
+    message = f"prompt is too long: {exc.message}" if exc.code == "context_length_exceeded" else exc.message
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return JSONResponse(body, status_code=exc.status, headers=headers)
+
+
+# --- request -----------------------------------------------------------------------------
+
+
+class Block(BaseModel):
+    """A content block; which fields a ``type`` needs is checked when translating."""
+
+    model_config = ConfigDict(extra="allow", strict=True)  # cache_control, citations, source, ...
+    type: str
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: dict | None = None
+    tool_use_id: str | None = None
+    content: str | list[Block] | None = None
+    is_error: bool | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    role: Literal["user", "assistant"]
+    content: str | list[Block]
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: str | None = None
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    input_schema: dict | None = None
+
+
+class ToolChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class CountTokensRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)  # metadata, thinking, service_tier, ...
+    model: str | None = None
+    messages: list[Message] = Field(min_length=1)
+    system: str | list[Block] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int = Field(ge=1)
+    stop_sequences: list[str] | None = None
+    temperature: float | None = Field(None, ge=0.0, le=1.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    stream: bool = False
+
+
+def _refuse(where: str, block: Block) -> APIError:
+    if block.type in ("image", "document"):
+        why = f"{block.type} blocks are not supported: the model reads text only"
+    else:
+        why = f"a {block.type!r} block is not supported here"
+    return APIError(400, f"{where}: {why}", param=where)
+
+
+def _need(block: Block, where: str, *fields: str) -> None:
+    missing = [f for f in fields if getattr(block, f) is None]
+    if missing:
+        raise APIError(400, f"{where}: a {block.type} block needs {', '.join(missing)}", param=where)
+
+
+def _text(content: str | list[Block] | None, where: str) -> str:
+    """Text content: a string or text blocks (joined by newlines); APIError otherwise."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for j, block in enumerate(content):
+        if block.type != "text":
+            raise _refuse(f"{where}.{j}", block)
+        _need(block, f"{where}.{j}", "text")
+        texts.append(block.text)
+    return "\n".join(texts)
+
+
+def _turn(message: Message, where: str) -> list[dict]:
+    """One turn as OpenAI messages: an assistant's text with its tool_use blocks as
+    ``tool_calls``; a user's tool_result blocks as ``tool`` messages, then its text (if any)."""
+    if isinstance(message.content, str):
+        return [{"role": message.role, "content": message.content}]
+    texts, calls, replies = [], [], []
+    for j, block in enumerate(message.content):
+        at, kind = f"{where}.{j}", (message.role, block.type)
+        if block.type == "text":
+            _need(block, at, "text")
+            texts.append(block.text)
+        elif kind == ("assistant", "tool_use"):
+            _need(block, at, "id", "name", "input")
+            function = {"name": block.name, "arguments": json.dumps(block.input)}
+            calls.append({"id": block.id, "type": "function", "function": function})
+        elif kind == ("user", "tool_result"):
+            _need(block, at, "tool_use_id")
+            text = _text(block.content, f"{at}.content")
+            content = f"Error: {text}" if block.is_error else text
+            replies.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+        elif block.type not in ("thinking", "redacted_thinking"):
+            raise _refuse(at, block)
+    if message.role == "assistant":
+        return [{"role": "assistant", "content": "".join(texts), **({"tool_calls": calls} if calls else {})}]
+    return replies + ([{"role": "user", "content": "\n".join(texts)}] if texts or not replies else [])
+
+
+def conversation(body: CountTokensRequest) -> tuple[list[dict], str | None]:
+    """(OpenAI-style messages for :meth:`SpeculativeModel.chat`, the prefill: the text of a
+    final assistant message, which the answer continues, or None); APIError (400)."""
+    system = _text(body.system, "system")
+    out = [{"role": "system", "content": system}] if system else []
+    for i, m in enumerate(body.messages):
+        out += _turn(m, f"messages.{i}.content")
+    if body.messages[-1].role != "assistant":
+        return out, None
+    last = out.pop()
+    if last.get("tool_calls"):
+        raise APIError(400, "the final assistant message cannot hold tool_use blocks", param="messages")
+    return out, last["content"] or None
+
+
+def _function(tool: Tool) -> dict:
+    function = {"name": tool.name, "parameters": tool.input_schema or {"type": "object"}}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+def tool_options(state, body: CountTokensRequest) -> dict:
+    """``tools`` / ``tool_choice`` / ``parallel_tool_calls`` for the model ({} without tools
+    or with tool_choice none); APIError (400) for server tools, a choice naming no tool, or
+    a model without a tool-call format."""
+    choice = body.tool_choice
+    if body.tools is None:
+        if choice is not None and choice.type not in ("auto", "none"):
+            raise APIError(400, "tool_choice needs tools", param="tool_choice")
+        return {}
+    for i, t in enumerate(body.tools):
+        if t.type not in (None, "custom"):
+            raise APIError(400, f"tools.{i}: server tool {t.type!r} is not supported (only custom tools)")
+    tools = [_function(t) for t in body.tools]
+    named = {"type": "function", "function": {"name": choice.name if choice is not None else None}}
+    openai_choice = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type if choice else "auto", named)
+    try:
+        check_tools(tools, openai_choice)
+    except LocalspecError as exc:
+        raise APIError(400, str(exc), param="tool_choice" if "tool_choice" in str(exc) else "tools") from None
+    if openai_choice == "none":
+        return {}
+    if not state.supports_tools:
+        raise APIError(400, f"{state.config.model_name} has no tool-call format in its chat template", param="tools")
+    options = {"tools": tools, "tool_choice": openai_choice}
+    if choice is not None and choice.disable_parallel_tool_use:
+        options["parallel_tool_calls"] = False
+    return options
+
+
+def prompt_tokens(target, messages: list[dict], prefill: str | None, tools: list[dict] | None) -> list[int]:
+    """The prompt as the chat template renders it, plus the prefill's tokens.  Calls
+    llama.cpp (through the engine's own thread): never call it on the event loop."""
+    tokens = target.chat_tokens(normalise_messages(messages), tools)
+    return tokens + (target.tokenize(prefill, add_special=False) if prefill else [])
+
+
+# --- response ----------------------------------------------------------------------------
+
+
+def _tool_id(openai_id: str) -> str:
+    return "toolu_" + openai_id.removeprefix("call_")
+
+
+def _tool_use(call: dict) -> dict:
+    arguments = json.loads(call["function"]["arguments"] or "{}")
+    return {"type": "tool_use", "id": _tool_id(call["id"]), "name": call["function"]["name"], "input": arguments}
+
+
+class MessagesShape:
+    """One answer in Anthropic's shapes, for :meth:`_State.run`.  ``stops``: the request's
+    stop sequences; ``token_bytes``: the target's (to tell which stop sequence ended it)."""
+
+    def __init__(self, model_name: str, tool_format, stops: list[str], token_bytes):
+        self.id = f"msg_{uuid.uuid4().hex[:24]}"
+        self.model_name, self.stops, self.token_bytes = model_name, stops, token_bytes
+        self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
+        self.input_tokens = 0  # set by the job once the prompt is rendered
+        self.index, self.open, self.sent, self.calls = -1, None, "", 0
+
+    def _message(self, content: list, stop: tuple, usage: dict) -> dict:
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model_name,
+            "content": content,
+            "stop_reason": stop[0],
+            "stop_sequence": stop[1],
+            "usage": usage,
+        }
+
+    def stop_reason(self, result: GenerationResult) -> tuple[str, str | None]:
+        """(stop_reason, stop_sequence)."""
+        if result.finish_reason in ("tool_calls", "length", "context"):
+            reason = {"tool_calls": "tool_use", "length": "max_tokens", "context": "model_context_window_exceeded"}
+            return reason[result.finish_reason], None
+        if self.stops:  # a stop sequence ended it when the tokens' text goes on past the answer's
+            full = b"".join(self.token_bytes(t) for t in result.tokens).decode("utf-8", "replace")
+            found = sorted((s for s in self.stops if full[len(result.text) :].startswith(s)), key=len)
+            if found:
+                return "stop_sequence", found[0]
+        return "end_turn", None
+
+    def whole(self, pieces: list, result: GenerationResult) -> dict:
+        text = result.content if result.tool_calls else result.text
+        content = ([{"type": "text", "text": text}] if text else []) + [_tool_use(c) for c in result.tool_calls or []]
+        usage = {"input_tokens": result.stats.prompt_tokens, "output_tokens": len(result.tokens)}
+        return {**self._message(content, self.stop_reason(result), usage), "timings": timings(result)}
+
+    # --- streaming ---
+
+    def stream_start(self) -> list[str]:
+        start = self._message([], (None, None), {"input_tokens": self.input_tokens, "output_tokens": 0})
+        return [
+            sse.event("message_start", {"type": "message_start", "message": start}),
+            sse.event("ping", {"type": "ping"}),
+        ]
+
+    def stream_events(self, events: list) -> list[str]:
+        text = "".join(e.text for e, _ in events)
+        content, calls = self.tool_stream.feed(text) if self.tool_stream is not None else (text, [])
+        out = self._text(content)
+        for delta in calls:
+            out += self._call(delta)
+        return out
+
+    def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
+        out = []
+        if not self.calls and result.text.startswith(self.sent):  # text the tool-call reader held back
+            out += self._text(result.text[len(self.sent) :])
+        out += self._close()
+        reason, sequence = self.stop_reason(result)
+        usage = {"input_tokens": result.stats.prompt_tokens, "output_tokens": len(result.tokens)}
+        delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage}
+        delta["timings"] = timings(result)
+        return out + [sse.event("message_delta", delta), sse.event("message_stop", {"type": "message_stop"})]
+
+    def stream_error(self) -> list[str]:
+        error = {"type": "error", "error": {"type": "api_error", "message": "internal server error"}}
+        return [sse.event("error", error)]
+
+    def _text(self, text: str) -> list[str]:
+        if not text:
+            return []
+        out = [] if self.open == "text" else self._start_block({"type": "text", "text": ""})
+        self.sent += text
+        return out + [self._delta({"type": "text_delta", "text": text})]
+
+    def _call(self, delta: dict) -> list[str]:
+        """One OpenAI tool-call delta: a call's header opens a tool_use block, its
+        arguments text goes out as ``input_json_delta``."""
+        out = []
+        if "id" in delta:
+            self.calls += 1
+            block = {"type": "tool_use", "id": _tool_id(delta["id"]), "name": delta["function"]["name"], "input": {}}
+            out += self._start_block(block)
+        if delta["function"].get("arguments"):
+            out.append(self._delta({"type": "input_json_delta", "partial_json": delta["function"]["arguments"]}))
+        return out
+
+    def _start_block(self, block: dict) -> list[str]:
+        out = self._close()
+        self.index, self.open = self.index + 1, block["type"]
+        start = {"type": "content_block_start", "index": self.index, "content_block": block}
+        return out + [sse.event("content_block_start", start)]
+
+    def _delta(self, delta: dict) -> str:
+        return sse.event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+
+    def _close(self) -> list[str]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [sse.event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+
+# --- endpoints ---------------------------------------------------------------------------
+
+
+def _starter(messages: list[dict], prefill: str | None, options: dict, shape: MessagesShape):
+    """The job's start: a chat, or with a prefill a generation from the rendered prompt."""
+
+    def start(model):
+        if prefill is None:
+            generation = model.chat(messages, stream=True, **options)
+        else:
+            generation = model.generate(prompt_tokens(model.target, messages, prefill, None), stream=True, **options)
+        shape.input_tokens = len(generation.prompt_tokens)
+        return generation
+
+    return start
+
+
+def routes(state) -> list[Route]:
+    """``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` on app.py's ``_State``."""
+
+    async def messages(request: Request) -> Response:
+        return await state.handle(request, answer, render=error_response)
+
+    async def count_tokens(request: Request) -> Response:
+        return await state.handle(request, count, render=error_response)
+
+    async def answer(request: Request) -> Response:
+        body = await state.read_body(request, MessagesRequest)
+        messages, prefill = conversation(body)
+        tools = tool_options(state, body)
+        if prefill is not None and tools:
+            raise APIError(400, "a final assistant message (prefill) cannot be combined with tools", param="messages")
+        limit = state.config.max_tokens_limit or state.model.target.n_ctx
+        options = state.base_options(min(body.max_tokens, limit))
+        for name in ("temperature", "top_p", "top_k"):
+            if getattr(body, name) is not None:
+                options[name] = getattr(body, name)
+        if body.stop_sequences:
+            options["stop"] = list(body.stop_sequences)
+        options.update(tools)
+        fmt = state.tool_format if tools else None
+        shape = MessagesShape(state.config.model_name, fmt, body.stop_sequences or [], state.model.target.token_bytes)
+        job = Job(_starter(messages, prefill, options, shape), asyncio.get_running_loop())
+        return await state.run(request, job, body, shape)
+
+    async def count(request: Request) -> Response:
+        body = await state.read_body(request, CountTokensRequest)
+        messages, prefill = conversation(body)
+        tools = tool_options(state, body).get("tools")
+        try:
+            tokens = await asyncio.to_thread(prompt_tokens, state.model.target, messages, prefill, tools)
+        except LocalspecError as exc:
+            raise from_localspec_error(exc) from None
+        return JSONResponse({"input_tokens": len(tokens)})
+
+    return [
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+    ]

@@ -2,7 +2,10 @@
 
 Built on Starlette (routing, SSE through ``StreamingResponse``) served by uvicorn, with
 request bodies validated by pydantic models.  Endpoints: ``GET /health``,
-``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``.
+``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``; each other
+protocol in its own module: llama-server's ``POST /infill`` (:mod:`.infill`), Anthropic's
+``POST /v1/messages`` (:mod:`.anthropic_messages`), OpenAI's ``POST /v1/responses``
+(:mod:`.openai_responses`).
 
 Shapes follow the OpenAI API reference (openai-python ``types/chat/*``): chat
 completion objects and ``chat.completion.chunk`` streams ending in ``data: [DONE]``,
