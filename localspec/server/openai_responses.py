@@ -1,7 +1,475 @@
-"""Placeholder: the routes of this protocol are being written."""
+"""OpenAI's Responses API, ``POST /v1/responses`` and ``GET`` / ``DELETE /v1/responses/{id}``,
+for the openai SDK's ``client.responses`` and the OpenAI Agents SDK (docs/server.md).
+
+Requests: ``input`` (a string, or message items with text content, ``function_call`` and
+``function_call_output`` items; ``reasoning`` items are dropped), ``instructions``, function
+``tools``, ``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens``, ``temperature``,
+``top_p``, ``text.format``, ``stream``, ``store`` (default true), ``previous_response_id``
+and our ``speculative``; other fields are ignored.  Images, files, built-in tools,
+``conversation``, ``prompt`` and ``background`` get a 400 naming the param.
+
+Responses: ``{"id": "resp_…", "object": "response", "status": "completed" | "incomplete",
+"output": [a ``message`` item, ``function_call`` items], "usage", ...}`` with the request's
+settings echoed and llama.cpp's ``timings``; streams as the Responses API's named events,
+each with ``type`` and ``sequence_number`` (:class:`ResponseShape`).  The last
+:data:`STORE_SIZE` stored responses are kept in memory with the conversation they end, for
+``previous_response_id`` (an unknown id is a 404).  Errors are OpenAI's shape.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+import uuid
+from collections import OrderedDict
+from typing import Literal
 
-def routes(state) -> list:
-    return []
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from localspec.api import check_response_format
+from localspec.decoding.stats import GenerationResult
+from localspec.decoding.tool_calls import check_tools
+from localspec.errors import LocalspecError
+from localspec.server import sse
+from localspec.server.errors import APIError
+from localspec.server.openai_shapes import timings
+from localspec.server.openai_tools import tool_call_stream
+from localspec.server.schemas import SpeculativeOptions
+from localspec.server.worker import Job
+
+STORE_SIZE = 256
+_REFUSED = ("conversation", "prompt", "background")  # server-side conversations, prompt templates, background runs
+
+
+# --- request -----------------------------------------------------------------------------
+
+
+class Part(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)  # annotations, logprobs, ...
+    type: str
+    text: str | None = None
+
+
+class Item(BaseModel):
+    """An input item; which fields its ``type`` needs is checked when translating."""
+
+    model_config = ConfigDict(extra="allow", strict=True)  # id, status, ...
+    type: str = "message"
+    role: Literal["user", "system", "developer", "assistant"] | None = None
+    content: str | list[Part] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | list[Part] | None = None
+
+
+class Function(BaseModel):
+    """A function tool, or a ``tool_choice`` naming one (built-in ones are refused when translating)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: str
+    name: str | None = Field(None, min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict | None = None
+    strict: bool | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    name: str = Field("response", max_length=64)
+    schema_: dict = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: bool | None = None
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)  # unknown fields: ignored, or refused (_REFUSED)
+    model: str | None = None
+    input: str | list[Item]
+    instructions: str | None = None
+    tools: list[Function] | None = None
+    tool_choice: Literal["auto", "none", "required"] | Function | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    text: TextConfig | None = None
+    stream: bool | None = False
+    store: bool | None = True
+    previous_response_id: str | None = None
+    metadata: dict | None = None
+    speculative: SpeculativeOptions | None = None
+
+
+def _text(content: str | list[Part] | None, where: str) -> str:
+    """A string, or text parts joined; APIError (400) for images, files, audio."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for j, part in enumerate(content):
+        if part.type not in ("input_text", "output_text", "text") or part.text is None:
+            why = f"{part.type!r} content is not supported (the model reads text only)"
+            raise APIError(400, f"{where}.{j}: {why}", param=f"{where}.{j}")
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def _need(item: Item, where: str, *fields: str) -> None:
+    missing = [f for f in fields if getattr(item, f) is None]
+    if missing:
+        raise APIError(400, f"{where}: a {item.type} item needs {', '.join(missing)}", param=f"{where}.{missing[0]}")
+
+
+def _function_call(item: Item, where: str) -> dict:
+    """A ``function_call`` item as a chat ``tool_calls`` entry; its arguments must be JSON."""
+    _need(item, where, "call_id", "name", "arguments")
+    try:
+        json.loads(item.arguments or "{}")
+    except ValueError:
+        raise APIError(400, f"{where}.arguments must be JSON text", param=f"{where}.arguments") from None
+    return {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+
+
+def messages_from(items: str | list[Item]) -> list[dict]:
+    """``input`` as chat messages for :meth:`SpeculativeModel.chat`: a function_call joins the
+    assistant message before it (or starts one), a function_call_output is a ``tool``
+    message; APIError (400) naming ``input.N`` for what cannot be translated."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    out: list[dict] = []
+    for i, item in enumerate(items):
+        at = f"input.{i}"
+        if item.type == "message":
+            _need(item, at, "role")
+            role = "system" if item.role == "developer" else item.role
+            out.append({"role": role, "content": _text(item.content, f"{at}.content")})
+        elif item.type == "function_call":
+            call = _function_call(item, at)
+            if out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif item.type == "function_call_output":
+            _need(item, at, "call_id", "output")
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output, f"{at}.output")})
+        elif item.type != "reasoning":
+            raise APIError(400, f"{at}: input items of type {item.type!r} are not supported", param=f"{at}.type")
+    return out
+
+
+def _chat_tool(tool: Function, where: str) -> dict:
+    if tool.type != "function":
+        raise APIError(400, f"{where}: built-in tool {tool.type!r} is not supported (only function tools)", param=where)
+    if tool.name is None:
+        raise APIError(400, f"{where}: a function tool needs name", param=f"{where}.name")
+    return {
+        "type": "function",
+        "function": tool.model_dump(include={"name", "description", "parameters"}, exclude_none=True),
+    }
+
+
+def tool_options(state, body: ResponsesRequest) -> dict:
+    """``tools`` / ``tool_choice`` / ``parallel_tool_calls`` for the model ({} without tools
+    or with tool_choice none); APIError (400) for built-in tools, a choice naming no tool, or
+    a model without a tool-call format."""
+    choice = body.tool_choice
+    if isinstance(choice, Function):
+        if choice.type != "function" or not choice.name:
+            raise APIError(400, f"tool_choice {choice.type!r} is not supported (only functions)", param="tool_choice")
+        choice = {"type": "function", "function": {"name": choice.name}}
+    choice = choice or "auto"
+    if not body.tools:
+        if choice not in ("auto", "none"):
+            raise APIError(400, "tool_choice needs tools", param="tool_choice")
+        return {}
+    tools = [_chat_tool(t, f"tools.{i}") for i, t in enumerate(body.tools)]
+    try:
+        check_tools(tools, choice)
+    except LocalspecError as exc:
+        raise APIError(400, str(exc), param="tool_choice" if "tool_choice" in str(exc) else "tools") from None
+    if choice == "none":
+        return {}
+    if not state.supports_tools:
+        raise APIError(400, f"{state.config.model_name} has no tool-call format in its chat template", param="tools")
+    options = {"tools": tools, "tool_choice": choice}
+    if body.parallel_tool_calls is not None:
+        options["parallel_tool_calls"] = body.parallel_tool_calls
+    return options
+
+
+def format_option(body: ResponsesRequest) -> dict | None:
+    """``text.format`` as chat's ``response_format`` (None: free text); APIError (400, param
+    ``text.format``) for a schema that cannot be compiled."""
+    fmt = body.text.format if body.text is not None else None
+    if fmt is None or fmt.type == "text":
+        return None
+    option = {"type": "json_object"}
+    if fmt.type == "json_schema":
+        option = {"type": "json_schema", "json_schema": {"name": fmt.name, "schema": fmt.schema_}}
+    try:
+        check_response_format(option)
+    except LocalspecError as exc:
+        raise APIError(400, str(exc), param="text.format", code="invalid_value") from None
+    return option
+
+
+def generation_options(state, body: ResponsesRequest) -> dict:
+    """The options of :meth:`SpeculativeModel.chat` for ``body``; APIError (400)."""
+    for name in _REFUSED:
+        if (body.model_extra or {}).get(name):
+            raise APIError(400, f"{name} is not supported by localspec serve", param=name)
+    options = state.base_options(body.max_output_tokens, param="max_output_tokens")
+    for name in ("temperature", "top_p"):
+        if getattr(body, name) is not None:
+            options[name] = getattr(body, name)
+    if body.speculative is not None:
+        options.update(body.speculative.as_options())
+    options.update(tool_options(state, body))
+    fmt = format_option(body)
+    if fmt is not None and "tools" in options:
+        raise APIError(400, "tools and text.format cannot be combined in one request", param="text.format")
+    if fmt is not None:
+        options["response_format"] = fmt
+    return options
+
+
+def _echo(state, body: ResponsesRequest, options: dict) -> dict:
+    """The request's settings as a response repeats them."""
+    choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, BaseModel) else body.tool_choice
+    fmt = body.text.format.model_dump(by_alias=True, exclude_none=True) if body.text and body.text.format else None
+    echo = {name: getattr(body, name) for name in ("instructions", "max_output_tokens", "previous_response_id")}
+    echo.update(model=state.config.model_name, tools=[t.model_dump() for t in body.tools or []])
+    echo.update(tool_choice=choice or "auto", parallel_tool_calls=body.parallel_tool_calls is not False)
+    echo.update(temperature=options.get("temperature"), top_p=options.get("top_p"), store=body.store is not False)
+    return {**echo, "text": {"format": fmt or {"type": "text"}}, "metadata": body.metadata or {}}
+
+
+# --- response ----------------------------------------------------------------------------
+
+
+def _usage(result: GenerationResult) -> dict:
+    """``input_tokens`` is the whole prompt, ``cached_tokens`` the KV prefix reused from the last request."""
+    s, output = result.stats, len(result.tokens)
+    details = {"cached_tokens": s.prompt_cached_tokens, "cache_write_tokens": 0}
+    usage = {"input_tokens": s.prompt_tokens, "input_tokens_details": details, "output_tokens": output}
+    return {**usage, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": s.prompt_tokens + output}
+
+
+def _status(result: GenerationResult) -> str:
+    return "incomplete" if result.finish_reason in ("length", "context", "cancelled") else "completed"
+
+
+def _part(text: str = "") -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _message_item(text: str, status: str) -> dict:
+    item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "role": "assistant"}
+    return {**item, "status": status, "content": [_part(text)]}
+
+
+def _call_item(call_id: str, name: str, arguments: str, status: str) -> dict:
+    item = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:24]}", "call_id": call_id, "name": name}
+    return {**item, "arguments": arguments, "status": status}
+
+
+def assistant_message(output: list[dict]) -> dict:
+    """A response's output items as one chat assistant message (its finished calls as ``tool_calls``)."""
+    text = "".join(p["text"] for item in output if item["type"] == "message" for p in item["content"])
+    calls = [
+        {"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}
+        for i in output
+        if i["type"] == "function_call" and i["status"] == "completed"
+    ]
+    return {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}
+
+
+class ResponseShape:
+    """One answer as a Responses object or stream, for :meth:`_State.run`.  ``echo``: the
+    request's settings (:func:`_echo`); ``done(response)`` is called with the finished
+    response (to store it).  A stream: ``response.created``, ``response.in_progress``; per
+    output item ``response.output_item.added`` … ``.done`` around, for a message,
+    ``response.content_part.added``, ``response.output_text.delta``…, ``.output_text.done``,
+    ``response.content_part.done``, for a call ``response.function_call_arguments.delta``… /
+    ``.done``; then ``response.completed`` / ``response.incomplete`` with the whole response
+    (``response.failed`` on an internal error)."""
+
+    def __init__(self, echo: dict, tool_format, done):
+        self.id, self.created = f"resp_{uuid.uuid4().hex[:24]}", int(time.time())
+        self.echo, self.done = echo, done
+        self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
+        self.seq, self.items, self.open, self.sent, self.calls = 0, [], None, "", 0
+
+    def _response(self, status: str, output: list, result: GenerationResult | None = None) -> dict:
+        response = {"id": self.id, "object": "response", "created_at": self.created, "status": status}
+        response.update(error=None, incomplete_details=None, output=output, usage=None, **self.echo)
+        if result is not None:
+            response.update(usage=_usage(result), timings=timings(result))
+            if status == "incomplete":
+                response["incomplete_details"] = {"reason": "max_output_tokens"}
+            else:
+                response["completed_at"] = int(time.time())
+        return response
+
+    def _finish(self, output: list, result: GenerationResult) -> dict:
+        response = self._response(_status(result), output, result)
+        self.done(response)
+        return response
+
+    def whole(self, pieces: list, result: GenerationResult) -> dict:
+        status = _status(result)
+        text = result.content if result.tool_calls else result.text
+        output = [_message_item(text, status)] if text or not result.tool_calls else []
+        for call in result.tool_calls or []:
+            output.append(_call_item(call["id"], call["function"]["name"], call["function"]["arguments"], "completed"))
+        return self._finish(output, result)
+
+    # --- streaming ---
+
+    def _event(self, kind: str, **payload) -> str:
+        self.seq += 1
+        return sse.event(kind, {"type": kind, "sequence_number": self.seq - 1, **payload})
+
+    def _at(self) -> dict:
+        return {"item_id": self.open["id"], "output_index": len(self.items) - 1}
+
+    def stream_start(self) -> list[str]:
+        skeleton = self._response("in_progress", [])
+        return [self._event(kind, response=skeleton) for kind in ("response.created", "response.in_progress")]
+
+    def stream_events(self, events: list) -> list[str]:
+        text = "".join(e.text for e, _ in events)
+        content, calls = self.tool_stream.feed(text) if self.tool_stream is not None else (text, [])
+        out = self._text(content)
+        for delta in calls:
+            out += self._call(delta)
+        return out
+
+    def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
+        out = []
+        if not self.calls and result.text.startswith(self.sent):  # text the tool-call reader held back
+            out += self._text(result.text[len(self.sent) :])
+        if not self.items:
+            out += self._open_message()
+        status = _status(result)
+        out += self._close(status)
+        return out + [self._event(f"response.{status}", response=self._finish(self.items, result))]
+
+    def stream_error(self) -> list[str]:
+        response = self._response("failed", self.items)
+        response["error"] = {"code": "server_error", "message": "internal server error"}
+        return [self._event("response.failed", response=response)]
+
+    def _add(self, item: dict) -> list[str]:
+        out = self._close()
+        self.items.append(item)
+        self.open = item
+        return out + [self._event("response.output_item.added", output_index=len(self.items) - 1, item=item)]
+
+    def _open_message(self) -> list[str]:
+        out = self._add(_message_item("", "in_progress"))
+        return out + [self._event("response.content_part.added", **self._at(), content_index=0, part=_part())]
+
+    def _text(self, text: str) -> list[str]:
+        if not text:
+            return []
+        out = [] if self.open is not None and self.open["type"] == "message" else self._open_message()
+        self.sent += text
+        self.open["content"][0]["text"] += text
+        delta = {"content_index": 0, "delta": text, "logprobs": []}
+        return out + [self._event("response.output_text.delta", **self._at(), **delta)]
+
+    def _call(self, delta: dict) -> list[str]:
+        """One OpenAI tool-call delta: a call's header opens a function_call item, its
+        arguments text goes out as ``response.function_call_arguments.delta``."""
+        out = []
+        if "id" in delta:
+            self.calls += 1
+            out += self._add(_call_item(delta["id"], delta["function"]["name"], "", "in_progress"))
+        piece = delta["function"].get("arguments")
+        if piece:
+            self.open["arguments"] += piece
+            out.append(self._event("response.function_call_arguments.delta", **self._at(), delta=piece))
+        return out
+
+    def _close(self, status: str = "completed") -> list[str]:
+        item = self.open
+        if item is None:
+            return []
+        at, self.open = self._at(), None
+        item["status"] = status
+        if item["type"] == "message":
+            part, at = item["content"][0], {**at, "content_index": 0}
+            out = [self._event("response.output_text.done", **at, text=part["text"], logprobs=[])]
+            out.append(self._event("response.content_part.done", **at, part=part))
+        else:
+            args = {"name": item["name"], "arguments": item["arguments"]}
+            out = [self._event("response.function_call_arguments.done", **at, **args)]
+        return out + [self._event("response.output_item.done", output_index=at["output_index"], item=item)]
+
+
+# --- endpoints ---------------------------------------------------------------------------
+
+
+def routes(state) -> list[Route]:
+    """``POST /v1/responses`` and ``GET`` / ``DELETE /v1/responses/{id}`` on app.py's ``_State``.
+    ``store``: response id -> (response object, the conversation it ends as chat messages,
+    instructions excluded), the last :data:`STORE_SIZE`."""
+    store: OrderedDict[str, tuple[dict, list[dict]]] = OrderedDict()
+
+    def stored(response_id: str, param: str | None = None) -> tuple[dict, list[dict]]:
+        """APIError 404 (``param`` named) for an id not (or no longer) stored."""
+        if response_id not in store:
+            previous = param == "previous_response_id"
+            message = f"{'Previous response' if previous else 'Response'} with id '{response_id}' not found."
+            raise APIError(404, message, param=param, code="previous_response_not_found" if previous else "not_found")
+        return store[response_id]
+
+    async def create(request: Request) -> Response:
+        return await state.handle(request, answer)
+
+    async def by_id(request: Request) -> Response:
+        return await state.handle(request, look_up)
+
+    async def answer(request: Request) -> Response:
+        body = await state.read_body(request, ResponsesRequest)
+        history = stored(body.previous_response_id, "previous_response_id")[1] if body.previous_response_id else []
+        conversation = history + messages_from(body.input)
+        if not conversation:
+            raise APIError(400, "input is empty", param="input")
+        system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+        messages = system + conversation
+        options = generation_options(state, body)
+
+        def done(response: dict) -> None:
+            if body.store is not False:
+                store[response["id"]] = (response, conversation + [assistant_message(response["output"])])
+                while len(store) > STORE_SIZE:
+                    store.popitem(last=False)
+
+        fmt = state.tool_format if "tools" in options else None
+        shape = ResponseShape(_echo(state, body, options), fmt, done)
+        job = Job(lambda model: model.chat(messages, stream=True, **options), asyncio.get_running_loop())
+        return await state.run(request, job, body, shape, prompt_param="input")
+
+    async def look_up(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        response = stored(response_id)[0]
+        if request.method == "DELETE":
+            del store[response_id]
+            return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+        return JSONResponse(response)
+
+    return [
+        Route("/v1/responses", create, methods=["POST"]),
+        Route("/v1/responses/{response_id}", by_id, methods=["GET", "DELETE"]),
+    ]
