@@ -42,7 +42,10 @@ class ChatPanel(QWidget):
         self._make_banner()
         self.legend = QLabel(legend_html())
         self.highlight_box = QCheckBox("Highlight token sources")
-        self.highlight_box.setToolTip("Off: render answers as Markdown with code blocks")
+        self.highlight_box.setToolTip(
+            "On: answers rendered as Markdown, each token's source as the background of its text "
+            "(see the legend) and its probabilities on hover. Off: the same rendered text, without colours"
+        )
         self.view = ChatView()
         self._make_input()
         self._make_status_lines(session_text)

@@ -1,41 +1,54 @@
-"""The conversation view: messages in one QTextBrowser, answers highlighted by token
-source (or rendered as Markdown), a hover tooltip per token, stats under each answer."""
+"""The conversation view: messages in one QTextBrowser, answers rendered as Markdown
+(code blocks in Pygments colours) with, when highlighting is on, each token's source as
+the background of its text and its probabilities on hover (see :mod:`gui.answer_writer`),
+the stats and a drafting chart under each answer (:mod:`gui.draft_chart`)."""
 
 from __future__ import annotations
 
 import re
+import time
 
-from PySide6.QtCore import QEvent, QUrl, Signal
+from PySide6.QtCore import QEvent, QTimer, QUrl, Signal
 from PySide6.QtGui import (
-    QColor,
     QDesktopServices,
     QFont,
     QGuiApplication,
     QPalette,
+    QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
-    QTextFormat,
+    QTextDocument,
+    QTextImageFormat,
 )
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QVBoxLayout, QWidget
 
+from .answer_writer import AnswerWriter, FormatBook, new_block
+from .code_colours import warm_up
+from .draft_chart import chart_image, chart_size, mix_text
 from .message import Message, Segment
+from .token_colours import (
+    DARK_TEXT,
+    SOURCE_COLOURS,
+    SOURCE_LABELS,
+    SOURCE_PROPERTY,
+    contrast_ratio,
+    legend_html,
+    tooltip_for,
+)
 
-# Background colours for highlighted tokens, always with DARK_TEXT on them (WCAG contrast
-# > 10:1), so they read the same in a light and a dark palette; other text takes the palette's.
-DARK_TEXT = "#111827"
-SOURCE_COLOURS = {
-    "accepted": QColor("#b9ebc3"),  # green: a draft token the target kept
-    "correction": QColor("#ffc8a0"),  # orange: the target replaced a rejected draft token
-    "forced": QColor("#c7d2fe"),  # indigo: a grammar forced it (a schema's key, a call's name), the target kept it
-}
-SOURCE_LABELS = {
-    "accepted": "accepted draft token",
-    "forced": "forced by the grammar (drafted free, kept by the target)",
-    "correction": "target correction (draft rejected)",
-    "bonus": "target bonus token (all drafts accepted)",
-    "target": "target token (no draft this round)",
-}
-SOURCE_PROPERTY = QTextFormat.UserProperty + 1  # char format property holding the source
+__all__ = [
+    "ACTIONS",
+    "DARK_TEXT",
+    "SOURCE_COLOURS",
+    "SOURCE_LABELS",
+    "SOURCE_PROPERTY",
+    "ChatView",
+    "code_blocks",
+    "contrast_ratio",
+    "format_stats",
+    "legend_html",
+    "tooltip_for",
+]
 
 
 def format_stats(stats: dict | None, finish_reason: str | None = None, baseline_tps: float | None = None) -> str:
@@ -64,17 +77,6 @@ def format_stats(stats: dict | None, finish_reason: str | None = None, baseline_
             )
         )
     return " · ".join(parts)
-
-
-def tooltip_for(segment: Segment) -> str:
-    """Source, plus target / draft probabilities when sampling (as percentages)."""
-    tip = SOURCE_LABELS.get(segment.source, segment.source)
-    probs = []
-    if segment.p_target is not None:
-        probs.append(f"p target {100 * segment.p_target:.1f} %")
-    if segment.p_draft is not None:
-        probs.append(f"p draft {100 * segment.p_draft:.1f} %")
-    return tip + (" — " + ", ".join(probs) if probs else "")
 
 
 # Links the view puts under messages: "localspec:ACTION:MESSAGE_ID[:ARG]".
@@ -107,12 +109,17 @@ class ChatView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.browser)
+        self.browser.document().setUndoRedoEnabled(False)
         self.highlight = True
         self.messages: list[Message] = []
         self.baseline_tps: float | None = None
         self._streaming: Message | None = None
+        self._writer: AnswerWriter | None = None
         self._mono = QFont("DejaVu Sans Mono")
         self._mono.setStyleHint(QFont.Monospace)
+        self.last_update_s = 0.0  # how long the last streamed update took to render
+        self._rendered: tuple | None = None  # the signature of what the document shows
+        QTimer.singleShot(0, warm_up)
 
     # --- content ------------------------------------------------------------------------
 
@@ -122,7 +129,8 @@ class ChatView(QWidget):
         self.render()
 
     def set_highlight(self, on: bool) -> None:
-        """True: colour by token source; False: answers as Markdown with code blocks."""
+        """True: rendered answers with each token's source as its background colour and
+        its probabilities on hover; False: the same rendered text, without colours."""
         self.highlight = on
         self.render()
 
@@ -136,20 +144,23 @@ class ChatView(QWidget):
         self.render()
 
     def append_segments(self, segments: list[Segment]) -> None:
-        """Add one round's tokens to the streaming answer (also appended to its message)."""
-        msg = self._streaming
-        if msg is None:
+        """Add one round's tokens to the streaming answer (also appended to its message);
+        only the blocks of the answer that changed are written again."""
+        msg, writer = self._streaming, self._writer
+        if msg is None or writer is None:
             return
+        started = time.perf_counter()
         msg.segments.extend(segments)
         msg.content += "".join(s.text for s in segments)
-        cursor = QTextCursor(self.browser.document())
-        cursor.movePosition(QTextCursor.End)
+        writer.add(segments)
         bar = self.browser.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
-        for seg in segments:
-            self._insert_segment(cursor, seg, coloured=self.highlight)
-        if at_bottom:
-            bar.setValue(bar.maximum())
+        at_bottom, value = bar.value() >= bar.maximum() - 4, bar.value()
+        cursor = QTextCursor(self.browser.document())
+        cursor.beginEditBlock()
+        writer.update(cursor, streaming=True)
+        cursor.endEditBlock()
+        bar.setValue(bar.maximum() if at_bottom else value)
+        self.last_update_s = time.perf_counter() - started
 
     def end_answer(self) -> None:
         self._streaming = None
@@ -158,20 +169,39 @@ class ChatView(QWidget):
     # --- rendering ---------------------------------------------------------------------
 
     def render(self) -> None:
+        """Write every message again (the scroll position is kept, or stays at the bottom);
+        nothing to do when nothing it shows changed since the last time."""
+        signature = self._signature()
+        if signature == self._rendered:
+            return
+        self._rendered = signature
         bar = self.browser.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
+        at_bottom, value = bar.value() >= bar.maximum() - 4, bar.value()
         doc = self.browser.document()
         doc.clear()
+        self._book = FormatBook(self.palette(), self.font(), self._mono, self.highlight)
+        self._writer, self._after_table = None, False
         cursor = QTextCursor(doc)
-        first = True
-        for msg in self.messages:
-            if not first:
-                cursor.insertBlock()
-                cursor.insertBlock()
-            first = False
+        cursor.beginEditBlock()
+        for i, msg in enumerate(self.messages):
+            if i:
+                new_block(cursor, QTextBlockFormat(), self._after_table)
+                cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             self._render_message(cursor, msg)
-        if at_bottom or self._streaming is not None:
-            bar.setValue(bar.maximum())
+        cursor.endEditBlock()
+        doc.documentLayout().documentSize()  # lays the document out: the scroll range is final
+        bar.setValue(bar.maximum() if at_bottom or self._streaming is not None else value)
+
+    def _signature(self) -> tuple:
+        """Everything a render depends on (the messages' content, sources and stats, the
+        streaming one, the settings and the palette)."""
+        shown = tuple(
+            (m.role, m.kind, m.id, m.versions, m.finish_reason, m.content, repr(m.stats), m is self._streaming)
+            + tuple((s.text, s.source, s.p_target, s.p_draft) for s in m.segments)
+            for m in self.messages
+        )
+        look = (self.palette().cacheKey(), self.font().key(), self.devicePixelRatioF())
+        return shown, self.highlight, self.baseline_tps, look
 
     def _render_message(self, cursor: QTextCursor, msg: Message) -> None:
         head = QTextCharFormat()
@@ -184,22 +214,45 @@ class ChatView(QWidget):
         streaming = msg is self._streaming
         if msg.id is not None and not streaming and msg.kind == "chat":
             self._insert_links(cursor, msg)
-        cursor.insertBlock()
         if msg.role == "user":
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             cursor.insertText(msg.content, QTextCharFormat())
             return
-        if self.highlight or streaming:
-            for seg in msg.segments or [Segment(msg.content, "target")]:
-                self._insert_segment(cursor, seg, coloured=self.highlight)
-        else:
-            cursor.insertMarkdown(msg.content)
-        if not streaming and msg.stats:
-            cursor.insertBlock()
-            small = QTextCharFormat()
-            small.setForeground(self.palette().color(QPalette.PlaceholderText))
-            small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.9))
-            baseline = self.baseline_tps if msg.kind == "chat" else None
-            cursor.insertText(format_stats(msg.stats, msg.finish_reason, baseline), small)
+        writer = AnswerWriter(self._book, msg.segments or [Segment(msg.content, "target")])
+        writer.update(cursor, streaming=streaming)
+        self._after_table = writer.ends_with_table
+        if streaming:
+            self._writer = writer
+        elif msg.stats:
+            self._insert_stats(cursor, msg, writer.ends_with_table)
+
+    def _insert_stats(self, cursor: QTextCursor, msg: Message, after_table: bool) -> None:
+        """The stats line, and the drafting line and chart when something was drafted."""
+        small = QTextCharFormat()
+        small.setForeground(self.palette().color(QPalette.PlaceholderText))
+        small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.9))
+        new_block(cursor, QTextBlockFormat(), after_table)
+        self._after_table = False
+        baseline = self.baseline_tps if msg.kind == "chat" else None
+        cursor.insertText(format_stats(msg.stats, msg.finish_reason, baseline), small)
+        line = mix_text(msg.stats)
+        ratio = self.devicePixelRatioF()
+        image = chart_image(msg.stats, self.palette(), self.font(), ratio)
+        if not line or image is None:
+            return
+        cursor.insertBlock(QTextBlockFormat(), small)
+        cursor.insertText(line, small)
+        drawn = hash((repr(msg.stats), self.palette().cacheKey(), ratio)) & 0xFFFFFFFF
+        name = f"localspec-chart:{drawn:08x}"  # doc.clear() drops the resources
+        self.browser.document().addResource(QTextDocument.ImageResource, QUrl(name), image)
+        fmt = QTextImageFormat()
+        fmt.setName(name)
+        width, height = chart_size(msg.stats)
+        fmt.setWidth(width)
+        fmt.setHeight(height)
+        fmt.setToolTip(line)
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        cursor.insertImage(fmt)
 
     def _insert_links(self, cursor: QTextCursor, msg: Message) -> None:
         """The version switcher and the actions, after the message's title."""
@@ -263,20 +316,6 @@ class ChatView(QWidget):
             block = block.next()
         return out
 
-    def _insert_segment(self, cursor: QTextCursor, seg: Segment, coloured: bool) -> None:
-        if not seg.text:
-            return
-        fmt = QTextCharFormat()
-        fmt.setFont(self._mono)
-        if coloured and seg.source in SOURCE_COLOURS:  # light backgrounds: dark text in either palette
-            fmt.setBackground(SOURCE_COLOURS[seg.source])
-            fmt.setForeground(QColor(DARK_TEXT))
-        else:
-            fmt.setForeground(self.palette().color(QPalette.Text))
-        fmt.setToolTip(tooltip_for(seg))
-        fmt.setProperty(SOURCE_PROPERTY, seg.source)
-        cursor.insertText(seg.text, fmt)
-
     # --- queries (tooltips, tests) -----------------------------------------------------
 
     def sources_in_document(self) -> dict[str, int]:
@@ -306,26 +345,3 @@ class ChatView(QWidget):
                 QToolTip.hideText()
             return True
         return super().eventFilter(obj, event)
-
-
-def contrast_ratio(foreground: QColor, background: QColor) -> float:
-    """WCAG 2 contrast ratio of two colours (1 to 21)."""
-
-    def luminance(c: QColor) -> float:
-        channels = [x / 255 for x in (c.red(), c.green(), c.blue())]
-        lin = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in channels]
-        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
-
-    hi, lo = sorted((luminance(foreground), luminance(background)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
-
-
-def legend_html() -> str:
-    """The legend's rich text: a coloured swatch per highlighted source."""
-    items = [
-        f'<span style="background:{SOURCE_COLOURS["accepted"].name()}; color:{DARK_TEXT}">&nbsp;accepted draft&nbsp;</span>',
-        f'<span style="background:{SOURCE_COLOURS["correction"].name()}; color:{DARK_TEXT}">&nbsp;target correction&nbsp;</span>',
-        f'<span style="background:{SOURCE_COLOURS["forced"].name()}; color:{DARK_TEXT}">&nbsp;forced by a grammar&nbsp;</span>',
-        "<span>&nbsp;plain: target only&nbsp;</span>",
-    ]
-    return "&nbsp;&nbsp;".join(items)
