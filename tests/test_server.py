@@ -312,6 +312,19 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_
             dict(messages=ok, tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="sometimes"),
             "tool_choice",
         ),
+        (dict(messages=ok, tools=[{"type": "function", "function": {"name": "get weather!"}}]), "tools"),
+        (
+            dict(messages=ok, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}]),
+            "tools.0.function.parameters",
+        ),
+        (
+            dict(
+                messages=ok,
+                tools=[{"type": "function", "function": {"name": "f"}}],
+                response_format={"type": "json_object"},
+            ),
+            "response_format",
+        ),
     ]
     for kwargs, param in cases:
         with pytest.raises(openai.BadRequestError) as err:
@@ -333,6 +346,30 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_
     assert r.status_code == 401 and set(r.json()["error"]) == {"message", "type", "param", "code"}
     after = client.chat.completions.create(model="m", messages=ok, max_tokens=4)
     assert after.choices[0].message.content
+    assert client.models.retrieve("any-name").id == "any-name"
+
+
+def test_a_call_cut_by_max_tokens_is_no_content_streamed_or_not(server):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    ask = dict(model="m", messages=[{"role": "user", "content": "Call f."}], tools=tools, tool_choice="required")
+    whole = server.client().chat.completions.create(**ask, max_tokens=3).choices[0]
+    assert (whole.finish_reason, whole.message.content, whole.message.tool_calls) == ("length", "", None)
+    pieces = [
+        c.choices[0].delta.content or ""
+        for c in server.client().chat.completions.create(**ask, max_tokens=3, stream=True)
+        if c.choices
+    ]
+    assert "".join(pieces) == ""
+
+
+def test_streamed_completion_logprobs_count_offsets_into_the_whole_text(server):
+    ask = dict(model="m", prompt="def f():", max_tokens=6, logprobs=1, temperature=0)
+    whole = server.client().completions.create(**ask).choices[0].logprobs
+    offsets = []
+    for chunk in server.client().completions.create(**ask, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs:
+            offsets += chunk.choices[0].logprobs.text_offset
+    assert offsets == whole.text_offset and len(set(offsets)) > 1
 
 
 def test_a_full_queue_answers_503_with_retry_after(target_gguf):

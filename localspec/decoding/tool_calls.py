@@ -26,9 +26,11 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from localspec.decoding.grammar import json_schema_grammar
 from localspec.errors import InvalidOptionError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
 
 
@@ -81,8 +83,11 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
         function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
             raise InvalidOptionError(f"each tool needs type 'function' and function.name, got {tool!r}")
-        if not isinstance(function.get("parameters", {}), dict):
-            raise InvalidOptionError(f"tool {function['name']}: parameters must be a JSON Schema object")
+        _check_parameters(len(names), function)
+        if not _NAME.fullmatch(function["name"]):
+            raise InvalidOptionError(
+                f"tool name {function['name']!r} must be 1-64 letters, digits, '_' or '-' (as OpenAI's API requires)"
+            )
         names.append(function["name"])
     if len(set(names)) != len(names):
         raise InvalidOptionError(f"tool names must be unique, got {names}")
@@ -130,6 +135,20 @@ def tool_request(options: dict, get_format, model_name: str) -> ToolRequest | No
         )
     grammar = call_grammar(fmt, tools, choice, parallel=bool(parallel))
     return ToolRequest(tools, grammar, fmt.lazy_trigger if choice == "auto" else None, fmt)
+
+
+def _check_parameters(index: int, function: dict) -> None:
+    """A tool's ``parameters`` must compile as a JSON Schema (llguidance); the error carries
+    ``param`` ("tools.N.function.parameters") for a server to name."""
+    parameters = function.get("parameters", {})
+    try:
+        if not isinstance(parameters, dict):
+            raise InvalidOptionError("parameters must be a JSON Schema object")
+        json_schema_grammar(parameters or None)
+    except InvalidOptionError as exc:
+        error = InvalidOptionError(f"tool {function['name']}: {exc}")
+        error.param = f"tools.{index}.function.parameters"
+        raise error from None
 
 
 def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool) -> str:
@@ -180,6 +199,15 @@ def split_tool_calls(text: str, fmt: ToolFormat | None = None) -> tuple[str, lis
         return text, []
     calls = [_openai_call(m.group(1), "arguments") for m in _CALL.finditer(text, start)]
     return text[:start].rstrip(), [c for c in calls if c]
+
+
+def visible_content(text: str, fmt: ToolFormat) -> str:
+    """The part of an answer that is content, not a (possibly unfinished) call: for Hermes
+    the text before ``<tool_call>``; for Llama 3.x nothing when the answer opens a call."""
+    if fmt.open_token is None:
+        return "" if text.lstrip().startswith("{") else text
+    start = text.find(OPEN)
+    return text if start < 0 else text[:start].rstrip()
 
 
 def _openai_call(body_text: str, arguments_key: str) -> dict | None:

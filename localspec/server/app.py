@@ -106,6 +106,7 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
     routes = [
         Route("/health", state.health, methods=["GET"]),
         Route("/v1/models", state.models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", state.model, methods=["GET"]),
         Route("/v1/chat/completions", state.chat, methods=["POST"]),
         Route("/v1/completions", state.completions, methods=["POST"]),
         *infill.routes(state),
@@ -243,21 +244,20 @@ class _State:
             {"status": "ok", "model": self.config.model_name, "busy": self.worker.busy, "waiting": self.worker.waiting}
         )
 
+    def _model_object(self) -> dict:
+        return {"id": self.config.model_name, "object": "model", "created": self.created, "owned_by": "localspec"}
+
     async def models(self, request: Request) -> Response:
         async def answer(_):
-            return JSONResponse(
-                {
-                    "object": "list",
-                    "data": [
-                        {
-                            "id": self.config.model_name,
-                            "object": "model",
-                            "created": self.created,
-                            "owned_by": "localspec",
-                        }
-                    ],
-                }
-            )
+            return JSONResponse({"object": "list", "data": [self._model_object()]})
+
+        return await self.handle(request, answer)
+
+    async def model(self, request: Request) -> Response:
+        """``GET /v1/models/{id}``: the loaded pair under any id, as every request is served by it."""
+
+        async def answer(_):
+            return JSONResponse({**self._model_object(), "id": request.path_params["model_id"]})
 
         return await self.handle(request, answer)
 
@@ -283,6 +283,8 @@ class _State:
             )
         messages = [m.for_model() for m in body.messages]
         options.update(self._tool_options(body))
+        if "tools" in options and "response_format" in options:
+            raise APIError(400, "response_format and tools cannot be combined in one request", param="response_format")
         job = Job(
             lambda model: model.chat(messages, stream=True, **options),
             asyncio.get_running_loop(),
@@ -302,9 +304,8 @@ class _State:
         try:
             check_tools(tools, choice or "auto")
         except LocalspecError as exc:
-            raise APIError(
-                400, str(exc), param="tool_choice" if "tool_choice" in str(exc) else "tools", code="invalid_value"
-            ) from None
+            param = getattr(exc, "param", None) or ("tool_choice" if "tool_choice" in str(exc) else "tools")
+            raise APIError(400, str(exc), param=param, code="invalid_value") from None
         if choice != "none" and not self.supports_tools:
             raise APIError(
                 400,

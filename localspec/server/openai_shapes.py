@@ -7,6 +7,7 @@ import time
 import uuid
 
 from localspec.decoding.stats import GenerationResult
+from localspec.decoding.tool_calls import visible_content
 from localspec.server import sse
 from localspec.server.openai_tools import tool_call_stream
 
@@ -84,6 +85,7 @@ class ChatShape(_OpenAIStream):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model_name, self.logprobs = model_name, logprobs
+        self.tool_format = tool_format
         self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
 
     def _chunk(self, choices: list) -> dict:
@@ -138,7 +140,7 @@ class ChatShape(_OpenAIStream):
             "choices": [
                 {
                     "index": 0,
-                    "message": _message(result),
+                    "message": _message(result, self.tool_format),
                     "logprobs": {"content": entries} if self.logprobs else None,
                     "finish_reason": _finish_reason(result),
                 }
@@ -148,9 +150,11 @@ class ChatShape(_OpenAIStream):
         }
 
 
-def _message(result: GenerationResult) -> dict:
+def _message(result: GenerationResult, tool_format=None) -> dict:
     if not result.tool_calls:
-        return {"role": "assistant", "content": result.text, "refusal": None}
+        # a call cut by max_tokens is not content (the stream held it back too)
+        content = result.text if tool_format is None else visible_content(result.text, tool_format)
+        return {"role": "assistant", "content": content, "refusal": None}
     return {"role": "assistant", "content": result.content or None, "refusal": None, "tool_calls": result.tool_calls}
 
 
@@ -159,6 +163,7 @@ class CompletionShape(_OpenAIStream):
         self.id = f"cmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model_name, self.logprobs = model_name, logprobs
+        self.sent = 0  # characters of logprob tokens streamed so far
 
     def _obj(self, text: str, finish: str | None, logprobs: dict | None) -> dict:
         return {
@@ -192,7 +197,9 @@ class CompletionShape(_OpenAIStream):
         entries = [lp for _, lp in events if lp is not None]
         if not text and not entries:
             return None
-        return self._obj(text, None, self._legacy_logprobs(entries))
+        logprobs = self._legacy_logprobs(entries, self.sent)  # offsets into the whole text, as unstreamed
+        self.sent += sum(len(e["token"]) for e in entries)
+        return self._obj(text, None, logprobs)
 
     def final_chunk(self, result: GenerationResult) -> dict:
         obj = self._obj("", _finish_reason(result), None)
