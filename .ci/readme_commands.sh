@@ -47,8 +47,9 @@ head -n -1 <<<"$reply" | .venv/bin/python -c "import json, sys; c = json.load(sy
 
 py_cmd=$(grep -m1 -F "python -c \"import os; from openai import OpenAI" README.md | sed 's/^ *//')
 [ -n "$py_cmd" ] || { echo "README.md shows no openai example" >&2; exit 1; }
+grep -qF -- "python -c${py_cmd#*python -c}" "$log" || { echo "serve printed another openai example than the README's" >&2; exit 1; }
 echo "\$ $py_cmd"
-reply=$(PATH="$PWD/.venv/bin:$PATH" bash -c "$py_cmd")
+reply=$(bash -c "$py_cmd")
 [ -n "$reply" ] || { echo "the openai example printed nothing" >&2; exit 1; }
 
 kill $server
