@@ -106,7 +106,7 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
     routes = [
         Route("/health", state.health, methods=["GET"]),
         Route("/v1/models", state.models, methods=["GET"]),
-        Route("/v1/models/{model_id:path}", state.model, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", state.model_by_id, methods=["GET"]),
         Route("/v1/chat/completions", state.chat, methods=["POST"]),
         Route("/v1/completions", state.completions, methods=["POST"]),
         *infill.routes(state),
@@ -253,7 +253,7 @@ class _State:
 
         return await self.handle(request, answer)
 
-    async def model(self, request: Request) -> Response:
+    async def model_by_id(self, request: Request) -> Response:
         """``GET /v1/models/{id}``: the loaded pair under any id, as every request is served by it."""
 
         async def answer(_):
