@@ -8,18 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.decoding.drafters import (
-    DraftModelDrafter,
-    GrammarDrafter,
-    PredictionDrafter,
-    PromptLookupDrafter,
-    SuffixDrafter,
-)
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.loop import DraftParams, Generation, GenerationParams
-from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
+from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.sampling import SamplingParams
+from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.tool_calls import ToolFormat, ToolRequest, normalise_messages, tool_format, tool_request
 from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
@@ -83,8 +77,15 @@ class SpeculativeModel:
 
     Use as a context manager or call :meth:`close`.  Any thread may call it: every llama.cpp
     call of the pair runs on the pair's own thread (``owner``, a
-    :class:`~localspec.llama.owner.LlamaThread`).  One generation runs at a time; starting a
-    second while one is being stepped in another thread raises EngineError.  ``draft_max`` / ``draft_min`` / ``p_min`` /
+    :class:`~localspec.llama.owner.LlamaThread`).  ``parallel`` (1 to 64, as llama-server's
+    ``-np``): how many generations run at once, each in its own sequence of one context
+    (the ``n_ctx`` cells are shared); concurrent calls from several threads are then
+    batched, their target decodes verified together (:mod:`localspec.decoding.scheduler`),
+    and a call waits while all ``parallel`` slots are busy.  With ``parallel=1`` one
+    generation runs at a time: a new call supersedes an unfinished streamed one, and
+    starting one while another is being stepped in another thread raises EngineError.
+    ``cache_ram_mib``: host memory for a prompt cache across conversations (0 = off; see
+    :mod:`localspec.llama.state_cache`), as llama-server's ``--cache-ram``.  ``draft_max`` / ``draft_min`` / ``p_min`` /
     ``strategy`` set here are the defaults for every call; each call may override them.
     Prompt lookup is always available as a drafter; the draft model when ``draft`` is
     given.  ``draft_max="auto"`` lets :class:`~localspec.decoding.policy.AdaptivePolicy` pick
@@ -113,6 +114,8 @@ class SpeculativeModel:
         verbose: bool = False,
         suffix_store_tokens: int = 100_000,
         load_progress: Callable[[str, float], None] | None = None,
+        parallel: int = 1,
+        cache_ram_mib: int = 0,
     ):
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= (1 << 20):
             raise InvalidOptionError(f"n_ctx must be an integer from 16 to {1 << 20} tokens, got {n_ctx!r}")
@@ -120,6 +123,10 @@ class SpeculativeModel:
             isinstance(n_threads, bool) or not isinstance(n_threads, int) or not 1 <= n_threads <= 512
         ):
             raise InvalidOptionError(f"n_threads must be an integer from 1 to 512, got {n_threads!r}")
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= 64:
+            raise InvalidOptionError(f"parallel must be an integer from 1 to 64, got {parallel!r}")
+        if isinstance(cache_ram_mib, bool) or not isinstance(cache_ram_mib, int) or cache_ram_mib < 0:
+            raise InvalidOptionError(f"cache_ram_mib must be an integer >= 0 (MiB; 0 = off), got {cache_ram_mib!r}")
         self.default_draft = DraftParams(draft_max=draft_max, draft_min=draft_min, p_min=p_min, strategy=strategy)
         self.target_path = Path(target)
         self.draft_path = Path(draft) if draft is not None else None
@@ -135,7 +142,7 @@ class SpeculativeModel:
         try:
             self.target = Engine(
                 self.target_path,
-                EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads),
+                EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel),
                 verbose=verbose,
                 load_progress=_for_role(load_progress, "target"),
                 owner=self.owner,
@@ -143,12 +150,12 @@ class SpeculativeModel:
         except BaseException:
             self.owner.stop()
             raise
-        self.drafter = None
+        self.draft_engine = None
         if self.draft_path is not None:
             try:
                 engine = Engine(
                     self.draft_path,
-                    EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers_draft, n_threads=n_threads),
+                    EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers_draft, n_threads=n_threads, n_seq_max=parallel),
                     verbose=verbose,
                     load_progress=_for_role(load_progress, "draft"),
                     owner=self.owner,
@@ -157,19 +164,20 @@ class SpeculativeModel:
                 self.target.close()
                 self.owner.stop()
                 raise
-            self.drafter = DraftModelDrafter(engine, self.target.n_vocab, self.target.is_eog)
-        self.lookup = PromptLookupDrafter()
-        self.suffix = SuffixDrafter(store_tokens=suffix_store_tokens)
-        self.prediction = PredictionDrafter()
-        self.grammar = GrammarDrafter()
-        self._adaptive: dict[tuple, AdaptivePolicy] = {}
-        self._verify_costs: dict = {}  # measured costs, shared by the adaptive policies
-        self._draft_costs: dict = {}
-        if self.default_draft.adaptive and self.default_draft.strategy != "none":
-            self._policy(self.default_draft, greedy=True, predicted=False, constrained=False)  # calibrate now
-        self._active: Generation | None = None
+            self.draft_engine = engine
+        costs = ({}, {}, {})  # measured verify, draft and prefill costs, shared by every slot's policies
+        self.slots = SlotPool(
+            self.target, self.draft_engine, parallel, costs, suffix_store_tokens, cache_ram_mib * 1024 * 1024
+        )
+        first = self.slots.slots[0]
+        self.drafter, self.lookup, self.suffix = first.drafter, first.lookup, first.suffix
+        self.prediction, self.grammar = first.prediction, first.grammar
+        self.parallel = parallel
+        if parallel > 1 or (self.default_draft.adaptive and self.default_draft.strategy != "none"):
+            self._policy(DraftParams(), greedy=True, predicted=False, constrained=False)  # calibrate now
+            for slot in self.slots.slots[1:]:
+                slot.share_costs_of(first)
         self._closed = False
-        self._step_lock = threading.Lock()
 
     @property
     def drafters(self) -> list:
@@ -178,37 +186,17 @@ class SpeculativeModel:
         and the grammar's forced tokens (only in calls given a ``response_format``)."""
         return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar) if d is not None]
 
-    def _policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False):
-        if dp.strategy == "draft-model" and self.drafter is None:
-            raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
-        if dp.strategy == "prediction" and not predicted:
-            raise InvalidOptionError("strategy 'prediction' needs a prediction (the expected output text)")
-        if dp.strategy == "none" or dp.draft_max == 0:
-            return FixedPolicy(None, 0)
-        every = (
-            ([self.grammar] if constrained else [])
-            + ([self.prediction] if predicted else [])
-            + [d for d in (self.drafter, self.suffix, self.lookup) if d is not None]
-        )
-        chosen = {
-            "draft-model": [self.drafter],
-            "prompt-lookup": [self.lookup],
-            "suffix": [self.suffix],
-            "prediction": [self.prediction],
-        }.get(dp.strategy, every)
-        if not dp.adaptive:
-            return FixedPolicy(chosen[0], dp.draft_max)
-        key = (dp.strategy, greedy, predicted, constrained)
-        if key not in self._adaptive:
-            caps = {id(self.lookup): 16, id(self.suffix): 16, id(self.prediction): 16, id(self.grammar): 16}
-            if self.drafter is not None:
-                caps[id(self.drafter)] = 8
-            policy = AdaptivePolicy(chosen, max_k=caps, verify_costs=self._verify_costs, draft_costs=self._draft_costs)
-            if not policy.calibrated:
-                engines = {id(self.drafter): self.drafter.engine} if self.drafter is not None else {}
-                self.owner.run(policy.calibrate, self.target, engines)
-            self._adaptive[key] = policy
-        return self._adaptive[key]
+    def _policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False, slot=None):
+        """``slot``'s policy for these options (slot 0's by default); an adaptive one new
+        to the pair is calibrated first (target batches up to 17 tokens, up to 65 with
+        several slots, whose verifies share one decode)."""
+        slot = slot or self.slots.slots[0]
+        policy = slot.policy(dp, greedy, predicted, constrained)
+        if isinstance(policy, AdaptivePolicy) and not policy.calibrated:
+            engines = {id(slot.drafter): slot.drafter.engine} if slot.drafter is not None else {}
+            sizes = (1, 2, 3, 5, 9, 17) + ((33, 65) if self.parallel > 1 else ())
+            self.owner.run(policy.calibrate, self.target, engines, 100, sizes)
+        return policy
 
     # --- generation -------------------------------------------------------------------
 
@@ -324,35 +312,53 @@ class SpeculativeModel:
         constraint = (
             self._constraint(tool_grammar.grammar, tool_grammar.trigger) if tool_grammar else self._constraint(grammar)
         )
-        policy = self._policy(
-            params.draft, params.sampling.greedy, predicted=bool(predicted), constrained=constraint is not None
-        )
-        if not self._step_lock.acquire(blocking=False):
-            raise EngineError("the model is busy with a generation in another thread")
+        kind = (params.draft, params.sampling.greedy, bool(predicted), constraint is not None)
+        self.slots.slots[0].policy(*kind)  # InvalidOptionError before waiting for a slot
+        slot = self.slots.acquire(tokens)
         try:
-            if self._active is not None and not self._active.finished:
-                self._active.supersede()
-            generation = Generation(
-                self.target,
-                self.drafters,
-                policy,
+            generation = self._generation_in(
+                slot,
+                self._policy(*kind, slot=slot),
                 tokens,
                 params,
                 started_at=started,
-                lock=self._step_lock,
-                owner=self.owner,
                 constraint=constraint,
                 parse=parse_as.model_validate_json if parse_as is not None else None,
                 tool_format=tool_grammar.format if tool_grammar else None,
             )
-            self.prediction.set_prediction(predicted, len(tokens))
-            self.grammar.set_constraint(constraint)
-            if self.drafter is not None:
-                self.drafter.constraint = constraint
-            self._active = generation
-        finally:
-            self._step_lock.release()
+        except BaseException:
+            self.slots.unreserve(slot)
+            raise
+        slot.prediction.set_prediction(predicted, len(tokens))
+        slot.grammar.set_constraint(constraint)
+        if slot.drafter is not None:
+            slot.drafter.constraint = constraint
         return generation if stream else generation.run()
+
+    def _generation_in(self, slot, policy, tokens: list[int], params: GenerationParams, **options) -> Generation:
+        """A generation of ``tokens`` in ``slot``, superseding the one there (one slot only)."""
+        if not slot.step_lock.acquire(blocking=False):
+            raise EngineError("the model is busy with a generation in another thread")
+        try:
+            previous = slot.generation() if slot.generation is not None else None
+            if previous is not None and not previous.finished:
+                previous.supersede()
+            generation = Generation(
+                slot.target,
+                slot.drafters,
+                policy,
+                tokens,
+                params,
+                lock=slot.step_lock,
+                owner=self.owner,
+                batcher=slot.batcher,
+                on_end=self.slots.release,
+                **options,
+            )
+            self.slots.occupy(slot, generation)
+            return generation
+        finally:
+            slot.step_lock.release()
 
     def _constraint(self, grammar: str | None, trigger: int | None = None) -> Constraint | None:
         """The grammar compiled against the target's vocabulary (its tokenizer for
@@ -399,13 +405,16 @@ class SpeculativeModel:
             raise EngineError("the model is closed")
 
     def reset_cache(self) -> None:
-        """Empty both KV caches (the next call evaluates its whole prompt)."""
+        """Empty both KV caches and the prompt cache (the next call evaluates its whole prompt)."""
         self.owner.run(self._trim_both, 0)
+        if self.slots.prompt_cache is not None:
+            self.slots.prompt_cache.clear()
 
     def _trim_both(self, n_keep: int) -> None:
-        self.target.trim(n_keep)
-        if self.drafter is not None:
-            self.drafter.engine.trim(n_keep)
+        for slot in self.slots.slots:
+            slot.target.trim(n_keep)
+            if slot.drafter is not None:
+                slot.drafter.engine.trim(n_keep)
 
     # --- lifetime ---------------------------------------------------------------------
 
@@ -414,10 +423,12 @@ class SpeculativeModel:
         if self._closed:
             return
         self._closed = True
-        if self._active is not None:
-            self._active.supersede()
-        if self.drafter is not None:
-            self.drafter.close()
+        for slot in self.slots.slots:
+            running = slot.generation() if slot.generation is not None else None
+            if running is not None:
+                running.supersede()
+        if self.draft_engine is not None:
+            self.draft_engine.close()
         self.target.close()
         self.owner.stop()
 

@@ -23,17 +23,17 @@ def test_interrupt_inside_decode_leaves_the_model_usable(target_gguf, monkeypatc
         reference = m.generate(PROMPT, max_tokens=12).tokens
         m.reset_cache()
         engine = m.target
-        original = engine._logits_row
+        original = engine._output_rows
         calls = []
 
-        def interrupted(i):  # llama_decode has stored the chunk; cache_tokens not yet updated
-            calls.append(i)
+        def interrupted(counts, views):  # llama_decode has stored the tokens; cache_tokens not yet updated
+            calls.append(counts)
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(engine, "_logits_row", interrupted)
+        monkeypatch.setattr(engine, "_output_rows", interrupted)
         with pytest.raises(KeyboardInterrupt):
             m.generate(PROMPT, max_tokens=12)
-        monkeypatch.setattr(engine, "_logits_row", original)
+        monkeypatch.setattr(engine, "_output_rows", original)
         assert calls and m.generate(PROMPT, max_tokens=12).tokens == reference
 
 

@@ -92,7 +92,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ORIGIN",
         help="allow browser requests from ORIGIN (repeatable; default: none)",
     )
-    g.add_argument("--queue", type=int, default=16, help="requests that may wait for the model (default 16)")
+    g.add_argument(
+        "-np",
+        "--parallel",
+        type=int,
+        default=4,
+        help="requests generating at once, their target decodes batched (default 4; as llama-server's -np)",
+    )
+    g.add_argument(
+        "--cache-ram",
+        type=int,
+        default=2048,
+        metavar="MiB",
+        help="host memory keeping earlier conversations' KV for reuse (default 2048; 0 = off)",
+    )
+    g.add_argument("--queue", type=int, default=16, help="requests that may wait for a slot (default 16)")
     g.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
     _add_model_flags(serve)
     _add_generation_flags(serve, max_tokens=None)
@@ -301,6 +315,8 @@ def _load(args):
         n_threads=args.threads,
         verbose=args.verbose,
     )
+    if getattr(args, "parallel", None) is not None:  # serve's slots and prompt cache
+        kwargs.update(parallel=args.parallel, cache_ram_mib=args.cache_ram)
     for key, value in (("draft_max", args.draft_max), ("draft_min", args.draft_min), ("p_min", args.draft_p_min)):
         if value is not None:
             kwargs[key] = value

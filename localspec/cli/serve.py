@@ -26,9 +26,13 @@ def _server_class():
 
 
 def check_server_args(args) -> None:
-    """Refuse bad server options (port, queue, body size, key); raises InvalidOptionError."""
+    """Refuse bad server options (port, slots, prompt cache, queue, body size, key); raises InvalidOptionError."""
     if not 1 <= args.port <= 65535:
         raise InvalidOptionError(f"--port must be from 1 to 65535, got {args.port}")
+    if not 1 <= args.parallel <= 64:
+        raise InvalidOptionError(f"--parallel must be from 1 to 64, got {args.parallel}")
+    if args.cache_ram < 0:
+        raise InvalidOptionError(f"--cache-ram must be 0 (off) or more MiB, got {args.cache_ram}")
     if not 1 <= args.queue <= 4096:
         raise InvalidOptionError(f"--queue must be from 1 to 4096, got {args.queue}")
     if args.max_body < 1024:

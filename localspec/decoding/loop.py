@@ -120,7 +120,10 @@ class Generation:
 
     Each step runs one whole round on ``owner`` (the pair's llama.cpp thread; the
     target's own by default) and hands back that round's events, so a caller on another
-    thread pays one hand-off per round."""
+    thread pays one hand-off per round.  With a ``batcher``
+    (:class:`~localspec.decoding.scheduler.Batcher`; ``target`` is then one sequence of a
+    shared context) the round runs on the caller's thread and its target decode is shared
+    with the other sequences' rounds.  ``on_end(generation)`` is called once when it ends."""
 
     def __init__(
         self,
@@ -135,6 +138,8 @@ class Generation:
         constraint: Constraint | None = None,
         parse: Callable[[str], Any] | None = None,
         tool_format: ToolFormat | None = None,
+        batcher=None,
+        on_end: Callable[[Generation], None] | None = None,
     ):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
@@ -157,6 +162,8 @@ class Generation:
         self.constraint = constraint  # a grammar every emitted token satisfies (None: free text)
         self._parse = parse  # turns a finished answer into result.parsed
         self._tool_format = tool_format  # the answer may hold tool calls in this format
+        self._batcher = batcher  # shares the target's decodes with other sequences (scheduler.Batcher)
+        self._on_end = on_end  # told once when the generation ends (its slot is free again)
         self._events = self._run()
         self._ready: deque[TokenEvent] = deque()
 
@@ -180,10 +187,21 @@ class Generation:
             return self._ready.popleft()
         if not self._step_lock.acquire(blocking=False):
             raise EngineError("the model is busy with another generation in another thread")
+        ended = True  # unless the round returns normally without finishing
         try:
-            self._owner.run(self._next_round)
+            if self._batcher is not None:
+                with self._batcher.round(self.target.seq):
+                    self._next_round()
+                if self.finished:
+                    self._batcher.leave(self.target.seq)
+            else:
+                self._owner.run(self._next_round)
+            ended = self.finished
         finally:
             self._step_lock.release()
+            if ended and self._on_end is not None:  # finished, or failed: either way its slot is free
+                on_end, self._on_end = self._on_end, None
+                on_end(self)
         if not self._ready:
             raise StopIteration
         return self._ready.popleft()
@@ -272,7 +290,7 @@ class Generation:
                 n_accepted,
                 draft_cost_s,
                 target.decode_s - verify_before,
-                len(draft.tokens) + 1,
+                target.last_batch_tokens,
                 draft.confidence,
                 [t for t, *_ in emitted],
                 draft.depth,
@@ -336,7 +354,8 @@ class Generation:
                 start = time.perf_counter()
                 proposals[id(d)] = self._cut(d.propose(context, cap, sp, dp.p_min, draft_rng))
                 costs[id(d)] = time.perf_counter() - start
-        drafter, k = self.policy.plan(k_cap, proposals, len(context))
+        others = self._batcher.outlook(self.target.seq) if self._batcher is not None else (0, 0)
+        drafter, k = self.policy.plan(k_cap, proposals, len(context), others)
         if drafter is None or k < max(1, dp.draft_min):
             return None, Draft.empty(), 0.0
         draft = proposals.get(id(drafter))

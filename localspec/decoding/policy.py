@@ -131,7 +131,9 @@ class FixedPolicy:
     def cap(self, drafter) -> int:
         return self.draft_max
 
-    def plan(self, k_cap: int, proposals: dict | None = None, n_context: int = 0) -> tuple[Drafter | None, int]:
+    def plan(
+        self, k_cap: int, proposals: dict | None = None, n_context: int = 0, others: tuple[int, int] = (0, 0)
+    ) -> tuple[Drafter | None, int]:
         k = min(self.draft_max, k_cap)
         return (self.drafter, k) if self.drafter is not None and k > 0 else (None, 0)
 
@@ -175,6 +177,7 @@ class AdaptivePolicy:
     _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
     _sorted: list = field(default_factory=list)  # measured verify costs, as of cost_changes[0] == _sorted_of
     _sorted_of: int = -1
+    _others: tuple = (0, 0)  # (tokens, sequences) the round's verify shares with other sequences
 
     def __post_init__(self) -> None:
         for d in self.drafters:
@@ -232,6 +235,9 @@ class AdaptivePolicy:
         for (b0, c0), (b1, c1) in zip(known, known[1:]):
             if b0 <= batch <= b1:
                 return c0 + (c1 - c0) * (batch - b0) / (b1 - b0)
+        if batch > known[-1][0] and len(known) >= 2:  # past the largest measured batch: its slope goes on
+            (b0, c0), (b1, c1) = known[-2], known[-1]
+            return max(c1 + (c1 - c0) / (b1 - b0) * (batch - b1), c1)
         b_edge, c_edge = known[0] if batch < known[0][0] else known[-1]
         base = known[0][1] / (1 + 0.1 * (known[0][0] - 1))
         return max(c_edge + base * 0.1 * (batch - b_edge), 1e-6)
@@ -244,8 +250,10 @@ class AdaptivePolicy:
         b1, c1 = known[0]
         return _BATCH_MARGIN * batch * c1 / b1 if b1 == 1 else float("inf")
 
-    def calibrate(self, target, draft_engines: dict, token: int = 100) -> None:
-        """Measure the target's cost for batches of 1..17 tokens and each draft model's
+    def calibrate(
+        self, target, draft_engines: dict, token: int = 100, sizes: Sequence[int] = (1, 2, 3, 5, 9, 17)
+    ) -> None:
+        """Measure the target's cost for batches of ``sizes`` tokens and each draft model's
         cost per token, by decoding a dummy token at the end of the caches and trimming
         it again (the cached prefix is kept).  About 3 s for the default pair on 2 CPU
         cores.
@@ -263,7 +271,7 @@ class AdaptivePolicy:
         :class:`~localspec.errors.EngineError` from a decode comes through unchanged.
         """
         n = len(target.cache_tokens)
-        for batch in (1, 2, 3, 5, 9, 17):
+        for batch in sizes:
             if n + batch > target.n_ctx:
                 break
             seconds = fastest_of_two(target, [token] * batch, range(batch))
@@ -287,16 +295,22 @@ class AdaptivePolicy:
         plain = 1.0 / self.verify_cost(1)
         return any((k + 1) / (k * cost + self.verify_cost(k + 1)) > plain for k in range(1, limit + 1))
 
-    def plan(self, k_cap: int, proposals: dict | None = None, n_context: int = 0) -> tuple[Drafter | None, int]:
+    def plan(
+        self, k_cap: int, proposals: dict | None = None, n_context: int = 0, others: tuple[int, int] = (0, 0)
+    ) -> tuple[Drafter | None, int]:
         """(drafter, k) for the next round, k <= ``k_cap`` tokens; (None, 0) = plain.
 
         ``proposals`` maps id(drafter) -> :class:`~localspec.decoding.drafters.Draft` already made
         by the free drafters; those are judged by their calibrated confidences (k is then
         a length of that draft), the others by their acceptance estimate.
-        ``n_context``: tokens in the context, for a draft model's catch-up cost."""
+        ``n_context``: tokens in the context, for a draft model's catch-up cost.
+        ``others``: (tokens, sequences) of the other sequences sharing the verify decode
+        (continuous batching); a draft is then priced by the whole batch's rate (see
+        :meth:`_round_rate`)."""
         proposals = proposals or {}
         self._proposals = proposals
-        plain_rate = 1.0 / self.verify_cost(1)
+        self._others = others
+        plain_rate = self._round_rate(1.0, 0.0, 0)
         best, best_rate = (None, 0), plain_rate
         for d in self.drafters:
             limit = min(k_cap, self.cap(d))
@@ -372,6 +386,13 @@ class AdaptivePolicy:
         )
         self._calibrations[id(d)].observe(confidence, n_accepted, depth)
 
+    def _round_rate(self, expected: float, extra_s: float, k: int) -> float:
+        """Tokens per second of the batch this round's verify joins, drafting k tokens that
+        yield ``expected`` at ``extra_s`` seconds of drafting: the other sequences (one token
+        each at least) share the decode, so a draft must pay for its rows in all of them."""
+        tokens, sequences = self._others
+        return (sequences + expected) / (extra_s + self.verify_cost(tokens + k + 1))
+
     def _best_length(self, d, draft, limit: int, cost_per_token: float) -> tuple[int, float]:
         """The length of ``draft`` (at most ``limit``) with the most expected tokens per
         second, and that rate; (0, 0.0) for an empty draft."""
@@ -380,7 +401,7 @@ class AdaptivePolicy:
         for k, a in enumerate(self._accept_chances(d, draft, limit), start=1):
             run *= a
             expected += run
-            rate = expected / (k * cost_per_token + self.verify_cost(k + 1))
+            rate = self._round_rate(expected, k * cost_per_token, k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate
@@ -395,7 +416,7 @@ class AdaptivePolicy:
         best_k, best_rate = 0, 0.0
         for k in range(1, limit + 1):
             expected = expected_tokens(alpha, k)
-            rate = expected / (k * cost + self.verify_cost(k + 1) + lag_s * expected / horizon)
+            rate = self._round_rate(expected, k * cost + lag_s * expected / horizon, k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate
@@ -407,7 +428,7 @@ class AdaptivePolicy:
         if not draft.tokens:
             return 0
         kept, rate = self._best_length(drafter, draft, min(k, len(draft.tokens)), 0.0)
-        return kept if rate > 1.0 / self.verify_cost(1) else 0
+        return kept if rate > self._round_rate(1.0, 0.0, 0) else 0
 
     def observe(
         self,

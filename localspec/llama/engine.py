@@ -1,4 +1,4 @@
-"""The engine: one GGUF model with one llama.cpp context and one sequence (seq_id 0).
+"""The engine: one GGUF model with one llama.cpp context holding one or more sequences.
 
 Every llama.cpp call of an engine runs on its owner, a :class:`~localspec.llama.owner.LlamaThread`
 (a pair shares one), whichever thread calls the method.  It keeps the list of tokens held in its KV cache, so callers can reuse
@@ -12,11 +12,9 @@ Built on the low-level ctypes bindings of llama-cpp-python (pinned exactly in
 from __future__ import annotations
 
 import ctypes
-import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -24,7 +22,6 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from localspec import machine
 from localspec.errors import (
     ContextOverflowError,
     EngineError,
@@ -33,43 +30,18 @@ from localspec.errors import (
     UnsupportedModelError,
 )
 from localspec.llama import amx_probe, backend
+from localspec.llama.engine_config import (  # noqa: F401  (EngineConfig and default_threads are imported from here)
+    CPU_BUFFERS,
+    EngineConfig,
+    _progress_reporter,
+    default_threads,
+    set_llama_log,
+)
 from localspec.llama.owner import LlamaThread, owned
+from localspec.llama.sequence import common_prefix, pack_batch
 from localspec.models.gguf_info import check_gguf_file
 
 _backend_ready = False
-
-
-CPU_BUFFERS = ("auto", "default", "no-amx", "no-extra")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How to load one model.
-
-    n_ctx: context window in tokens.  n_gpu_layers: layers offloaded to Metal/CUDA
-    (-1 = all; ignored by CPU-only builds).  n_threads: CPU threads (None = all CPUs).
-    n_batch: largest batch handed to one ``llama_decode`` call, in tokens.
-    flash_attn: None lets llama.cpp choose.  cpu_buffers: where CPU weights go: "auto"
-    (llama.cpp's choice, except without AMX where :func:`localspec.llama.amx_probe.amx_decision`
-    says AMX crashes here), "default" (llama.cpp's choice, always), "no-amx" (the fallback:
-    no AMX buffer, CPU_REPACK kept), "no-extra" (no extra buffer types at all, as
-    llama.cpp's ``--no-repack``).
-    """
-
-    n_ctx: int = 4096
-    n_gpu_layers: int = -1
-    n_threads: int | None = None
-    n_batch: int = 512
-    flash_attn: bool | None = None
-    cpu_buffers: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.cpu_buffers not in CPU_BUFFERS:
-            raise InvalidOptionError(f"cpu_buffers must be one of {', '.join(CPU_BUFFERS)}, got {self.cpu_buffers!r}")
-
-
-def default_threads() -> int:
-    return machine.usable_cpus()
 
 
 _placement_said = False
@@ -82,31 +54,16 @@ def _say_placement_once(text: str) -> None:
         print(f"localspec: {text}", file=sys.stderr)
 
 
-def set_llama_log(verbose: bool) -> None:
-    """Show llama.cpp's own log lines (verbose) or nothing at all."""
-    logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
-
-
-def _progress_reporter(load_progress: Callable[[float], None]) -> Callable:
-    """Wrap a callback for llama.cpp: it must return True (go on) and never raise
-    through ctypes (an exception there would be printed and read as "abort")."""
-
-    def report(fraction: float, _user_data) -> bool:
-        try:
-            load_progress(min(1.0, max(0.0, float(fraction))))
-        except Exception:  # a broken progress display must not stop the load
-            pass
-        return True
-
-    return report
-
-
 class Engine:
     """One loaded model: tokenize, token bytes, decode with chosen logits rows, trim the cache.
 
     Raises :class:`ModelFileError` for a missing, non-GGUF or truncated file and
     :class:`UnsupportedModelError` for a model whose KV cache cannot be trimmed
     (recurrent or hybrid architectures such as Mamba, LFM2, Falcon-H1).
+    With ``config.n_seq_max`` > 1 the context holds that many sequences (seq ids 0 to
+    n_seq_max - 1) in one unified KV cache of ``n_ctx`` cells shared by all of them; the
+    methods that touch the cache take a ``seq`` id (0 by default), and
+    :meth:`decode_batch` decodes several sequences in one ``llama_decode``.
     Every method may be called from any thread: the llama.cpp work runs on ``owner`` (a
     :class:`~localspec.llama.owner.LlamaThread`; a new one when None, stopped by
     :meth:`close`, else the caller's to stop), one call at a time.  Callers still must not
@@ -172,6 +129,8 @@ class Engine:
         cparams.n_ubatch = self.config.n_batch
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
+        cparams.n_seq_max = self.config.n_seq_max
+        cparams.kv_unified = self.config.n_seq_max > 1  # one pool of cells: a long conversation may use all of it
         if self.config.flash_attn is not None:
             cparams.flash_attn_type = (
                 llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
@@ -188,11 +147,13 @@ class Engine:
         self.n_batch = min(int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._caches: list[list[int]] = [[] for _ in range(self.config.n_seq_max)]  # per seq: position i = token i
+        self.idle_sequences: Callable[[], list[int]] = lambda: []  # seqs whose cells may be freed, oldest first
         self._piece_buf = ctypes.create_string_buffer(256)
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}
-        self.cache_tokens: list[int] = []  # what the KV cache holds, position i = token i
         self.decode_s = 0.0  # seconds spent inside llama_decode since load
+        self.last_batch_tokens = 0  # tokens of the latest llama_decode call (all sequences)
 
     def _cpu_placement(self, mparams) -> backend.NoAmxPlacement | None:
         """Apply the AMX fallback to ``mparams`` when it is wanted; sets ``self.cpu_buffers``
@@ -340,12 +301,28 @@ class Engine:
 
     # --- decoding ---------------------------------------------------------------------
 
+    @property
+    def cache_tokens(self) -> list[int]:
+        """What sequence 0's KV cache holds, position i = token i (see :meth:`seq_tokens`)."""
+        return self._caches[0]
+
+    def seq_tokens(self, seq: int) -> list[int]:
+        """What sequence ``seq``'s cache holds (the engine's own list: do not modify)."""
+        return self._caches[seq]
+
+    @property
+    def cells_used(self) -> int:
+        """KV cells held by all sequences together."""
+        return sum(map(len, self._caches))
+
     @owned
-    def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = (), copy: bool = True) -> np.ndarray:
-        """Append ``tokens`` to the KV cache and return the logits of the chosen rows.
+    def decode(
+        self, tokens: Sequence[int], logits_rows: Sequence[int] = (), copy: bool = True, seq: int = 0
+    ) -> np.ndarray:
+        """Append ``tokens`` to sequence ``seq``'s KV cache and return the logits of the chosen rows.
 
         Args:
-            tokens: ids placed at positions ``len(cache_tokens) ...``.
+            tokens: ids placed at positions ``len(seq_tokens(seq)) ...``.
             logits_rows: indices into ``tokens`` whose next-token logits are wanted,
                 ascending.
             copy: False returns, where the tokens fit one batch, a read-only view of
@@ -360,91 +337,113 @@ class Engine:
             EngineError: llama_decode failed (the cache is left as it was before the call
                 for the failing chunk).
         """
-        self._check_open()
-        n_past = len(self.cache_tokens)
-        if n_past + len(tokens) > self.n_ctx:
-            raise ContextOverflowError(
-                f"{n_past + len(tokens)} tokens do not fit into the context of {self.n_ctx} tokens"
-            )
+        if not copy and len(tokens) <= self.n_batch:
+            return self.decode_batch([(seq, tokens, logits_rows)], copy=False)[0]
         wanted = list(logits_rows)
-        step = self.n_batch
-        if not copy and len(tokens) <= step:
-            return self._decode_view(tokens, n_past, wanted)
         out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
-        try:
-            for start in range(0, len(tokens), step):
-                chunk = tokens[start : start + step]
-                in_chunk = [(j, r - start) for j, r in enumerate(wanted) if start <= r < start + len(chunk)]
-                self._decode_chunk(chunk, n_past + start, [r for _, r in in_chunk])
-                for j, r in in_chunk:
-                    out[j] = self._logits_row(r)
-                self.cache_tokens.extend(int(t) for t in chunk)
-        except BaseException:
-            # An error or Ctrl-C may land after llama_decode stored a chunk but before
-            # cache_tokens knows of it: drop whatever the list does not account for.
-            llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self.cache_tokens), -1)
-            raise
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            rows = [r - start for r in wanted if start <= r < start + len(chunk)]
+            first = next((j for j, r in enumerate(wanted) if r >= start), len(wanted))
+            out[first : first + len(rows)] = self.decode_batch([(seq, chunk, rows)], copy=False)[0]
         return out
 
-    def _decode_view(self, tokens: Sequence[int], n_past: int, wanted: list[int]) -> np.ndarray:
+    @owned
+    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int], Sequence[int]]], copy: bool = True) -> list:
+        """Decode several sequences' tokens together: ``parts`` is ``[(seq, tokens,
+        logits_rows)]``, at most ``n_batch`` tokens in all per llama_decode call (more are
+        split between calls).  Returns one float32 array ``(len(logits_rows), n_vocab)``
+        per part.  ``copy=False`` gives read-only views of llama.cpp's output buffer when
+        everything fits one call (valid until the next decode).  Raises as :meth:`decode`;
+        on an error every sequence keeps only what it held before the failing call."""
+        self._check_open()
+        parts = [(seq, list(tokens), list(rows)) for seq, tokens, rows in parts]
+        self._make_room(sum(len(t) for _, t, _ in parts), {seq for seq, _, _ in parts})
+        for seq, tokens, _ in parts:
+            if len(self._caches[seq]) + len(tokens) > self.n_ctx:
+                raise ContextOverflowError(
+                    f"{len(self._caches[seq]) + len(tokens)} tokens do not fit into the context of {self.n_ctx} tokens"
+                )
+        calls = pack_batch(parts, self.n_batch)
+        if len(calls) == 1 and not copy:
+            return self._decode_call(calls[0], views=True)
+        out = [np.empty((len(rows), self.n_vocab), dtype=np.float32) for _, _, rows in parts]
+        for call in calls:
+            for (part, offset, _, _), rows in zip(call, self._decode_call(call, views=False)):
+                out[part][offset : offset + len(rows)] = rows
+        return out
+
+    def _make_room(self, n_new: int, busy: set[int]) -> None:
+        """Free idle sequences' cells (oldest first) until ``n_new`` more fit the unified cache."""
+        for seq in self.idle_sequences():
+            if self.cells_used + n_new <= self.n_ctx:
+                return
+            if seq not in busy:
+                self.trim(0, seq)
+
+    def _decode_call(self, call: list, views: bool) -> list:
+        """One llama_decode of ``call`` = [(part, row offset, seq, (tokens, rows in tokens))];
+        the logits rows of each entry, as views or copies."""
+        batch, i = self._batch, 0
+        for _, _, seq, (tokens, rows) in call:
+            pos0, wanted = len(self._caches[seq]), set(rows)
+            for j, tok in enumerate(tokens):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos0 + j, 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = j in wanted
+                i += 1
+        batch.n_tokens = i
         try:
-            self._decode_chunk(tokens, n_past, wanted)
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(self._ctx, batch)
+            self.decode_s += time.perf_counter() - t0
+            self.last_batch_tokens = i
+            if rc != 0:
+                raise EngineError(f"llama_decode failed with code {rc} ({i} tokens)")
+            rows = self._output_rows([len(rows) for *_, (_, rows) in call], views)
+            for _, _, seq, (tokens, _) in call:
+                self._caches[seq].extend(int(t) for t in tokens)
         except BaseException:
-            llama_cpp.llama_memory_seq_rm(self._memory, 0, n_past, -1)
+            # An error or Ctrl-C may land after llama_decode stored the tokens but before
+            # the lists know of them: drop whatever a list does not account for.
+            for _, _, seq, _ in call:
+                llama_cpp.llama_memory_seq_rm(self._memory, seq, len(self._caches[seq]), -1)
             raise
-        self.cache_tokens.extend(int(t) for t in tokens)
-        if not wanted:
-            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return rows
+
+    def _output_rows(self, counts: list[int], views: bool) -> list[np.ndarray]:
+        total = sum(counts)
+        if total == 0:
+            return [np.empty((0, self.n_vocab), dtype=np.float32) for _ in counts]
         ptr = llama_cpp.llama_get_logits(self._ctx)  # the output rows, in batch order
         if not ptr:
             raise EngineError("llama.cpp returned no logits for the batch")
-        view = np.ctypeslib.as_array(ptr, shape=(len(wanted), self.n_vocab))
-        view.flags.writeable = False
-        return view
-
-    def _decode_chunk(self, tokens: Sequence[int], pos0: int, rows: Sequence[int]) -> None:
-        batch = self._batch
-        batch.n_tokens = len(tokens)
-        flagged = set(rows)
-        for i, tok in enumerate(tokens):
-            batch.token[i] = tok
-            batch.pos[i] = pos0 + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = i in flagged
-        t0 = time.perf_counter()
-        rc = llama_cpp.llama_decode(self._ctx, batch)
-        self.decode_s += time.perf_counter() - t0
-        if rc != 0:
-            raise EngineError(f"llama_decode failed with code {rc} at position {pos0} ({len(tokens)} tokens)")
-
-    def _logits_row(self, i: int) -> np.ndarray:
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
-        if not ptr:
-            raise EngineError(f"llama.cpp returned no logits for batch row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        buffer = np.ctypeslib.as_array(ptr, shape=(total, self.n_vocab))
+        if views:
+            buffer.flags.writeable = False
+        else:
+            buffer = buffer.copy()
+        bounds = np.cumsum([0] + counts)
+        return [buffer[a:b] for a, b in zip(bounds, bounds[1:])]
 
     @owned
-    def trim(self, n_keep: int) -> None:
-        """Remove every cached position >= ``n_keep`` (``llama_memory_seq_rm``)."""
-        if n_keep >= len(self.cache_tokens):
+    def trim(self, n_keep: int, seq: int = 0) -> None:
+        """Remove every cached position >= ``n_keep`` of sequence ``seq`` (``llama_memory_seq_rm``)."""
+        cache = self._caches[seq]
+        if n_keep >= len(cache):
             return
-        if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n_keep, -1):
+        if not llama_cpp.llama_memory_seq_rm(self._memory, seq, n_keep, -1):
             raise UnsupportedModelError(
                 f"{self.path.name}: llama.cpp refused to trim the KV cache at position {n_keep}"
             )
-        del self.cache_tokens[n_keep:]
+        del cache[n_keep:]
 
     @owned
-    def reuse_prefix(self, tokens: Sequence[int]) -> int:
-        """Trim the cache to its longest common prefix with ``tokens``; return its length."""
-        limit = min(len(tokens), len(self.cache_tokens))
-        if self.cache_tokens[:limit] == list(tokens[:limit]):  # the usual case, at C speed
-            n = limit
-        else:
-            differ = np.flatnonzero(np.asarray(self.cache_tokens[:limit]) != np.asarray(tokens[:limit]))
-            n = int(differ[0])
-        self.trim(n)
+    def reuse_prefix(self, tokens: Sequence[int], seq: int = 0) -> int:
+        """Trim sequence ``seq``'s cache to its longest common prefix with ``tokens``; return its length."""
+        cache = self._caches[seq]
+        n = common_prefix(cache, tokens)
+        self.trim(n, seq)
         return n
 
     def _check_open(self) -> None:

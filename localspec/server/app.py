@@ -21,8 +21,10 @@ prediction tokens that were drafted and kept by the target, ``rejected_predictio
 those drafted and rejected (tokens of the prediction never drafted count in neither;
 OpenAI's billing counts differ).
 
-One worker thread owns the model (:class:`ModelWorker`); requests wait in a bounded FIFO
-queue (a full one answers 503 with ``Retry-After``).  A client that disconnects cancels
+The model's workers (:class:`ModelWorker`, one thread per slot, ``--parallel``) run
+requests concurrently, their target decodes batched; the rest wait in a bounded FIFO
+queue (a full one answers 503 with ``Retry-After``).  ``GET /metrics`` gives
+Prometheus counters (:mod:`.metrics`).  A client that disconnects cancels
 its generation after the current speculative round, and a queued request whose client
 left never starts.
 """
@@ -53,6 +55,8 @@ from localspec.errors import InvalidOptionError, LocalspecError
 from localspec.server import anthropic_messages, infill, openai_responses
 from localspec.server.errors import APIError, from_localspec_error, from_validation_error
 from localspec.server.infill import NO_FIM
+from localspec.server.metrics import CONTENT_TYPE as METRICS_TYPE
+from localspec.server.metrics import Metrics
 from localspec.server.openai_shapes import ChatShape, CompletionShape
 from localspec.server.schemas import ChatRequest, CommonRequest, CompletionRequest
 from localspec.server.worker import DEFAULT_QUEUE, Job, ModelWorker
@@ -86,6 +90,7 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
     shuts down."""
     own_worker = worker is None
     state = _State(model, config, worker or ModelWorker(model, config.queue_size))
+    state.worker.metrics = state.metrics = Metrics(model, state.worker)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -105,6 +110,7 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
         )
     routes = [
         Route("/health", state.health, methods=["GET"]),
+        Route("/metrics", state.metrics_text, methods=["GET"]),
         Route("/v1/models", state.models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", state.model_by_id, methods=["GET"]),
         Route("/v1/chat/completions", state.chat, methods=["POST"]),
@@ -241,8 +247,23 @@ class _State:
 
     async def health(self, request: Request) -> Response:
         return JSONResponse(
-            {"status": "ok", "model": self.config.model_name, "busy": self.worker.busy, "waiting": self.worker.waiting}
+            {
+                "status": "ok",
+                "model": self.config.model_name,
+                "busy": self.worker.busy,
+                "running": self.worker.running,
+                "waiting": self.worker.waiting,
+                "slots": getattr(self.model, "parallel", 1),
+            }
         )
+
+    async def metrics_text(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus' text format (:mod:`localspec.server.metrics`)."""
+
+        async def answer(_):
+            return Response(self.metrics.render(), media_type=METRICS_TYPE)
+
+        return await self.handle(request, answer)
 
     def _model_object(self) -> dict:
         return {"id": self.config.model_name, "object": "model", "created": self.created, "owned_by": "localspec"}

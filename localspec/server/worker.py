@@ -1,4 +1,4 @@
-"""The model thread: one worker runs queued generation jobs first in, first out."""
+"""The model workers: ``parallel`` threads run queued generation jobs first in, first out."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ class Job:
 
 
 class ModelWorker:
-    """One thread that owns the model and runs queued :class:`Job`s first in, first out.
+    """Threads that run queued :class:`Job`s on the model first in, first out: as many
+    as the model has slots (``model.parallel``, llama-server's ``-np``), so that many
+    requests generate at once and their target decodes are batched.
 
     ``submit`` raises :class:`APIError` (503, with Retry-After) when ``queue_size`` jobs
     already wait.  A job cancelled while queued is skipped; one cancelled while running
@@ -53,19 +55,22 @@ class ModelWorker:
     soon, once per submitted job, so outside requests queue with that thread's own work.
     """
 
-    def __init__(self, model, queue_size: int = DEFAULT_QUEUE, run_in=None):
+    def __init__(self, model, queue_size: int = DEFAULT_QUEUE, run_in=None, metrics=None):
         self.model = model
         self.queue_size = queue_size
+        self.metrics = metrics  # a localspec.server.metrics.Metrics told of every finished generation
         self._jobs: queue.Queue = queue.Queue(maxsize=queue_size)
-        self._current: Job | None = None
+        self._current: dict[int, Job] = {}  # id(job) -> running job (a Job is not hashable)
         self.last_result: GenerationResult | None = None  # of the latest finished generation
         self.skipped = 0  # queued jobs dropped because their client had left
         self._run_in = run_in
         self._closed = False
-        self._thread = None
+        self._threads = []
         if run_in is None:
-            self._thread = threading.Thread(target=self._run, name="localspec-model", daemon=True)
-            self._thread.start()
+            for i in range(getattr(model, "parallel", 1)):
+                thread = threading.Thread(target=self._run, name=f"localspec-model-{i}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     @property
     def waiting(self) -> int:
@@ -73,7 +78,11 @@ class ModelWorker:
 
     @property
     def busy(self) -> bool:
-        return self._current is not None
+        return bool(self._current)
+
+    @property
+    def running(self) -> int:
+        return len(self._current)
 
     def submit(self, job: Job) -> None:
         if self._closed:
@@ -107,12 +116,12 @@ class ModelWorker:
         self.skipped += 1
 
     def cancel_all(self) -> None:
-        """Cancel the running job (it ends after its current round) and every waiting one."""
+        """Cancel the running jobs (each ends after its current round) and every waiting one."""
         for job in list(self._jobs.queue):
             if isinstance(job, Job):
                 job.cancel()
-        if self._current is not None:
-            self._current.cancel()
+        for job in list(self._current.values()):
+            job.cancel()
 
     def close(self) -> None:
         """Refuse new jobs, cancel the running one, drop the waiting ones, and stop the
@@ -128,11 +137,12 @@ class ModelWorker:
             if isinstance(job, Job):
                 job.cancel()
                 job.post("skipped")
-        if self._current is not None:
-            self._current.cancel()
-        if self._thread is not None:
+        for job in list(self._current.values()):
+            job.cancel()
+        for _ in self._threads:
             self._jobs.put(None)
-            self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
     def _run(self) -> None:
         while True:
@@ -155,11 +165,11 @@ class ModelWorker:
             self.skipped += 1
             job.post("skipped")
             return
-        self._current = job
+        self._current[id(job)] = job
         try:
             self._generate(job)
         finally:
-            self._current = None
+            self._current.pop(id(job), None)
 
     def _generate(self, job: Job) -> None:
         try:
@@ -170,6 +180,8 @@ class ModelWorker:
                     generation.cancel()
                 job.post("event", (event, self._logprob_entry(event, job.logprobs)))
             self.last_result = generation.result
+            if self.metrics is not None:
+                self.metrics.observe(generation.result)
             job.post("done", generation.result)
         except LocalspecError as exc:
             job.post("error", exc)

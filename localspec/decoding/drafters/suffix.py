@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 from localspec.decoding.drafters.base import Draft, ModelFreeDrafter, context_slice
 from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
@@ -30,17 +31,30 @@ class SuffixDrafter(ModelFreeDrafter):
     prior_acceptance = 0.5
     prior_cost_s = 3e-5
 
-    def __init__(self, store_tokens: int = 100_000, min_estimate: float = 0.1, max_spec_factor: float | None = 1.0):
+    def __init__(
+        self,
+        store_tokens: int = 100_000,
+        min_estimate: float = 0.1,
+        max_spec_factor: float | None = 1.0,
+        shared_with: SuffixDrafter | None = None,
+    ):
         if max_spec_factor is not None and not 0.0 < max_spec_factor < math.inf:
             raise InvalidOptionError(f"max_spec_factor must be a positive number or None, got {max_spec_factor!r}")
         self.store_tokens = store_tokens
         self.min_estimate = min_estimate
         self.max_spec_factor = max_spec_factor
+        self._shared_with = shared_with
         self.reset()
 
     def reset(self) -> None:
-        """Forget every earlier output and the current request."""
-        self.store = SuffixIndex(max_tokens=self.store_tokens)
+        """Forget every earlier output and the current request (a drafter made
+        ``shared_with`` another reads and feeds that one's store of earlier outputs, under
+        its lock: concurrent generations learn from each other's answers)."""
+        if self._shared_with is None:
+            self.store = SuffixIndex(max_tokens=self.store_tokens)
+            self.store_lock = threading.Lock()
+        else:
+            self.store, self.store_lock = self._shared_with.store, self._shared_with.store_lock
         self.request = SuffixIndex()
         self._indexed: list[int] = []  # what the request index holds, in order
 
@@ -64,7 +78,8 @@ class SuffixDrafter(ModelFreeDrafter):
         self._sync(context)
         recent = context_slice(context, max(0, len(context) - max(KEYS)))  # all a lookup reads
         here = self.request.lookup(recent, max_tokens, self.min_estimate)
-        before = self.store.lookup(recent, max_tokens, self.min_estimate)
+        with self.store_lock:
+            before = self.store.lookup(recent, max_tokens, self.min_estimate)
         best = here if here.expected_accepted >= before.expected_accepted else before
         if not best.tokens:
             return Draft.empty()
@@ -78,5 +93,6 @@ class SuffixDrafter(ModelFreeDrafter):
         self._sync(context)
         output = context_slice(context, n_prompt)
         if output:
-            self.store.append(output)
-            self.store.end_sequence()
+            with self.store_lock:
+                self.store.append(output)
+                self.store.end_sequence()

@@ -1,0 +1,253 @@
+"""Many clients at once, through the openai client: localspec serve beside llama-server.
+
+    .venv/bin/python benchmarks/concurrency_bench.py --llama-server PATH   # the full run (about 25 min here)
+    .venv/bin/python benchmarks/concurrency_bench.py --smoke               # 1 and 2 clients, 16 tokens (CI)
+
+N asynchronous clients (``openai.AsyncOpenAI``, streaming) share a list of prompts
+(MT-Bench and HumanEval first turns, alternating), greedy, ``max_tokens`` 128; each client
+sends its next request as soon as its last one ends, until ``max(N, 4)`` requests are
+done.  At 1, 2, 4 and 8 clients, each server in turn (one process at a time, the others
+stopped, one warm-up request first):
+
+- ``localspec serve`` (default ``--parallel 4``), plain (``speculative.strategy: none``)
+  and adaptive (the default) on the same server;
+- ``localspec serve --parallel 1``, adaptive: one request at a time, as before slots;
+- with ``--llama-server``: ``llama-server -np 4`` without and with ``-md DRAFT
+  --spec-type draft-simple`` (its own defaults), same GGUF files, ``-c 4096``.
+
+Reported per level: aggregate t/s (completion tokens of all requests / wall seconds from
+the first request to the last answer), per-request decode t/s (tokens after the first /
+seconds after the first), TTFT p50 and p95 (seconds from sending to the first streamed
+token).  Beside them, this machine's batching ceiling 4 c(1) / c(4): the aggregate four
+plain sequences could reach if a decode of 4 tokens were the only cost, from the target's
+own decode of 1 and 4 tokens (best of 5, :func:`fastest`).
+
+Written to benchmarks/results/concurrency-<machine>.{json,png} with the machine record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import openai
+from local_server import free_port, localspec_serve, running
+
+from localspec.api import resolve_pair
+from localspec.bench.workloads import code_prompts, mtbench_prompts
+from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.report import machine_line, machine_record
+
+LEVELS = (1, 2, 4, 8)
+
+
+def prompts(n: int) -> list[list[dict]]:
+    code = [p.messages for p in code_prompts(n)]
+    chat = [p.messages for p in mtbench_prompts(max(1, n // 8 + 1))][:n]
+    mixed = [m for pair in zip(chat, code) for m in pair]
+    return mixed[:n]
+
+
+async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
+    sent = time.perf_counter()
+    first = None
+    pieces = 0
+    usage = None
+    stream = await client.chat.completions.create(
+        model="m",
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=extra,
+    )
+    async for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        if chunk.choices and (chunk.choices[0].delta.content or chunk.choices[0].delta.tool_calls):
+            pieces += 1
+            if first is None:
+                first = time.perf_counter()
+    done = time.perf_counter()
+    tokens = usage.completion_tokens if usage is not None else pieces
+    first = first or done
+    return {
+        "sent": sent,
+        "ttft_s": first - sent,
+        "tokens": tokens,
+        "decode_tps": (tokens - 1) / (done - first) if tokens > 1 and done > first else 0.0,
+        "done": done,
+    }
+
+
+async def level(base: str, clients: int, work: list, max_tokens: int, extra: dict) -> dict:
+    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=900)
+    queue = list(work)
+    results = []
+
+    async def run_client():
+        while queue:
+            messages = queue.pop(0)
+            results.append(await one_request(client, messages, max_tokens, extra))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(run_client() for _ in range(clients)))
+    wall = max(r["done"] for r in results) - start
+    ttfts = sorted(r["ttft_s"] for r in results)
+    return {
+        "clients": clients,
+        "requests": len(results),
+        "tokens": sum(r["tokens"] for r in results),
+        "aggregate_tps": sum(r["tokens"] for r in results) / wall,
+        "request_decode_tps": statistics.median(r["decode_tps"] for r in results),
+        "ttft_p50_s": statistics.median(ttfts),
+        "ttft_p95_s": ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
+        "wall_s": wall,
+    }
+
+
+def run_server(name: str, command: list[str], port: int, levels, work_for, max_tokens: int, extras: dict) -> dict:
+    """Every level for each request variant (``extras``: label -> extra body) on one server."""
+    out = {}
+    with running(command, port) as base:
+        asyncio.run(level(base, 1, work_for(1)[:1], 8, {}))  # warm-up
+        for label, extra in extras.items():
+            rows = []
+            for n in levels:
+                rows.append(asyncio.run(level(base, n, work_for(n), max_tokens, extra)))
+                r = rows[-1]
+                print(
+                    f"{name} {label} x{n}: {r['aggregate_tps']:.1f} t/s aggregate, "
+                    f"{r['request_decode_tps']:.1f} per request, TTFT p50 {r['ttft_p50_s']:.2f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            out[f"{name} {label}".strip()] = rows
+    return out
+
+
+def fastest(engine: Engine, batch: int, repeats: int = 5) -> float:
+    """Best of ``repeats`` decodes of ``batch`` tokens at the end of a 64-token context."""
+    engine.decode([100] * 64)
+    best = float("inf")
+    for _ in range(repeats):
+        before = engine.decode_s
+        engine.decode([100] * batch, range(batch))
+        best = min(best, engine.decode_s - before)
+        engine.trim(64)
+    return best
+
+
+def ceiling(target_path: Path) -> dict:
+    engine = Engine(target_path, EngineConfig(n_ctx=512))
+    try:
+        c1, c4 = fastest(engine, 1), fastest(engine, 4)
+    finally:
+        engine.close()
+    return {"c1_s": c1, "c4_s": c4, "ceiling_tps_4": 4 / c4, "ceiling_ratio_4": 4 * c1 / c4}
+
+
+def summary(results: dict, ceil: dict) -> dict:
+    def at(name, n, key="aggregate_tps"):
+        rows = {r["clients"]: r for r in results.get(name, [])}
+        return rows[n][key] if n in rows else None
+
+    out = {"ceiling": ceil}
+    ours_plain, ours = "localspec plain", "localspec adaptive"
+    out["adaptive_over_plain"] = {
+        n: at(ours, n) / at(ours_plain, n) for n in LEVELS if at(ours, n) and at(ours_plain, n)
+    }
+    out["adaptive_over_serialized"] = {
+        n: at(ours, n) / at("localspec -np 1 adaptive", n)
+        for n in LEVELS
+        if at(ours, n) and at("localspec -np 1 adaptive", n)
+    }
+    if at("llama-server plain", 4):
+        out["adaptive_over_llama_server_plain_4"] = at(ours, 4) / at("llama-server plain", 4)
+    if at("llama-server -md", 4) and at("llama-server plain", 4):
+        out["llama_server_md_over_plain_4"] = at("llama-server -md", 4) / at("llama-server plain", 4)
+    if at(ours, 4):
+        out["adaptive_4_share_of_ceiling"] = at(ours, 4) / (at(ours_plain, 1) * ceil["ceiling_ratio_4"])
+        out["ttft_p50_4_over_idle"] = at(ours, 4, "ttft_p50_s") / at(ours, 1, "ttft_p50_s")
+    return out
+
+
+def plot(results: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, rows in results.items():
+        ax.plot([r["clients"] for r in rows], [r["aggregate_tps"] for r in rows], marker="o", label=name)
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel("aggregate tokens/s")
+    ax.set_xticks(list(LEVELS))
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
+    parser.add_argument("--smoke", action="store_true", help="1 and 2 clients, 16 tokens, localspec only")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = parser.parse_args()
+    record = machine_record()
+    print(f"machine: {machine_line(record)}", file=sys.stderr)
+    pair = resolve_pair(None)
+    levels = (1, 2) if args.smoke else LEVELS
+    max_tokens = 16 if args.smoke else args.max_tokens
+    pool = prompts(16)
+
+    def work_for(n):
+        return [pool[i % len(pool)] for i in range(2 if args.smoke else max(n, 4))]
+
+    plain, adaptive = {"speculative": {"strategy": "none"}}, {}
+    results = {}
+    port = free_port()
+    results |= run_server(
+        "localspec", localspec_serve(port), port, levels, work_for, max_tokens, {"plain": plain, "adaptive": adaptive}
+    )
+    if not args.smoke:
+        port = free_port()
+        command = localspec_serve(port, "--parallel", "1")
+        results |= run_server("localspec -np 1", command, port, levels, work_for, max_tokens, {"adaptive": adaptive})
+    if args.llama_server:
+        base = [args.llama_server, "-m", str(pair.target), "-c", "4096", "-np", "4"]
+        draft = ["-md", str(pair.draft), "--spec-type", "draft-simple"]
+        for name, label, more in (("llama-server", "plain", []), ("llama-server -md", "", draft)):
+            port = free_port()
+            command = [*base, *more, "--port", str(port)]
+            results |= run_server(name, command, port, levels, work_for, max_tokens, {label: {}})
+    ceil = ceiling(pair.target)
+    result = {
+        "machine": record,
+        "command": " ".join(["benchmarks/concurrency_bench.py", *sys.argv[1:]]),
+        "max_tokens": max_tokens,
+        "summary": summary(results, ceil),
+        "results": results,
+    }
+    stem = "concurrency-smoke" if args.smoke else f"concurrency-{record['cpu'].lower().replace(' ', '-')}"
+    out = Path(args.out)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["summary"], indent=1))
+    if not args.smoke:
+        plot(results, out / f"{stem}.png", f"{machine_line(record)}; {max_tokens} tokens, greedy")
+    print(f"wrote {out / stem}.json", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

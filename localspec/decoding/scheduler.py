@@ -1,0 +1,157 @@
+"""Continuous batching: the target decodes of concurrent generations go into one ``llama_decode``.
+
+Each generation runs its rounds on its caller's thread (drafting, acceptance, text) and
+hands its target decode (a verify batch ``[t, d_1..d_k]``, or a chunk of its prompt) to
+the :class:`Batcher`.  The batcher decodes once no generation is still computing its part
+of the round: every sequence that has work then rides in the same target pass, whose
+cost is close to one sequence's on a memory-bound machine (the weights are read once).
+A generation between rounds (its client taking the last round's tokens) is waited
+for at most ``GRACE_S``: it usually comes straight back with its next verify, and a
+decode without it would leave it to wait a whole decode alone; a client that reads
+slowly holds nobody up longer than that.  One that joins waits at most one decode.
+
+Why not one thread stepping every generation: the drafters and the acceptance math are
+per sequence and stay as in the one-sequence loop (:mod:`localspec.decoding.loop`),
+unchanged; only the decode is shared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PREFILL_CHUNK = (
+    128  # prompt tokens a joining sequence adds to a shared decode (a long prompt must not stall the others)
+)
+GRACE_S = 0.005  # how long a decode waits for a sequence that has just ended its round
+
+
+@dataclass
+class _Request:
+    view: object  # the EngineSequence asking
+    tokens: list[int]
+    rows: list[int]
+    done: bool = False
+    logits: np.ndarray | None = None
+    error: BaseException | None = None
+    shared_with: int = 0  # sequences in the decode that served it
+    extra: dict = field(default_factory=dict)
+
+
+class Batcher:
+    """Gathers target decodes of concurrent generations on one engine (see the module
+    docstring).  A generation's step runs inside :meth:`round`; its decode calls
+    :meth:`decode` (through its :class:`~localspec.llama.sequence.EngineSequence`), which
+    returns that sequence's logits rows, shape ``(len(rows), n_vocab)``, once the shared
+    decode is done, and re-raises its error (ContextOverflowError, EngineError) in every
+    caller of that decode.
+
+    ``last_batch``: (tokens, sequences) of the latest decode, for the policy to price a
+    draft against the batch it joins (:meth:`outlook`)."""
+
+    def __init__(self, engine, prefill_chunk: int = PREFILL_CHUNK):
+        self.engine = engine
+        self.prefill_chunk = min(prefill_chunk, engine.n_batch)
+        self._cond = threading.Condition()
+        self._computing = 0  # rounds in progress that have not handed in their decode
+        self._pending: list[_Request] = []
+        self._firing = False
+        self._between: dict[int, float] = {}  # seq -> when it ended its latest round (still running)
+        self.last_batch: dict[int, int] = {}  # seq -> tokens it had in the latest decode
+        self.decodes = 0
+        self.shared_decodes = 0  # decodes that served more than one sequence
+        self.sequences_decoded = 0  # sequences served, summed over decodes
+
+    @contextmanager
+    def round(self, seq: int) -> Iterator[None]:
+        """A step of the generation in ``seq``: the batcher does not decode while it computes."""
+        with self._cond:
+            self._computing += 1
+            self._between.pop(seq, None)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._computing -= 1
+                self._between[seq] = time.perf_counter()
+                self._cond.notify_all()
+
+    def leave(self, seq: int) -> None:
+        """The generation in ``seq`` has ended: no decode waits for it."""
+        with self._cond:
+            self._between.pop(seq, None)
+            self._cond.notify_all()
+
+    def outlook(self, seq: int) -> tuple[int, int]:
+        """(tokens, sequences) the other sequences had in the latest decode: what a draft
+        of ``seq`` will probably share its verify with."""
+        others = [n for s, n in self.last_batch.items() if s != seq]
+        return sum(others), len(others)
+
+    def decode(self, view, tokens, rows) -> np.ndarray:
+        request = _Request(view, list(tokens), list(rows))
+        with self._cond:
+            self._pending.append(request)
+            self._computing -= 1
+            while not request.done:
+                ready = self._take_if_ready()
+                if ready:
+                    break
+                self._cond.wait(self._grace_left())
+        if ready:
+            self._fire(ready)
+            with self._cond:
+                while not request.done:
+                    self._cond.wait()
+        if request.error is not None:
+            raise request.error
+        return request.logits
+
+    def _take_if_ready(self) -> list[_Request] | None:
+        """The pending requests, when nobody computes and no decode runs (under the lock);
+        they count as computing again from here, so their logits (views into llama.cpp's
+        buffer) stay valid until each has handed in its next decode or left its round."""
+        if self._computing > 0 or self._firing or not self._pending or self._grace_left() is not None:
+            return None
+        batch, self._pending = self._pending, []
+        self._computing += len(batch)
+        self._firing = True
+        return batch
+
+    def _grace_left(self) -> float | None:
+        """Seconds until the last sequence between rounds is no longer waited for (None: none is)."""
+        if not self._between:
+            return None
+        now = time.perf_counter()
+        for seq, since in list(self._between.items()):
+            if now - since >= GRACE_S:
+                del self._between[seq]
+        return GRACE_S - (now - max(self._between.values())) if self._between else None
+
+    def _fire(self, batch: list[_Request]) -> None:
+        engine = self.engine
+        started, before = time.perf_counter(), engine.decode_s
+        try:
+            results = engine.decode_batch([(r.view.seq, r.tokens, r.rows) for r in batch], copy=False)
+            error = None
+        except BaseException as exc:  # handed to every caller of this decode
+            results, error = [None] * len(batch), exc
+        spent = engine.decode_s - before if error is None else time.perf_counter() - started
+        total = sum(len(r.tokens) for r in batch)
+        with self._cond:
+            self.decodes += 1
+            self.shared_decodes += len(batch) > 1
+            self.sequences_decoded += len(batch)
+            self.last_batch = {r.view.seq: len(r.tokens) for r in batch}
+            for request, logits in zip(batch, results):
+                request.view.decode_s += spent
+                request.view.last_batch_tokens = total
+                request.logits, request.error, request.done = logits, error, True
+                request.shared_with = len(batch)
+            self._firing = False
+            self._cond.notify_all()

@@ -1,0 +1,65 @@
+"""How to load one model (:class:`EngineConfig`) and llama.cpp's process-wide settings
+(thread count, its log, the load-progress callback)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from localspec import machine
+from localspec.errors import InvalidOptionError
+
+CPU_BUFFERS = ("auto", "default", "no-amx", "no-extra")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to load one model.
+
+    n_ctx: context window in tokens.  n_gpu_layers: layers offloaded to Metal/CUDA
+    (-1 = all; ignored by CPU-only builds).  n_threads: CPU threads (None = all CPUs).
+    n_batch: largest batch handed to one ``llama_decode`` call, in tokens.
+    flash_attn: None lets llama.cpp choose.  cpu_buffers: where CPU weights go: "auto"
+    (llama.cpp's choice, except without AMX where :func:`localspec.llama.amx_probe.amx_decision`
+    says AMX crashes here), "default" (llama.cpp's choice, always), "no-amx" (the fallback:
+    no AMX buffer, CPU_REPACK kept), "no-extra" (no extra buffer types at all, as
+    llama.cpp's ``--no-repack``).
+    """
+
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1
+    n_threads: int | None = None
+    n_batch: int = 512
+    flash_attn: bool | None = None
+    cpu_buffers: str = "auto"
+    n_seq_max: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_seq_max, bool) or not isinstance(self.n_seq_max, int) or not 1 <= self.n_seq_max <= 64:
+            raise InvalidOptionError(f"parallel must be an integer from 1 to 64, got {self.n_seq_max!r}")
+        if self.cpu_buffers not in CPU_BUFFERS:
+            raise InvalidOptionError(f"cpu_buffers must be one of {', '.join(CPU_BUFFERS)}, got {self.cpu_buffers!r}")
+
+
+def default_threads() -> int:
+    return machine.usable_cpus()
+
+
+def set_llama_log(verbose: bool) -> None:
+    """Show llama.cpp's own log lines (verbose) or nothing at all."""
+    logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+
+
+def _progress_reporter(load_progress: Callable[[float], None]) -> Callable:
+    """Wrap a callback for llama.cpp: it must return True (go on) and never raise
+    through ctypes (an exception there would be printed and read as "abort")."""
+
+    def report(fraction: float, _user_data) -> bool:
+        try:
+            load_progress(min(1.0, max(0.0, float(fraction))))
+        except Exception:  # a broken progress display must not stop the load
+            pass
+        return True
+
+    return report
