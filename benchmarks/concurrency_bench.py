@@ -9,8 +9,9 @@ sends its next request as soon as its last one ends, until ``max(N, 4)`` request
 done.  At 1, 2, 4 and 8 clients, each server in turn (one process at a time, the others
 stopped, one warm-up request first):
 
-- ``localspec serve`` (default ``--parallel 4``), plain (``speculative.strategy: none``)
-  and adaptive (the default) on the same server;
+- ``localspec serve`` (default ``--parallel 4``) with ``--draft none`` (plain) and with
+  its defaults (adaptive), each its own process: a server that had seen the prompts
+  would have them cached, and its suffix drafter would copy its earlier answers;
 - ``localspec serve --parallel 1``, adaptive: one request at a time, as before slots;
 - with ``--llama-server``: ``llama-server -np 4`` without and with ``-md DRAFT
   --spec-type draft-simple`` (its own defaults), same GGUF files, ``-c 4096``.
@@ -87,17 +88,17 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
 
 
 async def level(base: str, clients: int, work: list, max_tokens: int, extra: dict) -> dict:
-    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=900)
     queue = list(work)
     results = []
+    async with openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=2, timeout=900) as client:
 
-    async def run_client():
-        while queue:
-            messages = queue.pop(0)
-            results.append(await one_request(client, messages, max_tokens, extra))
+        async def run_client():
+            while queue:
+                messages = queue.pop(0)
+                results.append(await one_request(client, messages, max_tokens, extra))
 
-    start = time.perf_counter()
-    await asyncio.gather(*(run_client() for _ in range(clients)))
+        start = time.perf_counter()
+        await asyncio.gather(*(run_client() for _ in range(clients)))
     wall = max(r["done"] for r in results) - start
     ttfts = sorted(r["ttft_s"] for r in results)
     return {
@@ -112,24 +113,22 @@ async def level(base: str, clients: int, work: list, max_tokens: int, extra: dic
     }
 
 
-def run_server(name: str, command: list[str], port: int, levels, work_for, max_tokens: int, extras: dict) -> dict:
-    """Every level for each request variant (``extras``: label -> extra body) on one server."""
-    out = {}
+def run_server(name: str, command: list[str], port: int, levels, work_for, max_tokens: int) -> dict:
+    """Every level on one server, each level with prompts of its own (``work_for(n)``),
+    never sent to this server before."""
+    rows = []
     with running(command, port) as base:
-        asyncio.run(level(base, 1, work_for(1)[:1], 8, {}))  # warm-up
-        for label, extra in extras.items():
-            rows = []
-            for n in levels:
-                rows.append(asyncio.run(level(base, n, work_for(n), max_tokens, extra)))
-                r = rows[-1]
-                print(
-                    f"{name} {label} x{n}: {r['aggregate_tps']:.1f} t/s aggregate, "
-                    f"{r['request_decode_tps']:.1f} per request, TTFT p50 {r['ttft_p50_s']:.2f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            out[f"{name} {label}".strip()] = rows
-    return out
+        asyncio.run(level(base, 1, [[{"role": "user", "content": "Say hi."}]], 8, {}))  # warm-up
+        for n in levels:
+            rows.append(asyncio.run(level(base, n, work_for(n), max_tokens, {})))
+            r = rows[-1]
+            print(
+                f"{name} x{n}: {r['aggregate_tps']:.1f} t/s aggregate, "
+                f"{r['request_decode_tps']:.1f} per request, TTFT p50 {r['ttft_p50_s']:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    return {name: rows}
 
 
 def fastest(engine: Engine, batch: int, repeats: int = 5) -> float:
@@ -209,39 +208,36 @@ def main() -> int:
     pair = resolve_pair(None)
     levels = (1, 2) if args.smoke else LEVELS
     max_tokens = 16 if args.smoke else args.max_tokens
-    pool = prompts(16)
+    counts = {n: 2 if args.smoke else max(n, 4) for n in levels}
+    pool = prompts(sum(counts.values()))
+    starts = {n: sum(counts[m] for m in levels if m < n) for n in levels}
 
     def work_for(n):
-        return [pool[i % len(pool)] for i in range(2 if args.smoke else max(n, 4))]
+        return pool[starts[n] : starts[n] + counts[n]]
 
-    plain, adaptive = {"speculative": {"strategy": "none"}}, {}
-    results = {}
-    port = free_port()
-    results |= run_server(
-        "localspec", localspec_serve(port), port, levels, work_for, max_tokens, {"plain": plain, "adaptive": adaptive}
-    )
-    if not args.smoke:
-        port = free_port()
-        command = localspec_serve(port, "--parallel", "1")
-        results |= run_server("localspec -np 1", command, port, levels, work_for, max_tokens, {"adaptive": adaptive})
-    if args.llama_server:
-        base = [args.llama_server, "-m", str(pair.target), "-c", "4096", "-np", "4"]
-        draft = ["-md", str(pair.draft), "--spec-type", "draft-simple"]
-        for name, label, more in (("llama-server", "plain", []), ("llama-server -md", "", draft)):
-            port = free_port()
-            command = [*base, *more, "--port", str(port)]
-            results |= run_server(name, command, port, levels, work_for, max_tokens, {label: {}})
     ceil = ceiling(pair.target)
-    result = {
-        "machine": record,
-        "command": " ".join(["benchmarks/concurrency_bench.py", *sys.argv[1:]]),
-        "max_tokens": max_tokens,
-        "summary": summary(results, ceil),
-        "results": results,
-    }
+    servers = [("localspec plain", localspec_serve(0, "--draft", "none")), ("localspec adaptive", localspec_serve(0))]
+    if not args.smoke:
+        servers.append(("localspec -np 1 adaptive", localspec_serve(0, "--parallel", "1")))
+    if args.llama_server:
+        base = [args.llama_server, "-m", str(pair.target), "-c", "4096", "-np", "4", "--port", "0"]
+        servers.append(("llama-server plain", base))
+        servers.append(("llama-server -md", [*base, "-md", str(pair.draft), "--spec-type", "draft-simple"]))
     stem = "concurrency-smoke" if args.smoke else f"concurrency-{record['cpu'].lower().replace(' ', '-')}"
     out = Path(args.out)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    results = {}
+    for name, command in servers:
+        port = free_port()
+        command = [str(port) if i and command[i - 1] == "--port" else a for i, a in enumerate(command)]
+        results |= run_server(name, command, port, levels, work_for, max_tokens)
+        result = {
+            "machine": record,
+            "command": " ".join(["benchmarks/concurrency_bench.py", *sys.argv[1:]]),
+            "max_tokens": max_tokens,
+            "summary": summary(results, ceil),
+            "results": results,
+        }
+        (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")  # after each server
     print(json.dumps(result["summary"], indent=1))
     if not args.smoke:
         plot(results, out / f"{stem}.png", f"{machine_line(record)}; {max_tokens} tokens, greedy")

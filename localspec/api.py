@@ -193,7 +193,7 @@ class SpeculativeModel:
         slot = slot or self.slots.slots[0]
         policy = slot.policy(dp, greedy, predicted, constrained)
         if isinstance(policy, AdaptivePolicy) and not policy.calibrated:
-            engines = {id(slot.drafter): slot.drafter.engine} if slot.drafter is not None else {}
+            engines = {id(slot.drafter): self.draft_engine} if slot.drafter is not None else {}
             sizes = (1, 2, 3, 5, 9, 17) + ((33, 65) if self.parallel > 1 else ())
             self.owner.run(policy.calibrate, self.target, engines, 100, sizes)
         return policy

@@ -180,7 +180,9 @@ def test_eight_clients_with_max_tokens_16_to_256_all_finish(target_gguf):
             server.stop()
         assert [a.usage.completion_tokens for a in answers] == budgets
         assert m.slots.batcher.shared_decodes > 0
+        assert m.slots.draft_batcher.shared_decodes > 0  # the draft model's steps batched too
         kv_matches_bookkeeping(m.target)
+        kv_matches_bookkeeping(m.draft_engine)
 
 
 def test_200_requests_with_random_cancellations_leave_nothing_behind(target_gguf):

@@ -45,7 +45,9 @@ class _Request:
 
 class Batcher:
     """Gathers target decodes of concurrent generations on one engine (see the module
-    docstring).  A generation's step runs inside :meth:`round`; its decode calls
+    docstring).  ``grace_s``: how long a decode waits for a sequence that has just left its
+    round (0 for a draft model, whose sequences leave their drafting for the verify).
+    A generation's step runs inside :meth:`round`; its decode calls
     :meth:`decode` (through its :class:`~localspec.llama.sequence.EngineSequence`), which
     returns that sequence's logits rows, shape ``(len(rows), n_vocab)``, once the shared
     decode is done, and re-raises its error (ContextOverflowError, EngineError) in every
@@ -54,9 +56,11 @@ class Batcher:
     ``last_batch``: (tokens, sequences) of the latest decode, for the policy to price a
     draft against the batch it joins (:meth:`outlook`)."""
 
-    def __init__(self, engine, prefill_chunk: int = PREFILL_CHUNK):
+    def __init__(self, engine, prefill_chunk: int = PREFILL_CHUNK, grace_s: float = GRACE_S):
         self.engine = engine
-        self.prefill_chunk = min(prefill_chunk, engine.n_batch)
+        self.grace_s = grace_s
+        self._chunk = min(prefill_chunk, engine.n_batch)
+        self._running: set[int] = set()  # seqs with a generation that has not ended
         self._cond = threading.Condition()
         self._computing = 0  # rounds in progress that have not handed in their decode
         self._pending: list[_Request] = []
@@ -67,10 +71,16 @@ class Batcher:
         self.shared_decodes = 0  # decodes that served more than one sequence
         self.sequences_decoded = 0  # sequences served, summed over decodes
 
+    @property
+    def prefill_chunk(self) -> int:
+        """Prompt tokens per decode: ``PREFILL_CHUNK`` while other sequences run, else a whole batch."""
+        return self._chunk if len(self._running) > 1 else self.engine.n_batch
+
     @contextmanager
     def round(self, seq: int) -> Iterator[None]:
         """A step of the generation in ``seq``: the batcher does not decode while it computes."""
         with self._cond:
+            self._running.add(seq)
             self._computing += 1
             self._between.pop(seq, None)
         try:
@@ -85,6 +95,7 @@ class Batcher:
         """The generation in ``seq`` has ended: no decode waits for it."""
         with self._cond:
             self._between.pop(seq, None)
+            self._running.discard(seq)
             self._cond.notify_all()
 
     def outlook(self, seq: int) -> tuple[int, int]:
@@ -129,9 +140,9 @@ class Batcher:
             return None
         now = time.perf_counter()
         for seq, since in list(self._between.items()):
-            if now - since >= GRACE_S:
+            if now - since >= self.grace_s:
                 del self._between[seq]
-        return GRACE_S - (now - max(self._between.values())) if self._between else None
+        return self.grace_s - (now - max(self._between.values())) if self._between else None
 
     def _fire(self, batch: list[_Request]) -> None:
         engine = self.engine

@@ -39,14 +39,15 @@ class Slot:
     :class:`~localspec.llama.sequence.EngineSequence`), its drafters and policies.
     ``costs`` is the pair's shared ``(verify_costs, draft_costs, prefill_costs)``."""
 
-    def __init__(self, index: int, target, draft_engine, batcher, costs: tuple, suffix: dict):
+    def __init__(self, index: int, target, draft_engine, batchers: tuple, costs: tuple, suffix: dict):
         self.index = index
+        batcher, draft_batcher = batchers
         many = batcher is not None
         self.target = EngineSequence(target, index, batcher) if many else target
         self.batcher = batcher
         self.drafter = None
         if draft_engine is not None:
-            engine = EngineSequence(draft_engine, index) if many else draft_engine
+            engine = EngineSequence(draft_engine, index, draft_batcher) if many else draft_engine
             self.drafter = DraftModelDrafter(engine, target.n_vocab, target.is_eog)
         self.lookup = PromptLookupDrafter()
         self.suffix = SuffixDrafter(**suffix)
@@ -119,11 +120,12 @@ class SlotPool:
         self, target, draft_engine, parallel: int, costs: tuple, suffix_store_tokens: int, cache_ram_bytes: int = 0
     ):
         self.batcher = Batcher(target) if parallel > 1 else None
+        self.draft_batcher = Batcher(draft_engine, grace_s=0.0) if parallel > 1 and draft_engine is not None else None
+        batchers = (self.batcher, self.draft_batcher)
         self.prompt_cache = PromptCache(target, draft_engine, cache_ram_bytes) if cache_ram_bytes > 0 else None
-        first = Slot(0, target, draft_engine, self.batcher, costs, {"store_tokens": suffix_store_tokens})
+        first = Slot(0, target, draft_engine, batchers, costs, {"store_tokens": suffix_store_tokens})
         self.slots = [first] + [
-            Slot(i, target, draft_engine, self.batcher, costs, {"shared_with": first.suffix})
-            for i in range(1, parallel)
+            Slot(i, target, draft_engine, batchers, costs, {"shared_with": first.suffix}) for i in range(1, parallel)
         ]
         self._cond = threading.Condition()
         target.idle_sequences = self.idle_sequences
@@ -185,12 +187,14 @@ class SlotPool:
                 if slot.generation is not None and slot.generation() is generation:
                     slot.generation = None
                     slot.last_used = time.monotonic()
+                    if self.batcher is not None:
+                        self.batcher.leave(slot.index)
             self._cond.notify_all()
 
     def _collected(self, slot: Slot) -> None:
         with self._cond:
             if slot.generation is not None and slot.generation() is None:
-                slot.generation = None
+                slot.generation = None  # (a finalizer: the batcher's lock is not taken here)
             self._cond.notify_all()
 
     @property

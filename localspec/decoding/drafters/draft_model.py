@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,8 +37,19 @@ class DraftModelDrafter:
         return self.engine.decode_s
 
     def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
+        """Up to ``max_tokens`` draft tokens after ``context``.  With several slots, each
+        step's decode is shared with the other sequences drafting at the same time (the
+        draft engine's sequence has a batcher)."""
         if max_tokens <= 0:
             return Draft.empty()
+        with self._shared_decodes():
+            return self._draft(context, max_tokens, params, p_min, rng)
+
+    def _shared_decodes(self):
+        batcher = getattr(self.engine, "batcher", None)
+        return batcher.round(self.engine.seq) if batcher is not None else contextlib.nullcontext()
+
+    def _draft(self, context, max_tokens, params, p_min, rng) -> Draft:
         logits = self._catch_up(context)
         if logits is None:
             return Draft.empty()
@@ -81,7 +93,8 @@ class DraftModelDrafter:
     def prefill(self, prompt: Sequence[int]) -> None:
         """Read ``prompt`` now (during prompt eval), so the first draft does not pay for it."""
         if prompt:
-            self._catch_up(prompt)
+            with self._shared_decodes():
+                self._catch_up(prompt)
 
     def begin(self, prompt) -> None:
         # Keep only what the new prompt shares with the cache (a continued conversation),
