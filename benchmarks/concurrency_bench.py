@@ -1,12 +1,12 @@
 """Many clients at once, through the openai client: localspec serve beside llama-server.
 
-    .venv/bin/python benchmarks/concurrency_bench.py --llama-server PATH   # the full run (about 25 min here)
+    .venv/bin/python benchmarks/concurrency_bench.py --llama-server PATH   # the full run (about 25 min here, llama-server included)
     .venv/bin/python benchmarks/concurrency_bench.py --smoke               # 1 and 2 clients, 16 tokens (CI)
 
 N asynchronous clients (``openai.AsyncOpenAI``, streaming) share a list of prompts
 (MT-Bench and HumanEval first turns, alternating), greedy, ``max_tokens`` 128; each client
-sends its next request as soon as its last one ends, until ``max(N, 4)`` requests are
-done.  At 1, 2, 4 and 8 clients, each server in turn (one process at a time, the others
+sends its next request as soon as its last one ends, until 3 N requests are done (three
+waves, so the start and the ragged end weigh less).  At 1, 2, 4 and 8 clients, each server in turn (one process at a time, the others
 stopped, one warm-up request first):
 
 - ``localspec serve`` (default ``--parallel 4``) with ``--draft none`` (plain) and with
@@ -208,7 +208,7 @@ def main() -> int:
     pair = resolve_pair(None)
     levels = (1, 2) if args.smoke else LEVELS
     max_tokens = 16 if args.smoke else args.max_tokens
-    counts = {n: 2 if args.smoke else max(n, 4) for n in levels}
+    counts = {n: 2 if args.smoke else 3 * n for n in levels}  # three waves of requests per client
     pool = prompts(sum(counts.values()))
     starts = {n: sum(counts[m] for m in levels if m < n) for n in levels}
 

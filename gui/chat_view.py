@@ -56,6 +56,10 @@ def format_stats(stats: dict | None, finish_reason: str | None = None, baseline_
     14.2 t/s · TTFT 0.41 s · 1.6× vs plain"; times in seconds, rates in tokens/s."""
     if not stats:
         return ""
+    if stats.get("unavailable"):
+        return f"Statistics unavailable (the server sends no timings) · TTFT {stats.get('ttft_s', 0.0):.2f} s" + (
+            " · stopped" if finish_reason == "cancelled" else ""
+        )
     parts = []
     drafted, accepted = stats.get("drafted_tokens", 0), stats.get("accepted_tokens", 0)
     if drafted:

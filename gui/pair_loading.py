@@ -29,6 +29,21 @@ class PairLoading:
         w.update_buttons()
         w.host.load({"target": str(target), "draft": str(draft) if draft else None, **w.settings.load_options()})
 
+    def connect(self, url: str, api_key: str, model: str) -> None:
+        """Chat with an OpenAI-compatible server instead of a loaded pair."""
+        w = self.window
+        if w.request is not None:
+            w.show_error("Stop the running answer before connecting.")
+            return
+        w.serve_url.clear()
+        w.model_ready = False
+        w.loading = True
+        w.busy.setRange(0, 0)
+        w.busy.setVisible(True)
+        w.status.setText(f"Connecting to {url}…")
+        w.update_buttons()
+        w.host.load({"remote": {"url": url, "api_key": api_key, "model": model}})
+
     def on_progress(self, role: str, fraction: float) -> None:
         """One model's weights read so far (``fraction`` 0.0 to 1.0), from llama.cpp."""
         w = self.window
@@ -42,8 +57,12 @@ class PairLoading:
         w.model_ready = True
         w.loading = False
         w.busy.setVisible(False)
-        names = Path(info["target"]).name + (f" + draft {Path(info['draft']).name}" if info["draft"] else " (no draft)")
-        w.status.setText(f"Ready: {names} — loaded in {info['load_s']:.1f} s")
+        if info.get("remote"):
+            w.status.setText(f"Connected: {info['target']} on {info['remote']}")
+        else:
+            names = Path(info["target"]).name
+            names += f" + draft {Path(info['draft']).name}" if info["draft"] else " (no draft)"
+            w.status.setText(f"Ready: {names} — loaded in {info['load_s']:.1f} s")
         w.session.baseline_tps = None  # a baseline belongs to one pair
         w.view.set_baseline(None)
         w.update_buttons()
@@ -58,6 +77,6 @@ class PairLoading:
         w.loading = False
         w.busy.setVisible(False)
         w.status.setText("No model loaded")
-        w.show_error(f"Could not load the pair: {message}")
+        w.show_error(f"Could not load the pair: {message}")  # (or connect to the server)
         w.update_buttons()
         w.pairFailed.emit(message)

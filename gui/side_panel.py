@@ -7,12 +7,13 @@ from PySide6.QtWidgets import QGroupBox, QScrollArea, QVBoxLayout, QWidget
 
 from .memory_badge import MemoryBadge
 from .model_picker import PairPicker
+from .remote_box import RemoteBox
 from .serve_switch import ServeBox
 from .settings_panel import SettingsPanel
 
 
 class SidePanel(QScrollArea):
-    """Holds :attr:`picker` (:class:`PairPicker`), :attr:`memory_badge`,
+    """Holds :attr:`picker` (:class:`PairPicker`), :attr:`memory_badge`, :attr:`remote_box`,
     :attr:`settings_panel` (:class:`SettingsPanel`) and :attr:`serve_box`; the window
     connects them."""
 
@@ -25,12 +26,14 @@ class SidePanel(QScrollArea):
         pair_layout = QVBoxLayout(pair_box)
         pair_layout.addWidget(self.picker)
         pair_layout.addWidget(self.memory_badge)
+        self.remote_box = RemoteBox()
         settings_box = QGroupBox("Settings")
         QVBoxLayout(settings_box).addWidget(self.settings_panel)
         self.serve_box = ServeBox()
         side = QWidget()
         sv = QVBoxLayout(side)
         sv.addWidget(pair_box)
+        sv.addWidget(self.remote_box)
         sv.addWidget(settings_box)
         sv.addWidget(self.serve_box)
         sv.addStretch(1)

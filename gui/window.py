@@ -130,6 +130,7 @@ class MainWindow(QMainWindow):
         self.status, self.busy = chat.status, chat.busy
         self.session_label, self.context_label = chat.session_label, chat.context_label
         self.picker, self.panel, self.memory_badge = side.picker, side.settings_panel, side.memory_badge
+        self.remote_box = side.remote_box
         serve = side.serve_box
         self.serve_switch, self.serve_port, self.serve_url, self.serve_copy = (
             serve.switch,
@@ -179,6 +180,7 @@ class MainWindow(QMainWindow):
 
     def _connect_side_panel(self) -> None:
         self.picker.pairReady.connect(self.load_pair)
+        self.remote_box.connectRequested.connect(self.pair_loading.connect)
         self.picker.error.connect(self.show_error)
         self.picker.selectionChanged.connect(self.save_settings)
         self.panel.changed.connect(self.save_settings)
@@ -238,6 +240,7 @@ class MainWindow(QMainWindow):
         self.conversations.setEnabled(not generating)
         self.shortcut_actions["regenerate"].setEnabled(self.model_ready and not generating)
         self.picker.load_button.setEnabled(not generating and not self.loading and not self.picker.busy())
+        self.remote_box.connect_button.setEnabled(not generating and not self.loading)
 
     # --- the pair (see gui.pair_loading, gui.memory_badge) ------------------------------------
 

@@ -63,7 +63,7 @@ class ChatWorker(QObject):
         if not self._model_lock.acquire(blocking=False):
             return None
         try:
-            if self._model is None:
+            if self._model is None or not hasattr(self._model, "target"):  # none, or a remote server
                 return None
             n_ctx = self._model.target.n_ctx
             return (len(self._model.target.chat_tokens(messages)) if messages else 0), n_ctx
@@ -95,6 +95,9 @@ class ChatWorker(QObject):
         with self._model_lock:
             self._close_model()
         config = dict(config)
+        if "remote" in config:
+            self._connect(config["remote"])
+            return
         target, draft = config.pop("target"), config.pop("draft", None)
         started = time.perf_counter()
         names = " + ".join(str(p).rsplit("/", 1)[-1] for p in (target, draft) if p)
@@ -114,6 +117,23 @@ class ChatWorker(QObject):
             return
         self.loaded.emit(
             {"target": str(target), "draft": str(draft) if draft else None, "load_s": time.perf_counter() - started}
+        )
+
+    def _connect(self, remote: dict) -> None:
+        """Use an OpenAI-compatible server (``remote``: url, api_key, model) as the pair."""
+        from .remote import RemoteModel
+
+        started = time.perf_counter()
+        self.status.emit(f"Connecting to {remote['url']}…")
+        try:
+            model = RemoteModel(remote["url"], remote.get("api_key", ""), remote.get("model") or None)
+        except LocalspecError as exc:
+            self.loadFailed.emit(str(exc))
+            return
+        with self._model_lock:
+            self._model = model
+        self.loaded.emit(
+            {"target": model.model, "draft": None, "load_s": time.perf_counter() - started, "remote": model.url}
         )
 
     @Slot(int, object, object)
@@ -141,10 +161,10 @@ class ChatWorker(QObject):
             if batch:
                 self.round.emit(request_id, batch)
             result = generation.result
-            self.finished.emit(
-                request_id,
-                {"text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.to_dict()},
-            )
+            stats = result.stats.to_dict()
+            if getattr(result.stats, "unavailable", False):  # a remote server without timings
+                stats["unavailable"] = True
+            self.finished.emit(request_id, {"text": result.text, "finish_reason": result.finish_reason, "stats": stats})
         except (LocalspecError, OSError, ValueError) as exc:
             self.failed.emit(request_id, str(exc) or type(exc).__name__)
         except Exception as exc:  # a bug: keep the app alive, say so, keep the traceback on stderr
@@ -201,6 +221,8 @@ class ModelHost(QObject):
         self.stop_server()
         if self.worker.model is None:
             raise InvalidOptionError("load a pair first")
+        if not hasattr(self.worker.model, "target"):
+            raise InvalidOptionError("the window is chatting with a server; load a pair here to serve it")
         server = WindowServer(self.worker.model, port, self._serve_one.emit, model_name)
         self.worker.server_worker = server.worker
         try:
