@@ -1,6 +1,6 @@
 """The adaptive policy's mechanisms switched off one at a time, in the offline replay.
 
-    .venv/bin/python benchmarks/policy_ablation.py      # about a minute: 8 variants x every profile
+    .venv/bin/python benchmarks/policy_ablation.py      # about a minute: 5 variants x every profile
 
 Each variant replays the recorded traces (benchmarks/results/traces.json, as
 ``benchmarks/replay_policy.py`` does: answers in recorded order, policies carried across
@@ -33,22 +33,9 @@ VARIANTS = {
     "no depth groups in the calibration": [
         mock.patch.object(calibration.Calibration, "group", classmethod(lambda cls, d: 0))
     ],
-    "no probes (draft model or free)": [mock.patch.object(replay, "_policy", lambda *a: _never_probing(*a))],
-    "no free-drafter probes": [mock.patch.object(policy, "_FREE_PROBE_SHARE", 1e-12)],
-    "probes from the first token (_PROBE_AFTER 0)": [mock.patch.object(policy, "_PROBE_AFTER", 0)],
-    "catch-up charged over all tokens left (no horizon)": [mock.patch.object(policy, "_MIN_HORIZON", 10**9)],
     "no plain probe": [mock.patch.object(policy, "_PLAIN_PROBE_EVERY", 10**9)],
     "no cap on a batch's cost (_BATCH_MARGIN)": [mock.patch.object(policy, "_BATCH_MARGIN", math.inf)],
 }
-_shipped_policy = replay._policy
-
-
-def _never_probing(profile, stands):
-    made = _shipped_policy(profile, stands)
-    made.probe_every = 10**9
-    return made
-
-
 COST_GUARDS = {"no plain probe", "no cap on a batch's cost (_BATCH_MARGIN)"}
 
 

@@ -27,6 +27,17 @@ def isolated_user_paths(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # e.g. the GUI's conversations
 
 
+@pytest.fixture
+def drafting_always_pays(monkeypatch):
+    """The adaptive policy on an idealised machine: a verify costs the same at any length
+    and drafting costs nothing, so every draft with a chance of acceptance is verified.
+    For exactness tests, whose drafts must go through the acceptance rule whatever this
+    machine's measured costs say (the synthetic models' 1-in-6 guesses never pay on a CPU)."""
+    from localspec.decoding.policy import AdaptivePolicy
+
+    monkeypatch.setattr(AdaptivePolicy, "_round_rate", lambda self, expected, extra_s, k: self._others[1] + expected)
+
+
 @pytest.fixture(scope="session")
 def synth_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("synthetic-gguf")

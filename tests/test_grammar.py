@@ -34,13 +34,13 @@ def _category(text: str) -> str:
 
 
 @pytest.mark.parametrize("strategy, draft_max", [("draft-model", 3), ("auto", "auto")])
-def test_constrained_sampling_matches_constrained_plain(target_gguf, other_gguf, strategy, draft_max, monkeypatch):
+def test_constrained_sampling_matches_constrained_plain(
+    target_gguf, other_gguf, strategy, draft_max, drafting_always_pays
+):
     """Two-sample chi-square test at temperature 1 on a schema with an enum and a free
     string: the enum value and the string's first letter, speculative (the draft model's q
     masked by the grammar; the adaptive policy with the grammar's forced tokens as a free
     draft) against constrained plain sampling, fixed seeds."""
-    monkeypatch.setattr("localspec.decoding.policy._FREE_PROBE_SHARE", 1.0)
-    monkeypatch.setattr("localspec.decoding.policy._PROBE_AFTER", 0)
     opts = dict(max_tokens=40, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, response_format=PICK_FORMAT)
     prompt = "hello world"
     n = 500

@@ -68,15 +68,12 @@ def test_kv_cache_after_every_round_equals_fresh_prefill(target_gguf, other_gguf
 @pytest.mark.parametrize(
     "strategy, draft_max", [("draft-model", 3), ("prompt-lookup", 3), ("suffix", 3), ("auto", "auto")]
 )
-def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strategy, draft_max, monkeypatch):
+def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strategy, draft_max, drafting_always_pays):
     """Two-sample chi-square test on the 2nd and 3rd generated tokens (the ones that go
     through a speculative round), speculative vs plain sampling, fixed seeds, for every
-    drafter and for the adaptive policy.  Prompt lookup's 1-in-6 guesses never pay here,
-    so the adaptive policy is made to probe them every ``probe_every`` rounds, as it does
-    where a probe costs little (a GPU), from the first token of these 4-token answers,
-    to put its rounds through the acceptance rule."""
-    monkeypatch.setattr("localspec.decoding.policy._FREE_PROBE_SHARE", 1.0)
-    monkeypatch.setattr("localspec.decoding.policy._PROBE_AFTER", 0)
+    drafter and for the adaptive policy.  Prompt lookup's 1-in-6 guesses never pay on
+    this CPU, so the adaptive policy is priced as on a machine where they would
+    (``drafting_always_pays``), to put its rounds through the acceptance rule."""
     opts = dict(max_tokens=4, temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
     n_vocab = len(vocabulary()[0])
     prompt = [1] + list(range(3, n_vocab)) * 2  # every token repeats: prompt lookup always matches
@@ -98,8 +95,7 @@ def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strat
             for seed in range(10_000, 10_300):
                 spec.generate(prompt, seed=seed, strategy="none", **opts)
         spec_tokens, drafted = collect(spec)
-        assert drafted > 0  # the sample went through speculative rounds (counted over all of it:
-        # the adaptive policy's probes depend on costs timed on a shared machine)
+        assert drafted >= n // 2  # most answers went through a speculative round
     with SpeculativeModel(target_gguf, None, n_ctx=1024, strategy="none") as plain:
         plain_tokens, _ = collect(plain)
     for pos in range(2):

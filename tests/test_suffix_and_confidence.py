@@ -154,7 +154,7 @@ class Model:
 
 
 def policy_for(drafters, verify):
-    policy = AdaptivePolicy(drafters, max_k={id(d): 16 for d in drafters}, probe_every=10_000)
+    policy = AdaptivePolicy(drafters, max_k={id(d): 16 for d in drafters})
     for b in range(1, 18):
         for _ in range(3):
             policy.observe(None, 0, 0, 0.0, verify(b), b)
@@ -221,10 +221,8 @@ def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
         assert (chosen[0] is m) == (m is fresh), chosen  # 3000 tokens of prefill do not pay for 12
 
 
-def test_a_draft_models_catch_up_is_spread_over_no_more_than_the_answer_so_far():
-    """200 tokens of prefill (0.4 s) pay back over a 64-token answer, not over a short one;
-    at the start of an answer its length is unknown, so the catch-up is spread over what
-    the answer has produced so far (at least 16 tokens), not over max_tokens."""
+def test_a_draft_models_catch_up_is_charged_over_the_tokens_left():
+    """200 tokens of prefill (0.4 s) pay back over 400 tokens still to come, not over 10."""
     cheap = lambda b: 0.030 * (1 + 0.02 * (b - 1))  # noqa: E731
     m = Model(lag=200)
     policy = policy_for([m], cheap)
@@ -232,28 +230,8 @@ def test_a_draft_models_catch_up_is_spread_over_no_more_than_the_answer_so_far()
     policy.prefill_costs[id(m)] = 0.002
     policy.new_generation()
     policy._models[id(m)].successes, policy._models[id(m)].trials = 8.0, 10.0
-    assert policy.plan(63, {}, n_context=300) == (None, 0)  # 13 tokens might be all there is
-    for _ in range(64):
-        policy.observe(None, 0, 0, 0.0, cheap(1), 1, None, [7])
-    assert policy.plan(400, {}, n_context=364)[0] is m  # 64 tokens in: likely as many to come
-    assert policy.plan(10, {}, n_context=364) == (None, 0)  # but not if only 10 are left
-
-
-def test_a_draft_model_is_probed_only_while_catching_up_is_cheap():
-    """A probe of a draft model that sat out must read the context it missed; on a slow
-    machine that costs more than the probe could learn, so it is skipped."""
-    for lag, probed in ((5, True), (200, False)):  # 10 ms or 400 ms of catch-up; budget 0.1 * 4 * 30 ms
-        m = Model(lag=lag)
-        policy = AdaptivePolicy([m], max_k={id(m): 8}, probe_every=4)
-        for _ in range(6):  # 18 tokens of this text: past _PROBE_AFTER, where probes may start
-            policy.observe(None, 0, 0, 0.0, 0.030, 1)
-            policy.observe(None, 0, 0, 0.0, 0.031, 2)
-            policy.observe(None, 0, 0, 0.0, 0.033, 5)
-        policy.draft_costs[id(m)] = CostAverage(0.003, weight=1.0)
-        policy.prefill_costs[id(m)] = 0.002
-        policy._models[id(m)].successes, policy._models[id(m)].trials = 0.1, 10.0  # looks hopeless
-        picks = [policy.plan(8, {}, n_context=300)[0] for _ in range(8)]
-        assert (m in picks) == probed, (lag, picks)
+    assert policy.plan(400, {}, n_context=364)[0] is m
+    assert policy.plan(10, {}, n_context=364) == (None, 0)
 
 
 def test_a_draft_models_own_draft_is_cut_at_its_first_doubtful_token():
@@ -385,33 +363,6 @@ def test_a_draft_model_whose_drafts_are_never_verified_stops_being_chosen(declin
 
 def cpu_like_verify(b):  # 30 ms + 10 ms per extra token
     return 0.030 + 0.010 * (b - 1)
-
-
-@pytest.mark.parametrize("verify, gap", [(cpu_like_verify, 67), (flat, 32)])
-def test_a_free_drafter_is_probed_only_as_often_as_a_probe_costs_a_hundredth_of_the_time(verify, gap):
-    """A free drafter whose drafts do not pay is judged every round against what the
-    target emitted, so probing it only buys the check of tokens past the first.  Where a
-    3-token verify costs 0.67 steps more than one token (30 ms + 10 ms a token), a 2-token
-    probe comes every 67 rounds (1 % of the time), not every ``probe_every`` = 32; where
-    it costs 6 % of a step (memory-bound), every 32 rounds."""
-    d = Free()
-    policy = policy_for([d], verify)
-    policy.probe_every = 32
-    plans = []
-    for j in range(200):
-        draft = Draft([7, 8, 9], confidence=[0.05] * 3)
-        plans.append(policy.plan(16, {id(d): draft}, 50 + j))
-        policy.observe(None, 0, 0, 0.0, verify(1), 1, None, [1])
-    probes = [j for j, (drafter, k) in enumerate(plans) if drafter is d and k == 2]  # 1 token may pay on flat
-    assert len(probes) == 200 // gap and all(b - a == gap for a, b in zip(probes, probes[1:]))
-
-
-def test_a_probe_is_no_longer_than_the_drafters_own_cap():
-    d = Free()
-    policy = policy_for([d], flat)
-    policy.probe_every, policy.max_k[id(d)] = 1, 1
-    policy.plan(16, {id(d): Draft([7, 8, 9], confidence=[0.0] * 3)}, 50)
-    assert policy.plan(16, {id(d): Draft([7, 8, 9], confidence=[0.0] * 3)}, 51) == (d, 1)
 
 
 def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():

@@ -58,11 +58,10 @@ def fastest_of_two(engine, tokens: list[int], rows) -> float | None:
 
 @dataclass
 class DrafterAcceptance:
-    """Per-drafter acceptance estimate (decayed successes / trials) and idle count."""
+    """Per-drafter acceptance estimate (decayed successes / trials)."""
 
     successes: float = 1.0  # prior acceptance = successes / trials, worth two trials
     trials: float = 2.0
-    idle_rounds: int = 0
 
     @property
     def alpha(self) -> float:

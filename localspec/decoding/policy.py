@@ -12,19 +12,13 @@ arXiv:2211.17192, section 3.1 and eq. 1, with i.i.d. acceptance), c_draft its co
 drafted token and c_verify(b) the target's cost for a batch of b tokens.  All three are
 measured on the running machine, as exponential moving averages over the rounds seen so
 far, starting from a calibration when the policy is created; a plain round is
-E(0) / C(0) = 1 / c_verify(1).  A draft model left unused for ``probe_every`` rounds
-is tried once with a short draft, so a change in the text (prose to code, a quoted
-passage) is noticed, unless it could not beat plain decoding even with every draft
-token accepted (a draft model too slow for this machine is then never run).
+E(0) / C(0) = 1 / c_verify(1).
 
 Drafters that cost next to nothing (``free``: suffix, prediction, prompt lookup) are
 asked every round, and their actual drafts are judged by their own per-token
 confidence c_i, calibrated against what the target accepted at that confidence
 (:class:`Calibration`).  A free draft not verified is still compared with what the
-target emitted, so these drafters keep learning without probes; one is probed only as
-often as a probe costs ``_FREE_PROBE_SHARE`` of the time (every ``probe_every`` rounds
-where a short verify costs little more than one token, a few times less often on a
-compute-bound CPU, where a 2-token probe costs over two target steps).
+target emitted, so these drafters keep learning while they are not picked.
 With a_i = calibrated(c_i),
 
     E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i
@@ -47,16 +41,15 @@ many were accepted.  A text where the calibration is wrong (prose after code: a
 tokens, and the drafter's chances at that depth are scaled down for the rest of that
 text only.
 
-Starting a draft model that has not read the context costs its prefill.  That lag is
-charged over the tokens it could still serve: the tokens left, but no more than this
-answer has produced so far (at least ``_MIN_HORIZON``), since answers that have gone on
-for n tokens tend to go on for about n more, and a 13-token answer must not pay a
-prefill meant to be spread over 64.  A draft model is probed only while its lag costs
-at most ``_PROBE_SHARE`` of the rounds between two probes.  No probe of any drafter
-runs before the rounds of a text have emitted ``_PROBE_AFTER`` tokens: its cost is meant
-to be spread over the rounds between two probes, and a short answer would pay it alone
-(a 2-token probe costs about one extra target step on a memory-bound CPU, 7 % of a
-13-token answer).
+Starting a draft model that has not read the context costs its prefill; that lag is
+charged over the tokens the generation may still produce.
+
+Probes of a drafter that sits out (a short draft every so many rounds, so a change of
+text is noticed), their start after the first tokens of a text and a shorter horizon for
+the lag were tried and removed: switched off one at a time in the offline replay
+(``benchmarks/policy_ablation.py``, docs/drafting.md) none changed a result by 1 %.
+A draft model that sits out a text gets its chance again on the next one, whose
+estimate starts back near the prior (:meth:`AdaptivePolicy.new_generation`).
 
 Plain decoding is probed too: after ``_PLAIN_PROBE_EVERY`` rounds without a one-token
 verify, one round is plain, so c_verify(1) is measured again.  Otherwise a c(1)
@@ -88,10 +81,6 @@ from localspec.decoding.drafters import Drafter
 
 _NEW_TEXT_KEEP = 0.25  # share of acceptance evidence a new generation keeps; the rest is the prior
 _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
-_MIN_HORIZON = 16  # tokens a draft model's catch-up is spread over at least
-_PROBE_SHARE = 0.1  # a probe's catch-up may cost at most this share of probe_every plain steps
-_FREE_PROBE_SHARE = 0.01  # share of the time probes of one free drafter may cost
-_PROBE_AFTER = 16  # tokens a text's rounds must have emitted before any drafter is probed in it
 _PLAIN_PROBE_EVERY = 128  # rounds without a one-token verify after which one plain round re-measures c(1)
 _FALLING = 0.9  # a plain probe reading under this share of the c(1) estimate calls for another
 
@@ -163,8 +152,6 @@ class AdaptivePolicy:
 
     drafters: Sequence[Drafter]
     max_k: dict = field(default_factory=dict)
-    probe_every: int = 32
-    probe_k: int = 2
     verify_costs: dict = field(default_factory=dict)  # batch size -> CostAverage of seconds
     draft_costs: dict = field(default_factory=dict)  # id(drafter) -> CostAverage of seconds per token
     prefill_costs: dict = field(default_factory=dict)  # id(drafter) -> seconds per prompt token read
@@ -172,7 +159,6 @@ class AdaptivePolicy:
     _calibrations: dict = field(default_factory=dict)  # id(drafter) -> Calibration
     _trust: dict = field(default_factory=dict)  # id(drafter) -> TextTrust of the current text
     _step_s: float = 0.03  # prior for c_verify(1) until measured
-    _generated: int = 0  # tokens emitted in the current generation
     _since_plain: int = 0  # rounds since the last one-token verify (a measurement of c(1))
     _proposals: dict = field(default_factory=dict)  # the free drafts of the round being planned
     _sorted: list = field(default_factory=list)  # measured verify costs, as of cost_changes[0] == _sorted_of
@@ -207,7 +193,6 @@ class AdaptivePolicy:
     def new_generation(self) -> None:
         """A new text starts: pull each acceptance estimate back toward its prior, so a
         drafter that did well on the last text starts with short, cheap drafts here."""
-        self._generated = 0
         self._trust = {}
         for d in self.drafters:
             model = self._models[id(d)]
@@ -287,14 +272,6 @@ class AdaptivePolicy:
             if prefill is not None:
                 self.prefill_costs[key] = prefill / 17
 
-    def could_win(self, drafter) -> bool:
-        """Whether ``drafter`` beats plain decoding at some length even if every draft
-        token were accepted; one that cannot is never probed."""
-        cost = self.draft_costs[id(drafter)].value
-        limit = self.max_k.get(id(drafter), 8)
-        plain = 1.0 / self.verify_cost(1)
-        return any((k + 1) / (k * cost + self.verify_cost(k + 1)) > plain for k in range(1, limit + 1))
-
     def plan(
         self, k_cap: int, proposals: dict | None = None, n_context: int = 0, others: tuple[int, int] = (0, 0)
     ) -> tuple[Drafter | None, int]:
@@ -322,36 +299,7 @@ class AdaptivePolicy:
                 best, best_rate = (d, k), rate
         if best[0] is not None and self._since_plain >= _PLAIN_PROBE_EVERY and best_rate < STALL_CLIP * plain_rate:
             return None, 0  # observe() counts again from this one-token verify
-        for d in self.drafters:
-            model = self._models[id(d)]
-            if d is best[0]:
-                model.idle_rounds = 0
-                continue
-            model.idle_rounds += 1
-            if model.idle_rounds < self.probe_every:
-                continue
-            free = id(d) in proposals
-            if free and model.idle_rounds < self._free_probe_interval():
-                continue
-            length = min(self.probe_k, k_cap, self.cap(d), len(proposals[id(d)].tokens) if free else k_cap)
-            if length >= 1 and self._generated >= _PROBE_AFTER and self._probe_pays(d, n_context):
-                model.idle_rounds = 0
-                return d, length
         return best
-
-    def _free_probe_interval(self) -> float:
-        """Rounds between two probes of a free drafter, so that each costs at most
-        ``_FREE_PROBE_SHARE`` of the time: its drafts are judged every round anyway
-        (see :meth:`observe`), a probe only verifies tokens past the first."""
-        c1 = self.verify_cost(1)
-        return (self.verify_cost(self.probe_k + 1) - c1) / (_FREE_PROBE_SHARE * c1)
-
-    def _probe_pays(self, d, n_context: int) -> bool:
-        """A probe is worth running: the drafter could win, and catching up on the
-        context (a draft model that sat out) costs at most ``_PROBE_SHARE`` of the plain
-        rounds it has sat out since the last probe."""
-        budget = _PROBE_SHARE * self.probe_every * self.verify_cost(1)
-        return self.could_win(d) and self._lag_s(d, n_context) <= budget
 
     def _lag_s(self, d, n_context: int) -> float:
         """Seconds ``d`` needs to read the context it has not seen (0 for free drafters)."""
@@ -412,11 +360,10 @@ class AdaptivePolicy:
         could still serve (see the module docstring)."""
         alpha, cost = self._models[id(d)].alpha, self.draft_costs[id(d)].value
         lag_s = self._lag_s(d, n_context)
-        horizon = max(1, min(k_cap, max(self._generated, _MIN_HORIZON)))
         best_k, best_rate = 0, 0.0
         for k in range(1, limit + 1):
             expected = expected_tokens(alpha, k)
-            rate = self._round_rate(expected, k * cost + lag_s * expected / horizon, k)
+            rate = self._round_rate(expected, k * cost + lag_s * expected / max(1, k_cap), k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate
@@ -454,7 +401,6 @@ class AdaptivePolicy:
         drafts are always cut would be chosen again and again)."""
         self._count_plain_rounds(batch, verify_s)
         self.verify_costs.setdefault(batch, CostAverage(verify_s)).add(verify_s)
-        self._generated += len(emitted) if emitted else 1
         made = self._proposals.get(id(drafter)) if drafter is not None else None
         if made is not None and not getattr(drafter, "free", False):
             self._observe_model_draft(drafter, made, n_drafted, draft_s)
