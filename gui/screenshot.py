@@ -1,7 +1,8 @@
-"""The README's screenshots: the window at 1280×800 with a finished, highlighted answer
-from the real default pair, regenerated once (so it shows "◀ 2/2 ▶"), the context meter
-and the memory badge; light, or with ``--dark`` a dark palette as a system in dark mode
-gives it.
+"""The README's screenshots: the window at 1280×800 with a finished answer from the real
+default pair, rendered Markdown with a coloured Python code block and token sources
+highlighted, regenerated once (so it shows "◀ 2/2 ▶"), scrolled to its end so the
+stats, the drafting line and the drafter chart show, with the context meter and the
+memory badge; light, or with ``--dark`` a dark palette as a system in dark mode gives it.
 
 ``python -m gui.screenshot docs/screenshot.png [--dark]`` (offscreen unless
 QT_QPA_PLATFORM says otherwise; under Xvfb: ``xvfb-run -a python -m gui.screenshot …``).
@@ -15,32 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-PROMPT = "Write a Python function that checks whether a number is prime, with a short docstring."
+PROMPT = "In Python, write is_palindrome(text) ignoring case and punctuation, plus an example call, then a one-sentence explanation. Keep it short."
 SIZE = (1280, 800)  # pixels
-
-
-def _wait(signal_ok, signal_fail, timeout_s: float):
-    """Run the event loop until one of the signals fires; returns (ok, args)."""
-    from PySide6.QtCore import QEventLoop, QTimer
-
-    loop = QEventLoop()
-    got: dict = {}
-
-    def done(ok):
-        def handler(*args):
-            got.setdefault("ok", ok)
-            got.setdefault("args", args)
-            loop.quit()
-
-        return handler
-
-    signal_ok.connect(done(True))
-    signal_fail.connect(done(False))
-    QTimer.singleShot(int(timeout_s * 1000), loop.quit)
-    loop.exec()
-    if "ok" not in got:
-        raise TimeoutError(f"nothing happened in {timeout_s:.0f} s")
-    return got["ok"], got["args"]
 
 
 def dark_palette():
@@ -80,15 +57,15 @@ def render(
 ) -> Path:
     """Load the default pair (draft max 4, p-min 0, so the draft model's tokens show),
     answer ``prompt``, regenerate it once (``regenerate``), optionally rerun it without
-    the draft (``compare``), and save the window as a PNG at ``out``.  Raises
+    the draft (``compare``), scroll to the end of the chat, and save the window as a
+    PNG at ``out``.  Raises
     RuntimeError with the window's message when loading or the answer fails,
     TimeoutError after ``timeout_s`` seconds per step."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # no display: draw offscreen
     from PySide6.QtWidgets import QApplication
 
-    from localspec.api import resolve_pair
-
+    from .drive import ask, load_default_pair, wait_for_answer
     from .store import ConversationStore
     from .window import MainWindow
 
@@ -96,7 +73,6 @@ def render(
     if dark:
         app.setStyle("Fusion")
         app.setPalette(dark_palette())
-    pair = resolve_pair()
     win = MainWindow(store=ConversationStore(":memory:"), autoload=False, persist=False)
     try:
         win.resize(*SIZE)
@@ -106,28 +82,18 @@ def render(
         win.panel.temperature.setValue(0.0)
         win.panel.max_tokens.setValue(max_tokens)
         win.highlight_box.setChecked(True)
-        win.load_pair(pair.target, pair.draft)
-        ok, args = _wait(win.pairLoaded, win.pairFailed, timeout_s)
-        if not ok:
-            raise RuntimeError(f"could not load the default pair: {args[0]}")
-        win.input.setPlainText(prompt)
-        win.send()
-        ok, args = _wait(win.answerDone, win.answerFailed, timeout_s)
-        if not ok:
-            raise RuntimeError(f"the answer failed: {args[0]}")
+        load_default_pair(win, timeout_s)
+        ask(win, prompt, timeout_s)
         if regenerate:
             win.regenerate()
-            ok, args = _wait(win.answerDone, win.answerFailed, timeout_s)
-            if not ok:
-                raise RuntimeError(f"the regenerated answer failed: {args[0]}")
+            wait_for_answer(win, timeout_s, "the regenerated answer")
         if compare:
             win.compare_with_no_draft()
-            ok, args = _wait(win.answerDone, win.answerFailed, timeout_s)
-            if not ok:
-                raise RuntimeError(f"the plain rerun failed: {args[0]}")
+            wait_for_answer(win, timeout_s, "the plain rerun")
         win.input.setPlainText("Now add type hints.")
         win.update_context_meter()
-        win.view.browser.verticalScrollBar().setValue(0)
+        bar = win.view.browser.verticalScrollBar()
+        bar.setValue(bar.maximum())  # the end of the answer: its stats, drafting line and chart
         app.processEvents()
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
