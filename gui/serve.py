@@ -1,8 +1,10 @@
 """``localspec serve``'s app from the window: the loaded pair on 127.0.0.1:PORT.
 
-Requests from outside run in the window's model thread, queued with the window's own
-answers (:class:`localspec.server.worker.ModelWorker` with ``run_in``), so the pair is never
-used by two threads at once; uvicorn runs in a thread of its own.
+Requests from outside share the pair's slots with the window's own answers
+(``SpeculativeModel(parallel=N)``, the settings' "slots"): a
+:class:`localspec.server.worker.ModelWorker` runs up to N - 1 of them at once (at least
+one), leaving a slot for the window, and their target decodes are batched with the
+window's; uvicorn runs in a thread of its own.
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ HOST = "127.0.0.1"
 
 
 class WindowServer:
-    """Serves ``model`` (a :class:`~localspec.api.SpeculativeModel`) until :meth:`stop`.
-    ``run_in``: asks the model thread to call ``worker.run_one()`` (see ModelWorker)."""
+    """Serves ``model`` (a :class:`~localspec.api.SpeculativeModel`) until :meth:`stop`."""
 
-    def __init__(self, model, port: int, run_in, model_name: str):
+    def __init__(self, model, port: int, model_name: str):
         self.port = port
-        self.worker = ModelWorker(model, run_in=run_in)
+        self.worker = ModelWorker(model, threads=max(1, getattr(model, "parallel", 1) - 1))
         app = create_app(model, ServerConfig(model_name=model_name), worker=self.worker)
         self._server = uvicorn.Server(
             uvicorn.Config(app, host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=2)

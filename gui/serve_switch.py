@@ -15,10 +15,17 @@ class ServeBox(QGroupBox):
         self.switch = QCheckBox("Serve on localhost:")
         self.switch.setToolTip(
             "Let editors, agents and chat apps on this computer use the loaded pair "
-            "(their requests wait in the same queue as this window's)"
+            "(they share the pair's slots with this window's answers)"
         )
         self.port = QSpinBox()
         self.port.setRange(1024, 65535)
+        self.slots = QSpinBox()
+        self.slots.setRange(1, 16)
+        self.slots.setPrefix("slots: ")
+        self.slots.setToolTip(
+            "Answers generated at once, this window's included (localspec serve's --parallel);\n"
+            "their target decodes are batched.  Takes effect when the pair is next loaded."
+        )
         self.url = QLineEdit()
         self.url.setReadOnly(True)
         self.url.setPlaceholderText("off")
@@ -28,6 +35,7 @@ class ServeBox(QGroupBox):
         row = QHBoxLayout()
         row.addWidget(self.switch)
         row.addWidget(self.port)
+        row.addWidget(self.slots)
         row.addStretch(1)
         box.addLayout(row)
         row = QHBoxLayout()
@@ -56,6 +64,7 @@ class ServeSwitch:
         w = self.window
         w.settings.serve = on
         w.settings.serve_port = self.box.port.value()
+        w.settings.parallel = self.box.slots.value()
         w.save_settings()
         if on:
             if w.model_ready:
@@ -83,4 +92,5 @@ class ServeSwitch:
             w.show_error(f"Could not serve on localhost:{self.box.port.value()}: {exc}")
             return
         self.box.url.setText(url)
-        w.status.setText(f"Serving the pair at {url} (requests queue with this window's answers)")
+        slots = getattr(w.host.worker.model, "parallel", 1)
+        w.status.setText(f"Serving the pair at {url} ({slots} slots, this window's answers included)")

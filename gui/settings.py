@@ -22,6 +22,7 @@ LIMITS = {  # field -> (lowest, highest) the panel accepts; a saved value outsid
     "gpu_layers": (ALL_LAYERS, MAX_LAYERS),
     "gpu_layers_draft": (ALL_LAYERS, MAX_LAYERS),
     "serve_port": (1024, 65535),
+    "parallel": (1, 16),
 }
 # What to do when a chat no longer fits the context: refuse with the numbers, or leave the
 # oldest turns out of what is sent (the system prompt and the new message always stay).
@@ -55,6 +56,7 @@ class Settings:
     overflow: str = "stop"  # a key of OVERFLOW_CHOICES
     serve: bool = False  # the "Serve on localhost" switch, off until turned on
     serve_port: int = 8090  # not localspec serve's 8080, so both can run
+    parallel: int = 4  # slots: answers generated at once (this window's and the server's), as serve's -np
 
     def generation_options(self) -> dict:
         """Keyword options for ``SpeculativeModel.chat``."""
@@ -72,9 +74,10 @@ class Settings:
         return "auto" if self.draft_max == "auto" else int(self.draft_max)
 
     def load_options(self) -> dict:
-        """Keyword options for ``SpeculativeModel(...)`` (context size, GPU layers)."""
+        """Keyword options for ``SpeculativeModel(...)`` (context size, slots, GPU layers)."""
         return {
             "n_ctx": self.n_ctx,
+            "parallel": self.parallel,
             "n_gpu_layers": self.gpu_layers,
             "n_gpu_layers_draft": self.gpu_layers_draft,
             "draft_max": self.draft_max_value(),

@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
         """Fill the widgets from :attr:`settings` (nothing is saved yet: see ``_ready``)."""
         self.panel.set_settings(self.settings)
         self.serve_port.setValue(self.settings.serve_port)
+        self.side_panel.serve_box.slots.setValue(self.settings.parallel)
         self.side_panel.serve_box.set_checked_quietly(self.settings.serve)  # takes effect once a pair is loaded
         self.highlight_box.setChecked(self.settings.highlight)
         self.view.set_highlight(self.settings.highlight)
@@ -372,6 +373,7 @@ class MainWindow(QMainWindow):
             s.draft = spec_of(draft) if draft is not None else ""
         s.highlight = self.highlight_box.isChecked()
         s.serve, s.serve_port = self.serve_switch.isChecked(), self.serve_port.value()
+        s.parallel = self.side_panel.serve_box.slots.value()
         if not self.persist:
             return
         try:

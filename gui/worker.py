@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from localspec.errors import LocalspecError
 
@@ -38,7 +38,6 @@ class ChatWorker(QObject):
         super().__init__()
         self._model = None
         self._model_lock = threading.Lock()  # held while the model is replaced or freed
-        self.server_worker = None  # a localspec.server.worker.ModelWorker whose jobs run here (the serve switch)
         self._lock = threading.Lock()  # guards _generation / _stopped between threads
         self._generation = None
         self._stopped: set[int] = set()
@@ -74,17 +73,11 @@ class ChatWorker(QObject):
 
     @property
     def model(self):
-        """The loaded SpeculativeModel or None (for the serve switch; use it only from this
-        worker's thread, through ``server_worker``)."""
+        """The loaded SpeculativeModel or None (for the serve switch, whose requests take
+        the pair's other slots)."""
         return self._model
 
     # --- slots, run in the model thread -------------------------------------------------
-
-    @Slot()
-    def serve_one(self) -> None:
-        """Run one waiting request of the local server (queued like the window's own)."""
-        if self.server_worker is not None:
-            self.server_worker.run_one()
 
     @Slot(dict)
     def load(self, config: dict) -> None:
@@ -195,7 +188,6 @@ class ModelHost(QObject):
     _load = Signal(dict)
     _generate = Signal(int, object, object)
     _close = Signal()
-    _serve_one = Signal()  # emitted from the server's thread, run in the model thread
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -206,7 +198,6 @@ class ModelHost(QObject):
         self._load.connect(self.worker.load)
         self._generate.connect(self.worker.generate)
         self._close.connect(self.worker.close)
-        self._serve_one.connect(self.worker.serve_one, Qt.QueuedConnection)
         self._next_id = 0
         self.server = None  # gui.serve.WindowServer while the serve switch is on
         self.thread.start()
@@ -223,12 +214,11 @@ class ModelHost(QObject):
             raise InvalidOptionError("load a pair first")
         if not hasattr(self.worker.model, "target"):
             raise InvalidOptionError("the window is chatting with a server; load a pair here to serve it")
-        server = WindowServer(self.worker.model, port, self._serve_one.emit, model_name)
-        self.worker.server_worker = server.worker
+        server = WindowServer(self.worker.model, port, model_name)
         try:
             server.start()
         except BaseException:
-            self.worker.server_worker = None
+            server.worker.close()
             raise
         self.server = server
         return server.url
@@ -237,7 +227,6 @@ class ModelHost(QObject):
         if self.server is not None:
             self.server.stop()
             self.server = None
-        self.worker.server_worker = None
 
     def load(self, config: dict) -> None:
         self.stop_server()  # it serves the pair being replaced

@@ -279,7 +279,9 @@ def test_an_over_long_prompt_is_refused_or_its_oldest_turns_dropped(qtbot, windo
     assert window.request is None and "alone does not fit" in window.banner.text()
 
 
-def test_the_serve_switch_answers_the_openai_client_through_the_window_model_thread(qtbot, window, target_gguf):
+def test_the_serve_switch_answers_the_openai_client_in_the_pairs_other_slots(qtbot, window, target_gguf):
+    """The window's pair has the settings' slots (4 by default); the server runs its
+    requests in all but one of them, beside the window's own answers."""
     import socket
     import threading
 
@@ -292,6 +294,8 @@ def test_the_serve_switch_answers_the_openai_client_through_the_window_model_thr
     window.serve_port.setValue(port)
     window.serve_switch.setChecked(True)
     assert window.serve_url.text() == f"http://127.0.0.1:{port}/v1"
+    assert window.host.worker.model.parallel == window.settings.parallel == 4
+    assert len(window.host.server.worker._threads) == 3
     window.serve_copy.click()
     assert QGuiApplication.clipboard().text() == window.serve_url.text()
     got, ticks = {}, []
@@ -311,7 +315,7 @@ def test_the_serve_switch_answers_the_openai_client_through_the_window_model_thr
     timer.start(10)
     thread = threading.Thread(target=ask_server)
     thread.start()
-    ask(qtbot, window, "hello")  # the window's own answer, queued with the server's request
+    ask(qtbot, window, "hello")  # the window's own answer, in its own slot
     qtbot.waitUntil(lambda: "r" in got, timeout=ANSWER_MS)
     thread.join(5)
     timer.stop()

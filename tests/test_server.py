@@ -432,28 +432,17 @@ def test_llama_servers_flat_speculative_keys_are_understood(server):
     assert err.value.body["param"] == "speculative"
 
 
-def test_a_worker_run_by_another_thread_frees_a_place_when_it_cannot_be_asked(real_model):
-    """ModelWorker(run_in=...): a job whose run_in call fails is taken back out of the
-    queue, and after close() new jobs are refused."""
+def test_a_closed_worker_refuses_new_jobs(real_model):
+    """After close() a job is a 503, and the worker's threads have ended."""
     import asyncio as aio
 
     from localspec.server.errors import APIError
 
-    calls = []
-
-    def run_in():
-        calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError("the owning thread is gone")
-
-    worker = ModelWorker(real_model, queue_size=2, run_in=run_in)
+    worker = ModelWorker(real_model, queue_size=2, threads=2)
     loop = aio.new_event_loop()
     try:
-        job = Job(start=lambda m: None, loop=loop)
-        with pytest.raises(RuntimeError):
-            worker.submit(job)
-        assert worker.waiting == 0
         worker.close()
+        assert not any(t.is_alive() for t in worker._threads)
         with pytest.raises(APIError) as err:
             worker.submit(Job(start=lambda m: None, loop=loop))
         assert err.value.status == 503

@@ -50,12 +50,11 @@ class ModelWorker:
     already wait.  A job cancelled while queued is skipped; one cancelled while running
     stops after its current speculative round.
 
-    ``run_in``: None starts the worker's own thread; otherwise a function that asks a
-    thread which already owns the model (the desktop chat's) to call :meth:`run_one`
-    soon, once per submitted job, so outside requests queue with that thread's own work.
+    ``threads``: how many jobs run at once (default ``model.parallel``); the desktop chat
+    serves its pair with one fewer, keeping a slot for its own answers.
     """
 
-    def __init__(self, model, queue_size: int = DEFAULT_QUEUE, run_in=None, metrics=None):
+    def __init__(self, model, queue_size: int = DEFAULT_QUEUE, metrics=None, threads: int | None = None):
         self.model = model
         self.queue_size = queue_size
         self.metrics = metrics  # a localspec.server.metrics.Metrics told of every finished generation
@@ -63,14 +62,12 @@ class ModelWorker:
         self._current: dict[int, Job] = {}  # id(job) -> running job (a Job is not hashable)
         self.last_result: GenerationResult | None = None  # of the latest finished generation
         self.skipped = 0  # queued jobs dropped because their client had left
-        self._run_in = run_in
         self._closed = False
         self._threads = []
-        if run_in is None:
-            for i in range(getattr(model, "parallel", 1)):
-                thread = threading.Thread(target=self._run, name=f"localspec-model-{i}", daemon=True)
-                thread.start()
-                self._threads.append(thread)
+        for i in range(threads or getattr(model, "parallel", 1)):
+            thread = threading.Thread(target=self._run, name=f"localspec-model-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     @property
     def waiting(self) -> int:
@@ -98,12 +95,6 @@ class ModelWorker:
                 retry=True,
                 headers={"Retry-After": "1"},
             ) from None
-        if self._run_in is not None:
-            try:
-                self._run_in()
-            except BaseException:
-                self.withdraw(job)  # never run: its place is free again
-                raise
 
     def withdraw(self, job: Job) -> None:
         """Take a job whose client left out of the queue at once (its place is free)."""
@@ -126,8 +117,7 @@ class ModelWorker:
     def close(self) -> None:
         """Refuse new jobs, cancel the running one, drop the waiting ones, and stop the
         thread; returns once the model is no longer in use (a running job stops within one
-        round, or one prompt batch), so the caller may free it.  With ``run_in`` there is no
-        thread to wait for: the owning thread ends the running job within one round."""
+        round, or one prompt batch), so the caller may free it."""
         self._closed = True
         while True:
             try:
@@ -149,15 +139,6 @@ class ModelWorker:
             job = self._jobs.get()
             if job is None:
                 return
-            self._run_job(job)
-
-    def run_one(self) -> None:
-        """Run the next waiting job, if any, in the calling thread (see ``run_in``)."""
-        try:
-            job = self._jobs.get_nowait()
-        except queue.Empty:
-            return
-        if job is not None:
             self._run_job(job)
 
     def _run_job(self, job: Job) -> None:
