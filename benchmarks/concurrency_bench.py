@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/concurrency_bench.py --llama-server PATH   # the full run (about 25 min here, llama-server included)
     .venv/bin/python benchmarks/concurrency_bench.py --smoke               # 1 and 2 clients, 16 tokens (CI)
+    .venv/bin/python benchmarks/concurrency_bench.py --one-client 3        # 1 client only: slots vs --parallel 1
 
 N asynchronous clients (``openai.AsyncOpenAI``, streaming) share a list of prompts
 (MT-Bench and HumanEval first turns, alternating), greedy, ``max_tokens`` 128; each client
@@ -24,6 +25,11 @@ plain sequences could reach if a decode of 4 tokens were the only cost, from the
 own decode of 1 and 4 tokens (best of 5, :func:`fastest`).
 
 Written to benchmarks/results/concurrency-<machine>.{json,png} with the machine record.
+
+``--one-client R`` checks one target alone: one client, ``localspec serve`` with its
+default slots against ``--parallel 1`` (the server before slots), R rounds, each round
+both servers on the same 8 fresh prompts, in alternating order; the ratio of aggregate
+t/s per round and over all rounds, written to concurrency-one-client-<machine>.json.
 """
 
 from __future__ import annotations
@@ -196,15 +202,55 @@ def plot(results: dict, path: Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def one_client(rounds: int, max_tokens: int, out: Path, record: dict) -> dict:
+    """Slots against ``--parallel 1`` at one client (see the module docstring)."""
+    pool = prompts(8 * rounds)
+    variants = [
+        ("localspec adaptive", localspec_serve(0)),
+        ("localspec -np 1 adaptive", localspec_serve(0, "--parallel", "1")),
+    ]
+    rows = []
+    for r in range(rounds):
+        work = pool[8 * r : 8 * (r + 1)]
+        got = {}
+        for name, command in variants if r % 2 == 0 else variants[::-1]:
+            port = free_port()
+            command = [str(port) if i and command[i - 1] == "--port" else a for i, a in enumerate(command)]
+            got |= run_server(name, command, port, (1,), lambda n: work, max_tokens)
+        rows.append({name: got[name][0] for name, _ in variants})
+
+    def total(name):
+        return sum(x[name]["tokens"] for x in rows) / sum(x[name]["wall_s"] for x in rows)
+
+    result = {
+        "machine": record,
+        "command": " ".join(["benchmarks/concurrency_bench.py", *sys.argv[1:]]),
+        "max_tokens": max_tokens,
+        "rounds": rows,
+        "ratio_per_round": [
+            x["localspec adaptive"]["aggregate_tps"] / x["localspec -np 1 adaptive"]["aggregate_tps"] for x in rows
+        ],
+        "ratio": total("localspec adaptive") / total("localspec -np 1 adaptive"),
+    }
+    stem = f"concurrency-one-client-{record['cpu'].lower().replace(' ', '-')}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: result[k] for k in ("ratio_per_round", "ratio")}, indent=1))
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
     parser.add_argument("--smoke", action="store_true", help="1 and 2 clients, 16 tokens, localspec only")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--one-client", type=int, metavar="R", help="only one client: slots vs --parallel 1, R rounds")
     args = parser.parse_args()
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
+    if args.one_client:
+        one_client(args.one_client, args.max_tokens, Path(args.out), record)
+        return 0
     pair = resolve_pair(None)
     levels = (1, 2) if args.smoke else LEVELS
     max_tokens = 16 if args.smoke else args.max_tokens
