@@ -7,10 +7,12 @@ adaptive, beside llama.cpp's llama-server with the same GGUF files.
 Each case (:func:`localspec.bench.workloads.fim_cases`: the middle third of a HumanEval
 canonical solution, cut at line boundaries, the next two problems' solutions as
 ``input_extra``) goes to each server as llama.vscode sends it, greedy, ``n_predict`` 64,
-one after the other: localspec with no drafting (``speculative.strategy: "none"``),
-localspec's adaptive default, and the peer (started here as ``llama-server -m TARGET -md
+one after the other: a ``localspec serve --draft none`` (plain decoding), a ``localspec
+serve`` with its adaptive default, and the peer (started here as ``llama-server -m TARGET -md
 DRAFT --spec-type draft-simple -c 4096 -np 1``: its own speculative defaults).  Decode speed
-is each server's ``timings.predicted_per_second``.  Quality: the share of completions whose
+is each server's ``timings.predicted_per_second``.  Plain and adaptive run on servers of
+their own so that the adaptive one's suffix drafter holds only its own earlier answers,
+never the plain answer to the same case (one server would remember it and copy it).  Quality: the share of completions whose
 first characters are exactly the expected middle (the models go on past it; an editor
 shows the first lines).
 
@@ -36,7 +38,7 @@ from localspec.llama.report import machine_line, machine_record
 N_PREDICT = 64
 
 
-def infill(base: str, case, speculative: dict | None = None) -> dict:
+def infill(base: str, case) -> dict:
     body = {
         "input_prefix": case.prefix,
         "input_suffix": case.suffix,
@@ -45,8 +47,6 @@ def infill(base: str, case, speculative: dict | None = None) -> dict:
         "temperature": 0,
         "cache_prompt": True,
     }
-    if speculative is not None:
-        body["speculative"] = speculative
     request = urllib.request.Request(
         base + "/infill", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
@@ -54,9 +54,9 @@ def infill(base: str, case, speculative: dict | None = None) -> dict:
         return json.loads(r.read())
 
 
-def _row(case, ours: str, peer: str | None) -> dict:
-    plain = infill(ours, case, {"strategy": "none"})
-    adaptive = infill(ours, case)
+def _row(case, plain_server: str, adaptive_server: str, peer: str | None) -> dict:
+    plain = infill(plain_server, case)
+    adaptive = infill(adaptive_server, case)
     row = {
         "id": case.id,
         "plain_tps": plain["timings"]["predicted_per_second"],
@@ -104,15 +104,16 @@ def main() -> int:
     path = Path(args.out) / f"fim-{record['cpu'].lower().replace(' ', '-')}.json"
     rows: list[dict] = []
     with ExitStack() as stack:
-        port = free_port()
-        ours = stack.enter_context(running(localspec_serve(port), port))
+        plain_port, adaptive_port = free_port(), free_port()
+        plain_server = stack.enter_context(running(localspec_serve(plain_port, "--draft", "none"), plain_port))
+        adaptive_server = stack.enter_context(running(localspec_serve(adaptive_port), adaptive_port))
         peer = None
         if args.llama_server:
             port = free_port()
             command = [args.llama_server, "-m", str(pair.target), "-md", str(pair.draft), "--spec-type", "draft-simple"]
             peer = stack.enter_context(running([*command, "-c", "4096", "-np", "1", "--port", str(port)], port))
         for case in fim_cases(args.cases):
-            rows.append(_row(case, ours, peer))
+            rows.append(_row(case, plain_server, adaptive_server, peer))
             result = {"machine": record, "command": " ".join(["benchmarks/fim_bench.py", *sys.argv[1:]])}
             path.write_text(json.dumps({**result, "summary": summarise(rows), "rows": rows}, indent=1) + "\n")
             r = rows[-1]

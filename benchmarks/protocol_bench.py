@@ -1,13 +1,16 @@
 """Do the Anthropic Messages and OpenAI Responses paths decode as fast as chat completions?
 
-    .venv/bin/python benchmarks/protocol_bench.py             # HumanEval/0-9, 128 tokens, 2 rounds
+    .venv/bin/python benchmarks/protocol_bench.py             # HumanEval/0-9, 128 tokens, 2 rounds (about 8 min)
     .venv/bin/python benchmarks/protocol_bench.py --prompts 2 --rounds 1
 
-One ``localspec serve`` (as the README starts it); the same user message goes, greedy and
-with the adaptive default, to ``/v1/chat/completions``, ``/v1/messages`` and
-``/v1/responses`` in turn (the order rotates from prompt to prompt), each over plain HTTP.
-Decode speed is the ``timings.predicted_per_second`` every path returns.  Reported: the
-median over prompts and rounds of each path's t/s over chat's for the same prompt and round.
+The same user messages go, greedy and with the adaptive default, to
+``/v1/chat/completions``, ``/v1/messages`` and ``/v1/responses``, each path on a fresh
+``localspec serve`` of its own (as the README starts it) that gets every prompt in the
+same order, over plain HTTP: each path's server has then seen the same earlier answers
+(the suffix drafter copies from them), so no path gains from another's.  The paths'
+order rotates from round to round.  Decode speed is the ``timings.predicted_per_second``
+every path returns.  Reported: the median over prompts and rounds of each path's t/s over
+chat's for the same prompt and round.
 
 Written to benchmarks/results/protocols-<machine>.json with the machine record.
 """
@@ -54,18 +57,19 @@ def main() -> int:
     args = parser.parse_args()
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
-    rows = []
-    port = free_port()
-    with running(localspec_serve(port), port) as base:
-        for round_no in range(args.rounds):
-            for i, prompt in enumerate(code_prompts(args.prompts)):
-                bodies = list(_bodies(prompt.text).items())
-                shift = (i + round_no) % len(bodies)
-                tps = {}
-                for name, (path, body) in bodies[shift:] + bodies[:shift]:
-                    tps[name] = _post(base + path, body)["timings"]["predicted_per_second"]
-                rows.append({"prompt": prompt.name, "round": round_no, "tps": tps})
-                print(f"{prompt.name} round {round_no}: {tps}", file=sys.stderr, flush=True)
+    prompts = code_prompts(args.prompts)
+    rows = [{"prompt": p.name, "round": r, "tps": {}} for r in range(args.rounds) for p in prompts]
+    names = list(_bodies("").keys())
+    for round_no in range(args.rounds):
+        shift = round_no % len(names)
+        for name in names[shift:] + names[:shift]:
+            port = free_port()
+            with running(localspec_serve(port), port) as base:
+                for i, prompt in enumerate(prompts):
+                    path, body = _bodies(prompt.text)[name]
+                    tps = _post(base + path, body)["timings"]["predicted_per_second"]
+                    rows[round_no * len(prompts) + i]["tps"][name] = tps
+                    print(f"{prompt.name} round {round_no} {name}: {tps:.1f} t/s", file=sys.stderr, flush=True)
     summary = {
         f"{name}_over_chat": statistics.median(r["tps"][name] / r["tps"]["chat"] for r in rows)
         for name in ("messages", "responses")

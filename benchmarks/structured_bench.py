@@ -6,13 +6,15 @@ client, beside llama.cpp's ``llama-server --jinja`` with the same target GGUF.
 
 The cases are the Berkeley Function Calling Leaderboard's (``localspec.bench.bfcl``): each
 case's functions go out as OpenAI ``tools`` with ``tool_choice: "required"`` (parallel
-cases: ``parallel_tool_calls`` true), greedy, through one client.  Per case, one after the
-other: localspec with no drafting (constrained plain), localspec's adaptive default, the
-peer; on the first ``--free`` simple cases also the same messages without tools and no
+cases: ``parallel_tool_calls`` true), greedy, through the openai client.  Per case, one after
+the other: a ``localspec serve --draft none`` (constrained plain), a ``localspec serve`` with
+its adaptive default, the peer; on the first ``--free`` simple cases also the same messages without tools and no
 drafting (free plain: the grammar mask's cost).  On the first ``--json`` simple cases, the
 call is also asked for as a JSON answer (``response_format`` json_schema ``{"name",
 "arguments"}``), plain and adaptive; the peer gets the first ``--peer-cases`` of each kind.
 Simple and parallel cases take turns, and the result file is rewritten after every case.
+Plain and adaptive run on servers of their own so that the adaptive one's suffix drafter
+holds only its own earlier answers, never the plain answer to the same case.
 
 Decode speed is each server's own ``timings.predicted_per_second`` (tokens after the first
 over the time after the first).  Reported: median ratios over the cases, the share of calls
@@ -41,7 +43,6 @@ from localspec.api import resolve_pair
 from localspec.bench.bfcl import CallCase, bfcl_cases, call_prompt, call_schema, calls_match, openai_tools
 from localspec.llama.report import machine_line, machine_record
 
-PLAIN = {"speculative": {"strategy": "none"}}
 MAX_TOKENS = {"simple_python": 160, "parallel": 320}
 FREE_TOKENS = 64
 
@@ -79,7 +80,7 @@ def _content_calls(text: str) -> list[dict]:
     return [c for c in calls if isinstance(c, dict) and "name" in c and isinstance(c.get("arguments"), dict)]
 
 
-def _tool_row(case: CallCase, category: str, ours, peer, free: bool) -> dict:
+def _tool_row(case: CallCase, category: str, plain_server, adaptive_server, peer, free: bool) -> dict:
     """Constrained plain, adaptive, optionally free plain and the peer, on one case."""
     request = {
         "model": "m",
@@ -91,8 +92,8 @@ def _tool_row(case: CallCase, category: str, ours, peer, free: bool) -> dict:
     }
     if category == "parallel":
         request["parallel_tool_calls"] = True
-    plain = ours.chat.completions.create(**request, extra_body=PLAIN)
-    adaptive = ours.chat.completions.create(**request)
+    plain = plain_server.chat.completions.create(**request)
+    adaptive = adaptive_server.chat.completions.create(**request)
     row = {"id": case.id, "plain_tps": _tps(plain), "adaptive_tps": _tps(adaptive)}
     for name, response in (("plain", plain), ("adaptive", adaptive)):
         row[f"{name}_calls"], row[f"{name}_valid"] = _calls(response, case)
@@ -100,8 +101,8 @@ def _tool_row(case: CallCase, category: str, ours, peer, free: bool) -> dict:
     row["same_calls"] = row["plain_calls"] == row["adaptive_calls"]
     row["drafted"] = adaptive.model_extra["timings"].get("draft_n_by_drafter", {})
     if free:
-        answer = ours.chat.completions.create(
-            model="m", messages=list(case.messages), temperature=0, max_tokens=FREE_TOKENS, extra_body=PLAIN
+        answer = plain_server.chat.completions.create(
+            model="m", messages=list(case.messages), temperature=0, max_tokens=FREE_TOKENS
         )
         row["free_tps"] = _tps(answer)
     if peer is not None:
@@ -115,7 +116,7 @@ def _tool_row(case: CallCase, category: str, ours, peer, free: bool) -> dict:
     return row
 
 
-def _json_row(case: CallCase, ours) -> dict:
+def _json_row(case: CallCase, plain_server, adaptive_server) -> dict:
     schema = call_schema(case)
     request = {
         "model": "m",
@@ -124,8 +125,8 @@ def _json_row(case: CallCase, ours) -> dict:
         "max_tokens": MAX_TOKENS["simple_python"],
         "response_format": {"type": "json_schema", "json_schema": {"name": "call", "schema": schema, "strict": True}},
     }
-    plain = ours.chat.completions.create(**request, extra_body=PLAIN)
-    adaptive = ours.chat.completions.create(**request)
+    plain = plain_server.chat.completions.create(**request)
+    adaptive = adaptive_server.chat.completions.create(**request)
     row = {"id": case.id, "plain_tps": _tps(plain), "adaptive_tps": _tps(adaptive)}
     try:
         call = json.loads(adaptive.choices[0].message.content)
@@ -210,21 +211,24 @@ def main() -> int:
         return summary
 
     with ExitStack() as stack:
-        port = free_port()
-        ours = openai.OpenAI(base_url=stack.enter_context(running(localspec_serve(port), port)) + "/v1", api_key="n")
+
+        def client(command: list[str], port: int) -> openai.OpenAI:
+            return openai.OpenAI(base_url=stack.enter_context(running(command, port)) + "/v1", api_key="n")
+
+        plain_port, adaptive_port = free_port(), free_port()
+        plain = client(localspec_serve(plain_port, "--draft", "none"), plain_port)
+        adaptive = client(localspec_serve(adaptive_port), adaptive_port)
         peer = None
         if args.llama_server:
             port = free_port()
             command_line = [args.llama_server, "-m", str(target), "--jinja", "-c", "4096", "-np", "1"]
-            peer = openai.OpenAI(
-                base_url=stack.enter_context(running([*command_line, "--port", str(port)], port)) + "/v1", api_key="n"
-            )
+            peer = client([*command_line, "--port", str(port)], port)
         for category, i, case in _interleaved(args.simple, args.parallel):
             free = category == "simple_python" and i < args.free
-            row = _tool_row(case, category, ours, peer if i < args.peer_cases else None, free)
+            row = _tool_row(case, category, plain, adaptive, peer if i < args.peer_cases else None, free)
             tool_rows[category].append(row)
             if category == "simple_python" and i < args.json:
-                json_rows.append(_json_row(case, ours))
+                json_rows.append(_json_row(case, plain, adaptive))
             write()
             print(
                 f"{case.id}: x{row['adaptive_tps'] / row['plain_tps']:.2f} ast {row['adaptive_ast']} "

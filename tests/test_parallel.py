@@ -165,7 +165,10 @@ def test_metrics_parse_and_count_what_was_served(parallel_server):
 
 
 def test_eight_clients_with_max_tokens_16_to_256_all_finish(target_gguf):
-    with SpeculativeModel(target_gguf, target_gguf, n_ctx=4096, parallel=4, p_min=0.0) as m:
+    # a fixed draft-model policy: the adaptive one may price this draft (the target itself) out
+    with SpeculativeModel(
+        target_gguf, target_gguf, n_ctx=4096, parallel=4, p_min=0.0, strategy="draft-model", draft_max=4
+    ) as m:
         server = RunningServer(m, api_key=KEY)
         try:
             budgets = [16 + 240 * i // 7 for i in range(8)]
