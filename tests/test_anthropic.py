@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import anthropic
 import jsonschema
 import pytest
-from test_server import KEY, RunningServer, assert_same_greedy
+from served import KEY, RunningServer
+from test_server import assert_same_greedy
 from test_tools import WEATHER
 
 SYSTEM = "You are a helpful programming assistant."
@@ -246,7 +247,7 @@ def test_blocks_translate_to_the_models_messages_and_tools():
         assert tool_options(state, body).get("tool_choice") == expected
     for bad, words in (
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool"),
-        ({"tools": TOOLS, "tool_choice": {"type": "tool", "name": "nope"}}, "names no tool"),
+        ({"tools": TOOLS, "tool_choice": {"type": "tool", "name": "nope"}}, "names no tool of this request: 'nope'"),
     ):
         with pytest.raises(APIError, match=words):
             tool_options(state, MessagesRequest.model_validate({"max_tokens": 8, "messages": ASK, **bad}))

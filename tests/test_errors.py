@@ -124,6 +124,22 @@ def test_cli_prints_one_line_errors(case, tmp_path, junk_file, truncated_file, t
 @pytest.mark.parametrize(
     "args, says",
     [
+        (["run", "x", "--draft-max", "foo"], "argument --draft-max: expected an integer or 'auto', got 'foo'"),
+        (["run"], "the following arguments are required: prompt"),
+        (["serve", "--port", "http"], "argument --port: invalid int value: 'http'"),
+        (["nonsense"], "invalid choice: 'nonsense'"),
+    ],
+)
+def test_a_bad_flag_is_one_line_naming_the_help(args, says):
+    run = _cli(*args)
+    assert run.returncode == 2 and run.stdout == "", run.stderr
+    assert run.stderr.splitlines() == [run.stderr.strip()], run.stderr
+    assert run.stderr.startswith("localspec: error: ") and says in run.stderr and "--help)" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
         (["--reps", "0"], "--reps must be at least 1"),
         (["--strategies", ","], "names no strategy"),
         (["--strategies", "suffix k=9"], "unknown strategy"),

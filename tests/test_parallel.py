@@ -8,8 +8,9 @@ import llama_cpp
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from served import RunningServer
 from test_real_pair import top2_gap_of_plain_step
-from test_server import RunningServer, messages_for
+from test_server import messages_for
 
 from localspec.api import SpeculativeModel
 from localspec.llama.engine import Engine

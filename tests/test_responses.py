@@ -14,7 +14,8 @@ import jsonschema
 import openai
 import pytest
 from pydantic import TypeAdapter
-from test_server import KEY, RunningServer, assert_same_greedy
+from served import KEY, RunningServer
+from test_server import assert_same_greedy
 from test_tools import WEATHER
 
 from localspec.decoding.stats import GenerationResult, GenerationStats

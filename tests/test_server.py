@@ -1,9 +1,7 @@
 """localspec serve through the real ``openai`` client, on 127.0.0.1, with the real pair
-(and, for the queue limit, the synthetic pair)."""
+(the queue limit: test_worker.py)."""
 
-import asyncio
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -11,54 +9,10 @@ import urllib.request
 
 import openai
 import pytest
-import uvicorn
+from served import KEY, RunningServer
 from test_real_pair import top2_gap_of_plain_step
 
-from localspec.api import SpeculativeModel
 from localspec.bench.workloads import edit_prompts, humaneval_tasks
-from localspec.server.app import ServerConfig, create_app
-from localspec.server.worker import Job, ModelWorker
-
-KEY = "test-key"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RunningServer:
-    def __init__(self, model, **config):
-        self.port = free_port()
-        self.app = create_app(model, ServerConfig(model_name="test-pair", **config))
-        self.server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2)
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 20
-        while not self.server.started:
-            assert time.time() < deadline, "the server did not start"
-            time.sleep(0.05)
-        self.base = f"http://127.0.0.1:{self.port}"
-
-    @property
-    def worker(self) -> ModelWorker:
-        return self.app.state.localspec.worker
-
-    def client(self, key=KEY, **kw):
-        return openai.OpenAI(base_url=self.base + "/v1", api_key=key, max_retries=0, **kw)
-
-    def wait_idle(self, timeout_s=30.0):
-        deadline = time.time() + timeout_s
-        while self.worker.busy or self.worker.waiting:
-            assert time.time() < deadline, "the model thread did not become idle"
-            time.sleep(0.02)
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 @pytest.fixture(scope="module")
@@ -372,40 +326,6 @@ def test_streamed_completion_logprobs_count_offsets_into_the_whole_text(server):
     assert offsets == whole.text_offset and len(set(offsets)) > 1
 
 
-def test_a_full_queue_answers_503_with_retry_after(target_gguf):
-    with SpeculativeModel(target_gguf, None, n_ctx=2048) as model:
-        running = RunningServer(model, queue_size=1)
-        try:
-            gate = threading.Event()
-            loop = asyncio.new_event_loop()
-
-            class Held:
-                result = None
-
-                def __iter__(self):
-                    gate.wait(30)
-                    return iter(())
-
-            running.worker.submit(Job(lambda m: Held(), loop))  # holds the model thread
-            while not running.worker.busy:
-                time.sleep(0.01)
-            running.worker.submit(Job(lambda m: Held(), loop))  # fills the one waiting slot
-            with pytest.raises(openai.InternalServerError) as err:
-                running.client(key="anything").chat.completions.create(
-                    model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4
-                )
-            assert err.value.status_code == 503 and err.value.response.headers["retry-after"] == "1"
-            gate.set()
-            running.wait_idle()
-            ok = running.client(key="anything").chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4
-            )
-            assert ok.usage.completion_tokens >= 1
-        finally:
-            running.stop()
-            loop.close()
-
-
 def test_llama_servers_flat_speculative_keys_are_understood(server):
     """Requests written for llama-server ("speculative.n_max": ...) work unchanged: the same
     settings as the nested form, and the same 400 on a bad value."""
@@ -430,24 +350,6 @@ def test_llama_servers_flat_speculative_keys_are_understood(server):
             model="m", messages=messages, max_tokens=4, extra_body={"speculative": 5, "speculative.n_max": 3}
         )
     assert err.value.body["param"] == "speculative"
-
-
-def test_a_closed_worker_refuses_new_jobs(real_model):
-    """After close() a job is a 503, and the worker's threads have ended."""
-    import asyncio as aio
-
-    from localspec.server.errors import APIError
-
-    worker = ModelWorker(real_model, queue_size=2, threads=2)
-    loop = aio.new_event_loop()
-    try:
-        worker.close()
-        assert not any(t.is_alive() for t in worker._threads)
-        with pytest.raises(APIError) as err:
-            worker.submit(Job(start=lambda m: None, loop=loop))
-        assert err.value.status == 503
-    finally:
-        loop.close()
 
 
 PERSON = {

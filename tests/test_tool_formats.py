@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import openai
 import pytest
-from test_server import RunningServer
+from served import RunningServer
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.tool_calls import LLAMA3_JSON, normalise_messages, split_tool_calls, tool_format, tool_request

@@ -55,8 +55,16 @@ def _ctrl_c_deferred():
         raise KeyboardInterrupt
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags in one line, like every other user error (argparse prints its usage block
+    first); subcommands' parsers are of the same class."""
+
+    def error(self, message: str):
+        self.exit(2, f"localspec: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="localspec", description="Speculative decoding for local GGUF models.")
+    parser = _Parser(prog="localspec", description="Speculative decoding for local GGUF models.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="answer one prompt, streaming")

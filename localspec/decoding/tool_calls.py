@@ -94,7 +94,9 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
     if isinstance(tool_choice, dict):
         name = (tool_choice.get("function") or {}).get("name")
         if tool_choice.get("type") != "function" or name not in names:
-            raise InvalidOptionError(f"tool_choice names no tool of this request: {tool_choice!r}")
+            # the name alone: each protocol wraps it its own way
+            named = repr(name) if isinstance(name, str) else repr(tool_choice)
+            raise InvalidOptionError(f"tool_choice names no tool of this request: {named} (tools: {', '.join(names)})")
     elif tool_choice not in ("auto", "none", "required"):
         raise InvalidOptionError(
             f"tool_choice must be 'auto', 'none', 'required' or a named function, got {tool_choice!r}"

@@ -46,8 +46,9 @@ class ModelWorker:
     as the model has slots (``model.parallel``, llama-server's ``-np``), so that many
     requests generate at once and their target decodes are batched.
 
-    ``submit`` raises :class:`APIError` (503, with Retry-After) when ``queue_size`` jobs
-    already wait.  A job cancelled while queued is skipped; one cancelled while running
+    ``submit`` raises :class:`APIError` (503, with Retry-After) when every thread has a
+    job and ``queue_size`` more wait (counted at submission, so a burst that arrives before
+    the threads take their jobs is not refused early).  A job cancelled while queued is skipped; one cancelled while running
     stops after its current speculative round.
 
     ``threads``: how many jobs run at once (default ``model.parallel``); the desktop chat
@@ -58,12 +59,15 @@ class ModelWorker:
         self.model = model
         self.queue_size = queue_size
         self.metrics = metrics  # a localspec.server.metrics.Metrics told of every finished generation
-        self._jobs: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._jobs: queue.Queue = queue.Queue()
+        self._admitted = 0  # jobs submitted and not yet finished, skipped or withdrawn
+        self._admit_lock = threading.Lock()
         self._current: dict[int, Job] = {}  # id(job) -> running job (a Job is not hashable)
         self.last_result: GenerationResult | None = None  # of the latest finished generation
         self.skipped = 0  # queued jobs dropped because their client had left
         self._closed = False
         self._threads = []
+        self._capacity = (threads or getattr(model, "parallel", 1)) + queue_size
         for i in range(threads or getattr(model, "parallel", 1)):
             thread = threading.Thread(target=self._run, name=f"localspec-model-{i}", daemon=True)
             thread.start()
@@ -84,17 +88,22 @@ class ModelWorker:
     def submit(self, job: Job) -> None:
         if self._closed:
             raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down", retry=True)
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
-            raise APIError(
-                503,
-                f"the server is busy: {self.queue_size} requests are already waiting",
-                type="server_error",
-                code="queue_full",
-                retry=True,
-                headers={"Retry-After": "1"},
-            ) from None
+        with self._admit_lock:
+            if self._admitted >= self._capacity:
+                raise APIError(
+                    503,
+                    f"the server is busy: {self.queue_size} requests are already waiting",
+                    type="server_error",
+                    code="queue_full",
+                    retry=True,
+                    headers={"Retry-After": "1"},
+                )
+            self._admitted += 1
+        self._jobs.put_nowait(job)
+
+    def _release(self) -> None:
+        with self._admit_lock:
+            self._admitted -= 1
 
     def withdraw(self, job: Job) -> None:
         """Take a job whose client left out of the queue at once (its place is free)."""
@@ -103,7 +112,7 @@ class ModelWorker:
                 self._jobs.queue.remove(job)
             except ValueError:
                 return  # running or done already
-            self._jobs.not_full.notify()
+        self._release()
         self.skipped += 1
 
     def cancel_all(self) -> None:
@@ -125,6 +134,7 @@ class ModelWorker:
             except queue.Empty:
                 break
             if isinstance(job, Job):
+                self._release()
                 job.cancel()
                 job.post("skipped")
         for job in list(self._current.values()):
@@ -142,15 +152,18 @@ class ModelWorker:
             self._run_job(job)
 
     def _run_job(self, job: Job) -> None:
-        if job.cancelled.is_set():
-            self.skipped += 1
-            job.post("skipped")
-            return
-        self._current[id(job)] = job
         try:
-            self._generate(job)
+            if job.cancelled.is_set():
+                self.skipped += 1
+                job.post("skipped")
+                return
+            self._current[id(job)] = job
+            try:
+                self._generate(job)
+            finally:
+                self._current.pop(id(job), None)
         finally:
-            self._current.pop(id(job), None)
+            self._release()
 
     def _generate(self, job: Job) -> None:
         try:

@@ -1,0 +1,52 @@
+"""A localspec server for tests: uvicorn in a thread on 127.0.0.1, stopped by the test."""
+
+import socket
+import threading
+import time
+
+import openai
+import uvicorn
+
+from localspec.server.app import ServerConfig, create_app
+from localspec.server.worker import ModelWorker
+
+KEY = "test-key"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningServer:
+    def __init__(self, model, **config):
+        self.port = free_port()
+        self.app = create_app(model, ServerConfig(model_name="test-pair", **config))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2)
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            assert time.time() < deadline, "the server did not start"
+            time.sleep(0.05)
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def worker(self) -> ModelWorker:
+        return self.app.state.localspec.worker
+
+    def client(self, key=KEY, **kw):
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=key, max_retries=0, **kw)
+
+    def wait_idle(self, timeout_s=30.0):
+        deadline = time.time() + timeout_s
+        while self.worker.busy or self.worker.waiting:
+            assert time.time() < deadline, "the model thread did not become idle"
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(30)
