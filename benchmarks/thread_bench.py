@@ -87,24 +87,25 @@ def _run_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _serve_child(n_prompts: int) -> dict[str, list[float]]:
-    """``localspec serve`` in its own process, driven by the openai client."""
+def _serve_child(strategy: dict, n_prompts: int) -> list[float]:
+    """``localspec serve`` in its own process, driven by the openai client; one per
+    strategy, as the library's children, so no server holds another strategy's answers
+    for its suffix drafter to copy."""
     import openai
 
     port = free_port()
     with running(localspec_serve(port), port) as base:
         client = openai.OpenAI(base_url=base + "/v1", api_key="none")
-        out: dict[str, list[float]] = {"plain": [], "adaptive": []}
-        for name, strategy in (("plain", PLAIN), ("adaptive", ADAPTIVE)):
-            for i in range(n_prompts):
-                r = client.chat.completions.create(
-                    model="m",
-                    messages=_messages(i),
-                    max_tokens=N_TOKENS,
-                    temperature=0,
-                    extra_body={"speculative": strategy},
-                )
-                out[name].append(r.model_extra["timings"]["predicted_per_second"])
+        out = []
+        for i in range(n_prompts):
+            r = client.chat.completions.create(
+                model="m",
+                messages=_messages(i),
+                max_tokens=N_TOKENS,
+                temperature=0,
+                extra_body={"speculative": strategy},
+            )
+            out.append(r.model_extra["timings"]["predicted_per_second"])
         return out
 
 
@@ -126,8 +127,8 @@ def main() -> int:
     serve: dict[str, list[float]] = {"plain": [], "adaptive": []}
     library: dict[str, list[float]] = {"plain": [], "adaptive": []}
     for _ in range(alternations):
-        for name, values in _serve_child(n_prompts).items():
-            serve[name] += values
+        serve["plain"] += _serve_child(PLAIN, n_prompts)
+        serve["adaptive"] += _serve_child(ADAPTIVE, n_prompts)
         library["plain"] += _run_child("main", PLAIN, n_prompts)
         library["adaptive"] += _run_child("main", ADAPTIVE, n_prompts)
     summary = {
