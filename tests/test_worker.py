@@ -13,6 +13,19 @@ from localspec.server.errors import APIError
 from localspec.server.worker import Job, ModelWorker
 
 
+class Held:
+    """A generation that holds its model thread until ``gate`` is set, then yields nothing."""
+
+    result = None
+
+    def __init__(self, gate: threading.Event):
+        self.gate = gate
+
+    def __iter__(self):
+        self.gate.wait(30)
+        return iter(())
+
+
 def test_a_full_queue_answers_503_with_retry_after(target_gguf):
     with SpeculativeModel(target_gguf, None, n_ctx=2048) as model:
         running = RunningServer(model, queue_size=1)
@@ -20,17 +33,10 @@ def test_a_full_queue_answers_503_with_retry_after(target_gguf):
             gate = threading.Event()
             loop = asyncio.new_event_loop()
 
-            class Held:
-                result = None
-
-                def __iter__(self):
-                    gate.wait(30)
-                    return iter(())
-
-            running.worker.submit(Job(lambda m: Held(), loop))  # holds the model thread
+            running.worker.submit(Job(lambda m: Held(gate), loop))  # holds the model thread
             while not running.worker.busy:
                 time.sleep(0.01)
-            running.worker.submit(Job(lambda m: Held(), loop))  # fills the one waiting slot
+            running.worker.submit(Job(lambda m: Held(gate), loop))  # fills the one waiting slot
             with pytest.raises(openai.InternalServerError) as err:
                 running.client(key="anything").chat.completions.create(
                     model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=4
@@ -67,26 +73,19 @@ def test_a_burst_fills_every_thread_before_the_queue_counts():
     gate = threading.Event()
     loop = asyncio.new_event_loop()
 
-    class Held:
-        result = None
-
-        def __iter__(self):
-            gate.wait(30)
-            return iter(())
-
     worker = ModelWorker(object(), queue_size=1, threads=2)
     try:
         for _ in range(3):  # two run, one waits
-            worker.submit(Job(lambda m: Held(), loop))
+            worker.submit(Job(lambda m: Held(gate), loop))
         with pytest.raises(APIError) as err:
-            worker.submit(Job(lambda m: Held(), loop))
+            worker.submit(Job(lambda m: Held(gate), loop))
         assert err.value.status == 503 and err.value.code == "queue_full"
         gate.set()
         deadline = time.monotonic() + 30
         while (worker.busy or worker.waiting) and time.monotonic() < deadline:
             time.sleep(0.01)
         for _ in range(3):  # every place is free again
-            worker.submit(Job(lambda m: Held(), loop))
+            worker.submit(Job(lambda m: Held(gate), loop))
     finally:
         gate.set()
         worker.close()
