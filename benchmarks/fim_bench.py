@@ -12,9 +12,9 @@ serve`` with its adaptive default, and the peer (started here as ``llama-server 
 DRAFT --spec-type draft-simple -c 4096 -np 1``: its own speculative defaults).  Decode speed
 is each server's ``timings.predicted_per_second``.  Plain and adaptive run on servers of
 their own so that the adaptive one's suffix drafter holds only its own earlier answers,
-never the plain answer to the same case (one server would remember it and copy it).  Quality: the share of completions whose
-first characters are exactly the expected middle (the models go on past it; an editor
-shows the first lines).
+never the plain answer to the same case (one server would remember it and copy it).
+Quality: the share of completions whose first characters are exactly the expected middle
+(the models go on past it; an editor shows the first lines).
 
 Written to benchmarks/results/fim-<machine>.json with the machine record.
 """

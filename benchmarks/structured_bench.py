@@ -6,10 +6,10 @@ client, beside llama.cpp's ``llama-server --jinja`` with the same target GGUF.
 
 The cases are the Berkeley Function Calling Leaderboard's (``localspec.bench.bfcl``): each
 case's functions go out as OpenAI ``tools`` with ``tool_choice: "required"`` (parallel
-cases: ``parallel_tool_calls`` true), greedy, through the openai client.  Per case, one after
-the other: a ``localspec serve --draft none`` (constrained plain), a ``localspec serve`` with
-its adaptive default, the peer; on the first ``--free`` simple cases also the same messages without tools and no
-drafting (free plain: the grammar mask's cost).  On the first ``--json`` simple cases, the
+cases: ``parallel_tool_calls`` true), greedy, through the openai client.  Per case, one
+after the other: a ``localspec serve --draft none`` (constrained plain), a ``localspec
+serve`` with its adaptive default, the peer; on the first ``--free`` simple cases also the
+same messages without tools on the plain server (free plain: the grammar mask's cost).  On the first ``--json`` simple cases, the
 call is also asked for as a JSON answer (``response_format`` json_schema ``{"name",
 "arguments"}``), plain and adaptive; the peer gets the first ``--peer-cases`` of each kind.
 Simple and parallel cases take turns, and the result file is rewritten after every case.

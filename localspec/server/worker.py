@@ -48,8 +48,8 @@ class ModelWorker:
 
     ``submit`` raises :class:`APIError` (503, with Retry-After) when every thread has a
     job and ``queue_size`` more wait (counted at submission, so a burst that arrives before
-    the threads take their jobs is not refused early).  A job cancelled while queued is skipped; one cancelled while running
-    stops after its current speculative round.
+    the threads take their jobs is not refused early).  A job cancelled while queued is
+    skipped; one cancelled while running stops after its current speculative round.
 
     ``threads``: how many jobs run at once (default ``model.parallel``); the desktop chat
     serves its pair with one fewer, keeping a slot for its own answers.
@@ -67,8 +67,9 @@ class ModelWorker:
         self.skipped = 0  # queued jobs dropped because their client had left
         self._closed = False
         self._threads = []
-        self._capacity = (threads or getattr(model, "parallel", 1)) + queue_size
-        for i in range(threads or getattr(model, "parallel", 1)):
+        n_threads = threads or getattr(model, "parallel", 1)
+        self._capacity = n_threads + queue_size
+        for i in range(n_threads):
             thread = threading.Thread(target=self._run, name=f"localspec-model-{i}", daemon=True)
             thread.start()
             self._threads.append(thread)
