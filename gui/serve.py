@@ -26,7 +26,7 @@ class WindowServer:
     def __init__(self, model, port: int, model_name: str):
         self.port = port
         self.worker = ModelWorker(model, threads=max(1, getattr(model, "parallel", 1) - 1))
-        app = create_app(model, ServerConfig(model_name=model_name), worker=self.worker)
+        app = create_app(model, ServerConfig(model_name=model_name, loopback_only=True), worker=self.worker)
         self._server = uvicorn.Server(
             uvicorn.Config(app, host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=2)
         )

@@ -226,8 +226,8 @@ class SpeculativeModel:
         started = time.perf_counter()
         self._ensure_open()
         reserve = min(options.get("max_tokens") or 512, self.target.n_ctx // 2)
-        tokens = engine_fim_prompt(self.target, prefix, suffix, extra, reserve)
-        return self._start(tokens, started, stream, options)
+        prompt = engine_fim_prompt(self.target, prefix, suffix, extra, reserve)
+        return self._start(prompt.tokens, started, stream, options, prompt_truncated=prompt.truncated)
 
     def chat(self, messages: str | Messages, *, stream: bool = False, **options) -> GenerationResult | Generation:
         """Answer a conversation rendered with the target's own chat template.
@@ -300,6 +300,7 @@ class SpeculativeModel:
         stream: bool,
         options: dict,
         tool_grammar: ToolRequest | None = None,
+        prompt_truncated: bool = False,
     ):
         prediction = options.pop("prediction", None)
         if prediction is not None and not isinstance(prediction, str):
@@ -325,6 +326,7 @@ class SpeculativeModel:
                 constraint=constraint,
                 parse=parse_as.model_validate_json if parse_as is not None else None,
                 tool_format=tool_grammar.format if tool_grammar else None,
+                prompt_truncated=prompt_truncated,
             )
         except BaseException:
             self.slots.unreserve(slot)
@@ -465,11 +467,9 @@ def load(
     ``n_gpu_layers_draft``, ``n_threads``, ``verbose``).
     """
     resolved = resolve_pair(target, draft, progress, cancel)
-    if resolved.pair is not None:
-        for key in ("draft_max", "draft_min", "p_min"):
-            value = getattr(resolved.pair, key)
-            if value is not None:
-                kwargs.setdefault(key, value)
+    for key in ("draft_max", "draft_min", "p_min") if resolved.pair is not None else ():
+        if getattr(resolved.pair, key) is not None:
+            kwargs.setdefault(key, getattr(resolved.pair, key))
     return SpeculativeModel(resolved.target, resolved.draft, **kwargs)
 
 

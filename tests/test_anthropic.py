@@ -182,6 +182,8 @@ def test_errors_come_in_anthropics_shape(server, real_model):
         c.messages.create(model="m", max_tokens=4, messages=ASK, tool_choice={"type": "any"})
     with pytest.raises(anthropic.BadRequestError, match="temperature"):
         c.messages.create(model="m", max_tokens=4, messages=ASK, extra_body={"temperature": 1.5})
+    with pytest.raises(anthropic.BadRequestError, match="model"):  # required, as Anthropic has it
+        c.post("/v1/messages", body={"max_tokens": 4, "messages": ASK}, cast_to=object)
     after = c.messages.create(model="m", max_tokens=4, messages=ASK, **GREEDY)
     assert after.content and after.usage.output_tokens <= 4
 
@@ -197,6 +199,7 @@ def test_blocks_translate_to_the_models_messages_and_tools():
 
     body = MessagesRequest.model_validate(
         {
+            "model": "m",
             "max_tokens": 8,
             "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
             "tools": TOOLS,
@@ -243,18 +246,23 @@ def test_blocks_translate_to_the_models_messages_and_tools():
     assert options["tool_choice"] == {"type": "function", "function": {"name": "add"}}
     assert options["parallel_tool_calls"] is False and options["tools"][0]["function"]["parameters"] == WEATHER
     for choice, expected in (({"type": "any"}, "required"), ({"type": "auto"}, "auto"), ({"type": "none"}, None)):
-        body = MessagesRequest.model_validate({"max_tokens": 8, "messages": ASK, "tools": TOOLS, "tool_choice": choice})
+        body = MessagesRequest.model_validate(
+            {"model": "m", "max_tokens": 8, "messages": ASK, "tools": TOOLS, "tool_choice": choice}
+        )
         assert tool_options(state, body).get("tool_choice") == expected
     for bad, words in (
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool"),
         ({"tools": TOOLS, "tool_choice": {"type": "tool", "name": "nope"}}, "names no tool of this request: 'nope'"),
+        ({"tools": [{"name": "add", "description": "Add."}]}, "tools.0.input_schema: Field required"),
     ):
         with pytest.raises(APIError, match=words):
-            tool_options(state, MessagesRequest.model_validate({"max_tokens": 8, "messages": ASK, **bad}))
+            tool_options(state, MessagesRequest.model_validate({"model": "m", "max_tokens": 8, "messages": ASK, **bad}))
     doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}
     with pytest.raises(APIError, match="messages.0.content.0: document blocks are not supported"):
         conversation(
-            MessagesRequest.model_validate({"max_tokens": 8, "messages": [{"role": "user", "content": [doc]}]})
+            MessagesRequest.model_validate(
+                {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [doc]}]}
+            )
         )
 
 

@@ -43,7 +43,8 @@ def server(real_model):
 
 def test_the_prompt_is_llama_cpp_s_repository_layout(real_model):
     case = CASES[0]
-    tokens = engine_fim_prompt(real_model.target, case.prefix, case.suffix, case.extra)
+    tokens, truncated = engine_fim_prompt(real_model.target, case.prefix, case.suffix, case.extra)
+    assert not truncated
     special = set(real_model.target.fim_tokens().values())
     engine = real_model.target
     text = b"".join(engine.token_text(t).encode() if t in special else engine.token_bytes(t) for t in tokens).decode()
@@ -62,11 +63,14 @@ def test_over_the_budget_other_files_go_first_then_the_prefix_start_and_suffix_e
         return [100 + ord(c) for c in text]
 
     extra = [{"filename": "a", "text": "x" * 50}, {"filename": "b", "text": "y" * 5}]
-    whole = fim_prompt(fim, tokenize, "p" * 40, "s" * 40, extra)
+    whole, truncated = fim_prompt(fim, tokenize, "p" * 40, "s" * 40, extra)
+    assert not truncated
     assert len(whole) == (1 + 10) + (1 + 2 + 50) + (1 + 2 + 5) + (1 + 9) + 1 + 40 + 1 + 40 + 1
-    fitted = fim_prompt(fim, tokenize, "p" * 40, "s" * 40, extra, budget=len(whole) - 10)
+    fitted, truncated = fim_prompt(fim, tokenize, "p" * 40, "s" * 40, extra, budget=len(whole) - 10)
     assert 100 + ord("x") not in fitted and 100 + ord("y") in fitted  # the older file went
-    tight = fim_prompt(fim, tokenize, "abc" * 20, "xyz" * 20, extra, budget=11 + 10 + 1 + 2 + 20)
+    assert not truncated  # the prefix and suffix are whole
+    tight, truncated = fim_prompt(fim, tokenize, "abc" * 20, "xyz" * 20, extra, budget=11 + 10 + 1 + 2 + 20)
+    assert truncated
     pre, suf = tight[tight.index(1) + 1 : tight.index(2)], tight[tight.index(2) + 1 : tight.index(3)]
     assert (len(pre), len(suf)) == (15, 5)
     assert pre == tokenize(("abc" * 20)[-15:]) and suf == tokenize(("xyz" * 20)[:5])
@@ -98,7 +102,7 @@ def _assert_same_greedy(model, prompt_tokens, reference, other, tie_tolerance):
 def test_speculative_infill_keeps_the_plain_greedy_middle(real_model, tie_tolerance, case):
     plain = real_model.infill(case.prefix, case.suffix, extra=case.extra, max_tokens=N, strategy="none")
     spec = real_model.infill(case.prefix, case.suffix, extra=case.extra, max_tokens=N)
-    prompt = engine_fim_prompt(real_model.target, case.prefix, case.suffix, case.extra, N)
+    prompt = engine_fim_prompt(real_model.target, case.prefix, case.suffix, case.extra, N).tokens
     _assert_same_greedy(real_model, prompt, plain.tokens, spec.tokens, tie_tolerance)
     assert spec.stats.drafted_tokens > 0
 
@@ -136,4 +140,8 @@ def test_bad_infill_requests_get_a_400_and_the_server_keeps_serving(server):
         status, body = _post(server.base, "/infill", bad)
         assert status == 400 and body["error"]["message"], bad
     status, body = _post(server.base, "/infill", {"input_prefix": "x = ", "n_predict": 2})
-    assert status == 200 and body["tokens_predicted"] == 2
+    assert status == 200 and body["tokens_predicted"] == 2 and body["truncated"] is False
+    n_ctx = server.app.state.localspec.model.target.n_ctx
+    long = {"input_prefix": "x = 1\n" * n_ctx, "input_suffix": "y = 2\n" * 50, "n_predict": 2}
+    status, body = _post(server.base, "/infill", long)  # cut to fit: the prefix's start goes
+    assert status == 200 and body["truncated"] is True and body["tokens_evaluated"] < n_ctx

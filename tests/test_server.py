@@ -1,6 +1,7 @@
 """localspec serve through the real ``openai`` client, on 127.0.0.1, with the real pair
 (the queue limit: test_worker.py)."""
 
+import http.client
 import json
 import threading
 import time
@@ -259,6 +260,8 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_
         (dict(messages=ok, max_tokens=-5), "max_tokens"),
         (dict(messages=[{"role": "wizard", "content": "Hi"}]), "messages.0.role"),
         (dict(messages="Hi"), "messages"),
+        (dict(messages=[{"role": "user", "content": None}]), "messages.0"),
+        (dict(messages=[*ok, {"role": "tool", "content": "3"}]), "messages.1"),  # no tool_call_id
         (dict(messages=ok, stop=["a", "b", "c", "d", "e"]), "stop"),
         (dict(messages=ok, prediction={"type": "content", "content": "x"}, n=3), "n"),
         (dict(messages=ok, tools=[{"type": "function"}]), "tools.0.function"),
@@ -284,6 +287,8 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model="m", **kwargs)
         assert err.value.status_code == 400 and err.value.body["param"] == param, (kwargs, err.value.body)
+    with pytest.raises(openai.BadRequestError, match="only best_of = 1"):
+        client.completions.create(model="m", prompt="x", best_of=3)
     too_long = [{"role": "user", "content": "word " * (real_model.target.n_ctx + 100)}]
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="m", messages=too_long)
@@ -457,3 +462,38 @@ def test_langchain_structured_output_returns_the_pydantic_model(server):
     )
     city = llm.with_structured_output(City).invoke("Name the capital of France.")
     assert isinstance(city, City) and city.name
+
+
+def test_a_keyless_loopback_server_answers_only_requests_naming_localhost(real_model):
+    """DNS rebinding: a page on evil.example, its name resolved to 127.0.0.1, is refused."""
+    running = RunningServer(real_model, loopback_only=True)
+
+    def ask(host: str, path: str = "/v1/models", body: dict | None = None) -> tuple[int, dict]:
+        connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+        data = json.dumps(body).encode() if body is not None else None
+        connection.request("POST" if body else "GET", path, body=data, headers={"Host": host})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+
+    try:
+        for host in (
+            f"localhost:{running.port}",
+            f"127.0.0.1:{running.port}",
+            f"[::1]:{running.port}",
+            "app.localhost",
+        ):
+            assert ask(host)[0] == 200, host
+        status, body = ask(f"evil.example:{running.port}")
+        assert (
+            status == 403 and body["error"]["code"] == "host_not_allowed" and "evil.example" in body["error"]["message"]
+        )
+        count = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
+        status, body = ask("evil.example", "/v1/messages/count_tokens", count)
+        assert status == 403 and body["type"] == "error" and body["error"]["type"] == "permission_error"
+    finally:
+        running.stop()
+    keyed = RunningServer(real_model, loopback_only=True, api_key=KEY)  # the key guards it instead
+    try:
+        assert keyed.client(default_headers={"Host": "evil.example"}).models.list().data
+    finally:
+        keyed.stop()

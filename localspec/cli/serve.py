@@ -63,11 +63,11 @@ def serve(args, load, defaults: dict) -> int:
     ``defaults`` are the generation options for fields a request leaves out."""
     import uvicorn
 
-    from localspec.server.app import ServerConfig, check_port_free, create_app
+    from localspec.server.app import LOOPBACK_HOSTS, ServerConfig, check_port_free, create_app
 
     check_port_free(args.host, args.port)
     _Server = _server_class()
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    if args.host not in LOOPBACK_HOSTS:
         print(
             f"localspec: warning: serving on {args.host}: other machines can reach this server"
             + ("" if args.api_key else "; set --api-key so only your clients can use it"),
@@ -83,6 +83,7 @@ def serve(args, load, defaults: dict) -> int:
             queue_size=args.queue,
             max_body_bytes=args.max_body,
             defaults=defaults,
+            loopback_only=args.host in LOOPBACK_HOSTS,
         )
         app = create_app(model, config)
         host = f"[{args.host}]" if ":" in args.host else args.host

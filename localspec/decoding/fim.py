@@ -19,6 +19,7 @@ the other files) is in the prompt, so the suffix drafter indexes it for the requ
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from localspec.errors import InvalidOptionError
 
@@ -42,7 +43,12 @@ def check_extra(extra) -> list[dict]:
     return list(extra)
 
 
-def engine_fim_prompt(engine, prefix: str, suffix: str, extra: Sequence[dict] = (), reserve: int = 512) -> list[int]:
+class FimPrompt(NamedTuple):
+    tokens: list[int]
+    truncated: bool  # the prefix or the suffix was cut to fit (dropped extra chunks do not count)
+
+
+def engine_fim_prompt(engine, prefix: str, suffix: str, extra: Sequence[dict] = (), reserve: int = 512) -> FimPrompt:
     """:func:`fim_prompt` with ``engine``'s (a :class:`~localspec.llama.engine.Engine`) FIM
     tokens, tokenizer and BOS, fitted to its context less ``reserve`` tokens for the middle."""
     return fim_prompt(
@@ -64,8 +70,8 @@ def fim_prompt(
     extra: Sequence[dict] = (),
     budget: int | None = None,
     bos: Sequence[int] = (),
-) -> list[int]:
-    """The prompt's token ids.  ``fim``: the model's FIM token ids by llama.cpp's names
+) -> FimPrompt:
+    """The prompt's token ids, and whether the prefix or suffix was cut.  ``fim``: the model's FIM token ids by llama.cpp's names
     (``pre``, ``suf``, ``mid``, ``rep``, ``sep``); ``tokenize(text)``: ids without special
     tokens; ``bos``: what goes before the prefix when the model adds a BOS.  Over
     ``budget`` tokens, the extra chunks go first (oldest first), then the prefix is cut from
@@ -79,10 +85,11 @@ def fim_prompt(
     header, chunks, tail = _context_tokens(fim, tokenize, check_extra(extra))
     head = [fim["pre"]] if not bos else [*bos, fim["pre"]]
     pre, suf = tokenize(prefix), tokenize(suffix)
+    whole = len(pre) + len(suf)
     if budget is not None:
         chunks, pre, suf = _fit(chunks, pre, suf, budget - len(header) - len(tail) - len(head) - 2)
     context = header + [token for chunk in chunks for token in chunk] + tail
-    return context + head + pre + [fim["suf"], *suf, fim["mid"]]
+    return FimPrompt(context + head + pre + [fim["suf"], *suf, fim["mid"]], len(pre) + len(suf) < whole)
 
 
 def _context_tokens(fim: dict[str, int], tokenize, extra: list[dict]):

@@ -140,6 +140,7 @@ class Generation:
         tool_format: ToolFormat | None = None,
         batcher=None,
         on_end: Callable[[Generation], None] | None = None,
+        prompt_truncated: bool = False,
     ):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
@@ -164,6 +165,7 @@ class Generation:
         self._tool_format = tool_format  # the answer may hold tool calls in this format
         self._batcher = batcher  # shares the target's decodes with other sequences (scheduler.Batcher)
         self._on_end = on_end  # told once when the generation ends (its slot is free again)
+        self._prompt_truncated = prompt_truncated  # the caller cut the prompt to fit (a FIM prompt)
         self._events = self._run()
         self._ready: deque[TokenEvent] = deque()
 
@@ -227,7 +229,7 @@ class Generation:
             d.begin(self.prompt_tokens)
         seeds = np.random.SeedSequence(params.seed).spawn(2)
         rng, draft_rng = np.random.default_rng(seeds[0]), np.random.default_rng(seeds[1])
-        stats = GenerationStats(prompt_tokens=len(self.prompt_tokens))
+        stats = GenerationStats(prompt_tokens=len(self.prompt_tokens), prompt_truncated=self._prompt_truncated)
         out = _TextAssembler(target, params.stop)
 
         # Prompt eval: reuse the cached prefix, decode the rest, sample the first token.

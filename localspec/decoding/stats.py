@@ -59,6 +59,7 @@ class GenerationStats:
 
     prompt_tokens: int = 0
     prompt_cached_tokens: int = 0  # reused from the KV cache of the previous call
+    prompt_truncated: bool = False  # cut to fit the context (FIM prompts; others that do not fit are refused)
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

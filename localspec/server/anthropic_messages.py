@@ -110,7 +110,7 @@ class ToolChoice(BaseModel):
 
 class CountTokensRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)  # metadata, thinking, service_tier, ...
-    model: str | None = None
+    model: str = Field(min_length=1)  # required, as in Anthropic's API; any name answers
     messages: list[Message] = Field(min_length=1)
     system: str | list[Block] | None = None
     tools: list[Tool] | None = None
@@ -196,7 +196,7 @@ def conversation(body: CountTokensRequest) -> tuple[list[dict], str | None]:
 
 
 def _function(tool: Tool) -> dict:
-    function = {"name": tool.name, "parameters": tool.input_schema or {"type": "object"}}
+    function = {"name": tool.name, "parameters": tool.input_schema}
     if tool.description:
         function["description"] = tool.description
     return {"type": "function", "function": function}
@@ -214,6 +214,8 @@ def tool_options(state, body: CountTokensRequest) -> dict:
     for i, t in enumerate(body.tools):
         if t.type not in (None, "custom"):
             raise APIError(400, f"tools.{i}: server tool {t.type!r} is not supported (only custom tools)")
+        if t.input_schema is None:
+            raise APIError(400, f"tools.{i}.input_schema: Field required (a JSON Schema of the tool's input)")
     tools = [_function(t) for t in body.tools]
     named = {"type": "function", "function": {"name": choice.name if choice is not None else None}}
     openai_choice = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type if choice else "auto", named)

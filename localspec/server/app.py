@@ -34,11 +34,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import logging
 import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
@@ -73,7 +75,9 @@ class ServerConfig:
     """``model_name``: the id /v1/models lists and every response names.  ``api_key``:
     None accepts any (or no) Bearer token.  ``max_tokens_limit``: the most tokens one
     request may ask for (default: the context size).  ``defaults``: generation options
-    for fields a request leaves out (e.g. the CLI's --temp)."""
+    for fields a request leaves out (e.g. the CLI's --temp).  ``loopback_only``: the server
+    listens on a loopback address only; without an ``api_key``, a request must then name the
+    host as ``localhost`` or by IP address (:func:`host_allowed`)."""
 
     model_name: str
     api_key: str | None = None
@@ -82,6 +86,26 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_tokens_limit: int | None = None
     defaults: dict = field(default_factory=dict)
+    loopback_only: bool = False
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def host_allowed(host_header: str) -> bool:
+    """Whether a request's ``Host`` header may reach a key-less server on a loopback
+    address: ``localhost`` (or a ``*.localhost`` name), an IP address, or this machine's
+    own name.  Any other name means a web page whose domain was made to resolve to
+    127.0.0.1 (DNS rebinding, as in Ollama's CVE-2024-28224): its scripts would then read
+    the server's answers as their own origin's."""
+    name = (urlsplit("//" + host_header).hostname or "") if host_header else ""
+    if name in ("", "localhost") or name.endswith(".localhost") or name == socket.gethostname().lower():
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -> Starlette:
@@ -155,8 +179,10 @@ class _State:
     # --- plumbing --------------------------------------------------------------------------
 
     def _check_key(self, request: Request) -> None:
-        """Bearer token (OpenAI's clients) or ``x-api-key`` (Anthropic's)."""
+        """Bearer token (OpenAI's clients) or ``x-api-key`` (Anthropic's); with no key on a
+        loopback address, the ``Host`` header (:func:`host_allowed`)."""
         if self.config.api_key is None:
+            self._check_host(request)
             return
         header = request.headers.get("authorization", "")
         token = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
@@ -165,6 +191,17 @@ class _State:
                 401,
                 "Incorrect API key provided" if token else "Missing API key (Authorization: Bearer ... or x-api-key)",
                 code="invalid_api_key",
+            )
+
+    def _check_host(self, request: Request) -> None:
+        host = request.headers.get("host", "")
+        if self.config.loopback_only and not host_allowed(host):
+            raise APIError(
+                403,
+                f"this server answers requests for localhost, not {host!r} (a web page could reach it by DNS "
+                "rebinding); behind a proxy, start it with --api-key or forward Host: localhost",
+                type="permission_error",
+                code="host_not_allowed",
             )
 
     async def read_body(self, request: Request, model_type: type[BaseModel]) -> BaseModel:

@@ -57,9 +57,13 @@ def _field_path(loc: tuple) -> str | None:
 
 
 def from_validation_error(exc: ValidationError) -> APIError:
-    first = exc.errors()[0]
+    """The most specific of pydantic's errors: for a value that matched no member of a
+    union (``input``: a string or a list of items), the one from inside the member it came
+    closest to (``input.0.role``), not "Input should be a valid string"."""
+    first = max(exc.errors(), key=lambda e: len(_field_path(e["loc"]) or ""))
     if first["type"] in ("json_invalid", "json_type"):
         return APIError(400, "We could not parse the JSON body of your request.", code="invalid_json")
     param = _field_path(first["loc"])
-    message = first["msg"] if param is None else f"{param}: {first['msg']}"
+    reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+    message = reason if param is None else f"{param}: {reason}"
     return APIError(400, f"Invalid request: {message}", param=param, code="invalid_value")

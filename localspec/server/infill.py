@@ -74,7 +74,7 @@ class InfillShape:
             stats = result.stats
             obj["tokens_evaluated"] = stats.prompt_tokens
             obj["tokens_cached"] = stats.prompt_cached_tokens
-            obj["truncated"] = False
+            obj["truncated"] = stats.prompt_truncated
             obj["has_new_line"] = "\n" in result.text
             obj["stop_type"] = _stop_type(result)
             obj["stopping_word"] = ""

@@ -48,6 +48,16 @@ class ChatMessage(BaseModel):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
 
+    @model_validator(mode="after")
+    def _what_the_role_needs(self):
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id, the id of the call it answers")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(
+                f"a {self.role} message needs content" + (" or tool_calls" if self.role == "assistant" else "")
+            )
+        return self
+
     def text(self) -> str:
         if self.content is None:
             return ""
@@ -249,6 +259,7 @@ class CompletionRequest(CommonRequest):
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     suffix: str | None = None
+    best_of: int | None = 1
 
     @field_validator("prompt")
     @classmethod
@@ -258,3 +269,10 @@ class CompletionRequest(CommonRequest):
         return v
 
     _no_echo = _refused("echo", why="echo is not supported")
+
+    @field_validator("best_of")
+    @classmethod
+    def _one_candidate(cls, v):
+        if v not in (None, 1):
+            raise ValueError("only best_of = 1 is supported")
+        return v
