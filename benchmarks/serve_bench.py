@@ -29,6 +29,9 @@
        $S --port 8081 --spec-draft-n-max 4 --spec-draft-n-min 0 --spec-draft-p-min 0.75 &
        $S --port 8082 &
 
+The suffix drafter keeps no earlier answers here (``suffix_store_tokens=0``): each prompt
+runs several times, and a later run would copy the earlier one's answer.
+
 Written to benchmarks/results/serve.json with the machine record.
 """
 
@@ -239,7 +242,9 @@ def main():
     result = {"machine": machine_record(), "n_tokens": N_TOKENS}
     if args.peer_only:
         result = {**json.loads(out.read_text()), "peer_machine": result["machine"]}
-    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
+    # No store of earlier answers: every prompt runs several times here (plain, adaptive, library,
+    # server), and the suffix drafter would copy the earlier run's answer to the same prompt.
+    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, suffix_store_tokens=0) as model:
         server, base = start_server(model)
         client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=600)
         if not args.peer_only:

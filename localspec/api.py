@@ -10,9 +10,9 @@ from pathlib import Path
 
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
-from localspec.decoding.loop import DraftParams, Generation, GenerationParams
+from localspec.decoding.loop import Generation
+from localspec.decoding.params import DraftParams, GenerationParams, params_from_options
 from localspec.decoding.policy import AdaptivePolicy
-from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.tool_calls import ToolFormat, ToolRequest, normalise_messages, tool_format, tool_request
@@ -65,11 +65,6 @@ def resolve_pair(
     target_path = ensure_local(target_ref, progress, cancel)
     draft_path = ensure_local(draft_ref, progress, cancel) if draft_ref is not None else None
     return ResolvedPair(target=target_path, draft=draft_path, pair=pair)
-
-
-_KNOWN_OPTIONS = frozenset(
-    "max_tokens temperature top_k top_p min_p seed stop draft_max draft_min p_min strategy logprobs".split()
-)
 
 
 class SpeculativeModel:
@@ -308,7 +303,7 @@ class SpeculativeModel:
         grammar, parse_as = response_format_grammar(options.pop("response_format", None))
         if grammar is not None and tool_grammar is not None:
             raise InvalidOptionError("response_format and tools cannot be combined in one request")
-        params = self._params(options)
+        params = params_from_options(options, self.default_draft)
         predicted = self._tokenize_prediction(prediction)
         constraint = (
             self._constraint(tool_grammar.grammar, tool_grammar.trigger) if tool_grammar else self._constraint(grammar)
@@ -372,35 +367,6 @@ class SpeculativeModel:
 
     def _tokenize_prediction(self, prediction: str | None) -> list[int]:
         return self.target.tokenize(prediction, add_special=False, parse_special=False) if prediction else []
-
-    def _params(self, options: dict) -> GenerationParams:
-        unknown = set(options) - _KNOWN_OPTIONS
-        if unknown:
-            raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
-        d = self.default_draft
-        stop = options.get("stop")
-        stop = () if stop is None else (stop,) if isinstance(stop, str) else stop
-        if not isinstance(stop, (list, tuple)):
-            raise InvalidOptionError(f"stop must be a string or a list of strings, got {stop!r}")
-        seed = options.get("seed")
-        return GenerationParams(
-            max_tokens=options.get("max_tokens", 512),
-            sampling=SamplingParams(
-                temperature=options.get("temperature", 0.0),
-                top_k=options.get("top_k", 40),
-                top_p=options.get("top_p", 0.95),
-                min_p=options.get("min_p", 0.05),
-            ),
-            draft=DraftParams(
-                draft_max=options.get("draft_max", d.draft_max),
-                draft_min=options.get("draft_min", d.draft_min),
-                p_min=options.get("p_min", d.p_min),
-                strategy=options.get("strategy", d.strategy),
-            ),
-            stop=tuple(stop),
-            seed=None if seed == -1 else seed,  # -1 = random, as in llama.cpp
-            logprobs=options.get("logprobs"),
-        )
 
     def _ensure_open(self) -> None:
         if self._closed:

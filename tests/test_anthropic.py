@@ -167,6 +167,8 @@ def test_errors_come_in_anthropics_shape(server, real_model):
     with pytest.raises(anthropic.AuthenticationError) as err:
         client(server, key="wrong").messages.create(model="m", max_tokens=4, messages=ASK)
     assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "authentication_error"
+    both = anthropic.Anthropic(base_url=server.base, api_key=KEY, auth_token="a-stale-token", max_retries=0)
+    assert both.messages.count_tokens(model="m", messages=ASK).input_tokens > 0  # x-api-key holds the key
     with pytest.raises(anthropic.BadRequestError) as err:  # the SDK itself insists on max_tokens
         c.post("/v1/messages", body={"model": "m", "messages": ASK}, cast_to=object)
     assert set(err.value.body) == {"type", "error"} and set(err.value.body["error"]) == {"type", "message"}

@@ -115,7 +115,8 @@ def test_forced_bytes_become_the_tokens_the_model_writes(target_gguf):
     with SpeculativeModel(target_gguf, None, n_ctx=128, strategy="none") as m:
         constraint = Constraint.compile(grammar_tokenizer(m.target), json_schema_grammar(PICK), m.target.n_vocab)
         forced = m.target.owner.run(constraint.forced)
-        assert b"".join(m.target.token_bytes(t) for t in forced) == b'{"c":"'
+        written = b"".join(m.target.token_bytes(t) for t in forced)
+        assert written and b'{"c":"'.startswith(written) and written != b'{"c":"'  # the last token is left out
         assert constraint.allowed(forced) == len(forced)
 
 

@@ -230,7 +230,8 @@ def test_a_draft_ends_at_its_first_end_of_generation_token(target_gguf):
     stops there), so the loop cuts every draft just after it: a copy from the prompt that
     runs on into the chat template's <|im_end|> is not verified past it."""
     from localspec.decoding.drafters.base import Draft, ModelFreeDrafter
-    from localspec.decoding.loop import DraftParams, Generation, GenerationParams
+    from localspec.decoding.loop import Generation
+    from localspec.decoding.params import DraftParams, GenerationParams
     from localspec.decoding.policy import FixedPolicy
 
     class Copier(ModelFreeDrafter):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from localspec.api import load
-from localspec.decoding.loop import STRATEGIES, DraftParams, GenerationParams
+from localspec.decoding.params import STRATEGIES, DraftParams, GenerationParams
 from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.stats import GenerationResult, TokenSource
 from localspec.errors import InvalidOptionError, LocalspecError

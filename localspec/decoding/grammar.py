@@ -121,10 +121,13 @@ class Constraint:
     def forced(self, limit: int = 32) -> list[int]:
         """Up to ``limit`` tokens the grammar forces next (may be []): the forced bytes (a
         key and its quotes and colon) as the model's tokenizer writes them, cut where the
-        grammar would refuse them, after any special token that is the only one allowed
-        (``<tool_call>``).  llguidance's own ``compute_ff_tokens`` is shorter: it stops
-        before any token another tokenization could split (on a 3-key schema: 9 forced
-        tokens of 14 from the bytes, 5 from ``compute_ff_tokens``)."""
+        grammar would refuse them, but for their last token, after any special token that
+        is the only one allowed (``<tool_call>``).  The last token is left out because the
+        model often writes it merged with the free text after it (``":"`` then ``Alice``
+        as ``":`` and ``"Alice``): drafted, it was rejected, and its misses taught the
+        policy to distrust every forced token.  llguidance's own ``compute_ff_tokens`` is
+        shorter still: it stops before any token another tokenization could split (on a
+        3-key schema: 9 forced tokens of 14 from the bytes, 5 from ``compute_ff_tokens``)."""
         out: list[int] = []
         consumed = 0
         if self.dormant:
@@ -134,7 +137,7 @@ class Constraint:
                 forced = self._matcher.compute_ff_bytes()
                 if forced and self._tokenizer is not None:
                     tokens = list(self._tokenizer.tokenize_bytes(forced))
-                    out += tokens[: self.allowed(tokens)]
+                    out += tokens[: self.allowed(tokens)][:-1]
                     break
                 only = np.flatnonzero(self.mask())
                 if len(only) != 1:

@@ -17,18 +17,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from localspec.decoding.drafters import Draft, Drafter, round_label
+from localspec.decoding.drafters.grammar import chained
 from localspec.decoding.grammar import Constraint
+from localspec.decoding.params import GenerationParams
 from localspec.decoding.sampling import (
     CandidateRows,
     Candidates,
     RowArgmax,
-    SamplingParams,
     accept_greedy,
     accept_sampled,
     row_candidates,
@@ -39,73 +39,6 @@ from localspec.decoding.tool_calls import ToolFormat, split_tool_calls
 from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
-
-STRATEGIES = ("auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none")
-
-
-@dataclass(frozen=True)
-class DraftParams:
-    """draft_max: most tokens drafted per round, or "auto": the adaptive policy chooses
-    each round's drafter and length (0 included) from costs measured on this machine.
-    draft_min: a shorter draft is dropped (the round runs plain).  p_min: the draft model
-    stops once its top probability falls below it.  strategy: "auto" (every available
-    drafter), "draft-model", "prompt-lookup", "suffix", "prediction" (the caller's
-    predicted output only) or "none".  Names and meaning as llama.cpp's
-    ``--draft-max``, ``--draft-min``, ``--draft-p-min``.  Raises InvalidOptionError when
-    out of range."""
-
-    draft_max: int | str = "auto"
-    draft_min: int = 0
-    p_min: float = 0.75
-    strategy: str = "auto"
-
-    @property
-    def adaptive(self) -> bool:
-        return self.draft_max == "auto"
-
-    def __post_init__(self) -> None:
-        if not self.adaptive and (
-            isinstance(self.draft_max, bool) or not isinstance(self.draft_max, int) or self.draft_max < 0
-        ):
-            raise InvalidOptionError(f"draft_max must be 'auto' or an integer >= 0, got {self.draft_max!r}")
-        if isinstance(self.draft_min, bool) or not isinstance(self.draft_min, int) or self.draft_min < 0:
-            raise InvalidOptionError(f"draft_min must be an integer >= 0, got {self.draft_min!r}")
-        if not self.adaptive and self.draft_min > self.draft_max:
-            raise InvalidOptionError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})")
-        if isinstance(self.p_min, bool) or not isinstance(self.p_min, (int, float)) or not 0.0 <= self.p_min <= 1.0:
-            raise InvalidOptionError(f"p_min must be a number in [0, 1], got {self.p_min!r}")
-        if self.strategy not in STRATEGIES:
-            raise InvalidOptionError(f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
-
-
-@dataclass(frozen=True)
-class GenerationParams:
-    """max_tokens: most tokens to generate.  stop: strings that end the generation
-    (not included in the text).  seed: None draws a fresh one.  logprobs: None, or the
-    number (0 to 20) of most likely alternatives each :class:`TokenEvent` reports with
-    its own log-probability (natural log, the target's raw distribution, before
-    temperature and filters)."""
-
-    max_tokens: int = 512
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    draft: DraftParams = field(default_factory=DraftParams)
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
-    logprobs: int | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise InvalidOptionError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise InvalidOptionError(f"stop strings must be non-empty strings, got {self.stop!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise InvalidOptionError(
-                f"seed must be a non-negative integer, or None / -1 for a random one, got {self.seed!r}"
-            )
-        if self.logprobs is not None and (
-            isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20
-        ):
-            raise InvalidOptionError(f"logprobs must be an integer from 0 to 20, got {self.logprobs!r}")
 
 
 class Generation:
@@ -296,8 +229,9 @@ class Generation:
                 draft.confidence,
                 [t for t, *_ in emitted],
                 draft.depth,
+                draft.forced,
             )
-            stats.record_round(len(draft.tokens), n_accepted, round_label(drafter, draft))
+            stats.record_round(len(draft.tokens), n_accepted, round_label(drafter, draft), draft.forced)
             kept = context + draft.tokens[:n_accepted]
             for d in self.drafters:
                 d.feedback(kept, len(draft.tokens), n_accepted)
@@ -347,14 +281,21 @@ class Generation:
         token (a copy from the prompt runs into the chat template's ``<|im_end|>``; the
         tokens after it can never be emitted, and verifying them costs).  Returns
         (drafter, draft, cost in seconds of drafting, catching up on skipped tokens
-        excluded)."""
+        excluded).  Under a grammar, the lookups' proposals are chained drafts: the forced
+        tokens, their guess after them, the forced tokens after that (:func:`chained`)."""
         dp, sp = self.params.draft, self.params.sampling
-        proposals, costs = {}, {}
-        for d in self.policy.free_drafters:
+        proposals, costs, forced = {}, {}, None
+        awake = self.constraint is not None and not self.constraint.dormant
+        for d in self.policy.free_drafters:  # the grammar first, when there is one
             cap = min(k_cap, self.policy.cap(d))
             if cap > 0:
                 start = time.perf_counter()
-                proposals[id(d)] = self._cut(d.propose(context, cap, sp, dp.p_min, draft_rng))
+                if forced is not None and awake and getattr(d, "looks_ahead", False):  # grammar, guess, grammar
+                    guess = lambda ahead, k, d=d: d.propose(context, k, sp, dp.p_min, draft_rng, ahead=ahead)
+                    proposals[id(d)] = chained(self.constraint, forced, guess, self._cut, cap)
+                else:
+                    proposals[id(d)] = self._cut(d.propose(context, cap, sp, dp.p_min, draft_rng))
+                forced = proposals[id(d)] if getattr(d, "forces", False) else forced
                 costs[id(d)] = time.perf_counter() - start
         others = self._batcher.outlook(self.target.seq) if self._batcher is not None else (0, 0)
         drafter, k = self.policy.plan(k_cap, proposals, len(context), others)
@@ -376,7 +317,8 @@ class Generation:
     def _verify(self, last: int, draft: Draft, rng: np.random.Generator, forced: bool = False):
         """One target decode of [last, d_1..d_k]; returns (n_accepted, emitted tokens)
         with each emitted token as (id, source, p_target, p_draft); kept draft tokens are
-        FORCED when a grammar drafted them (``forced``), else ACCEPTED."""
+        FORCED when a grammar drafted them (``forced``: all; ``draft.forced``: per token),
+        else ACCEPTED."""
         k = len(draft.tokens)
         logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
         rows = logits if self.constraint is None else self.constraint.rows(logits, draft.tokens)
@@ -388,9 +330,9 @@ class Generation:
             p = CandidateRows(rows, sp)
             q = draft.probs
             n, nxt = accept_sampled(draft.tokens, p, q, rng)
-        kept = TokenSource.FORCED if forced else TokenSource.ACCEPTED
+        kept = [TokenSource.FORCED if f else TokenSource.ACCEPTED for f in draft.forced or [forced] * k]
         emitted = [
-            (d, kept, _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
+            (d, kept[i], _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
             for i, d in enumerate(draft.tokens[:n])
         ]
         source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)

@@ -133,7 +133,17 @@ class FixedPolicy:
         return k
 
     def observe(
-        self, drafter, n_drafted, n_accepted, draft_s, verify_s, batch, confidence=None, emitted=None, depth=None
+        self,
+        drafter,
+        n_drafted,
+        n_accepted,
+        draft_s,
+        verify_s,
+        batch,
+        confidence=None,
+        emitted=None,
+        depth=None,
+        forced=None,
     ) -> None:
         pass
 
@@ -164,8 +174,10 @@ class AdaptivePolicy:
     _sorted: list = field(default_factory=list)  # measured verify costs, as of cost_changes[0] == _sorted_of
     _sorted_of: int = -1
     _others: tuple = (0, 0)  # (tokens, sequences) the round's verify shares with other sequences
+    _forcer: object = None  # the grammar drafter, whose calibration prices forced tokens in any draft
 
     def __post_init__(self) -> None:
+        self._forcer = next((d for d in self.drafters if getattr(d, "forces", False)), None)
         for d in self.drafters:
             alpha = getattr(d, "prior_acceptance", 0.5)
             self.draft_costs.setdefault(id(d), CostAverage(getattr(d, "prior_cost_s", 0.5 * self._step_s)))
@@ -314,25 +326,45 @@ class AdaptivePolicy:
         if draft.confidence:
             confidence = draft.confidence[:k]
             depths = padded_depths(draft.depth, len(confidence))
-            chances = self._calibrated(d, confidence, depths)
-            trust = self._trust.get(id(d))
-            if trust is None:
-                return chances
-            return [trust.scale(a, Calibration.group(x)) for a, x in zip(chances, depths)]
+            owners = self._owners(d, draft.forced, len(confidence))
+            return [self._chance(o, c, x) for o, c, x in zip(owners, confidence, depths)]
         return [self._models[id(d)].alpha] * min(k, len(draft.tokens))
+
+    def _owners(self, d, forced: Sequence[bool] | None, n: int) -> list:
+        """Whose calibration judges each of ``n`` draft tokens: the grammar drafter's for
+        the tokens a grammar forced (:attr:`Draft.forced`), ``d``'s for the rest."""
+        forced = forced or ()
+        grammar = self._forcer if self._forcer is not None else d
+        return [grammar if i < len(forced) and forced[i] else d for i in range(n)]
+
+    def _chance(self, d, confidence: float, depth: int) -> float:
+        chance = self._calibrations[id(d)](confidence, depth)
+        trust = self._trust.get(id(d))
+        return chance if trust is None else trust.scale(chance, Calibration.group(depth))
 
     def _calibrated(self, d, confidence: Sequence[float], depths: Sequence[int]) -> list[float]:
         """Calibrated chances of tokens with these confidences and depths (one each)."""
         return list(map(self._calibrations[id(d)], confidence, depths))
 
-    def _learn_confidences(self, d, confidence: Sequence[float], depth: Sequence[int] | None, n_accepted: int) -> None:
+    def _learn_confidences(
+        self, d, confidence: Sequence[float], depth: Sequence[int] | None, n_accepted: int, forced=None, verified=True
+    ) -> None:
         """Draft tokens with these confidences (and depths) were judged: the first
-        ``n_accepted`` accepted, then one rejected unless all were accepted."""
+        ``n_accepted`` accepted, then one rejected unless all were accepted.  The tokens a
+        grammar forced (``forced``) teach the grammar drafter's calibration, the rest d's;
+        in a draft not ``verified``, only d's (the grammar's own draft is judged too)."""
         depths = padded_depths(depth, len(confidence))
-        self._trust.setdefault(id(d), TextTrust()).observe(
-            self._calibrated(d, confidence, depths), n_accepted, [Calibration.group(x) for x in depths]
-        )
-        self._calibrations[id(d)].observe(confidence, n_accepted, depth)
+        owners = self._owners(d, forced, len(confidence))
+        for owner in dict.fromkeys(owners):
+            if owner is not d and not verified:
+                continue
+            judged = [i for i, o in enumerate(owners[: n_accepted + 1]) if o is owner]
+            mine, at = [confidence[i] for i in judged], [depths[i] for i in judged]
+            accepted = sum(i < n_accepted for i in judged)
+            self._trust.setdefault(id(owner), TextTrust()).observe(
+                self._calibrated(owner, mine, at), accepted, [Calibration.group(x) for x in at]
+            )
+            self._calibrations[id(owner)].observe(mine, accepted, at)
 
     def _round_rate(self, expected: float, extra_s: float, k: int) -> float:
         """Tokens per second of the batch this round's verify joins, drafting k tokens that
@@ -388,12 +420,14 @@ class AdaptivePolicy:
         confidence: Sequence[float] | None = None,
         emitted: Sequence[int] | None = None,
         depth: Sequence[int] | None = None,
+        forced: Sequence[bool] | None = None,
     ) -> None:
         """Learn from a finished round: ``draft_s`` seconds spent drafting (catch-up
         excluded), ``verify_s`` seconds for the target's decode of ``batch`` tokens,
         ``confidence`` the verified draft's per-token confidences (if it had them),
         ``emitted`` the tokens the round produced (accepted draft tokens, then the
-        target's own), ``depth`` the verified draft's depths (if it had them).  The
+        target's own), ``depth`` the verified draft's depths (if it had them), ``forced``
+        which of its tokens a grammar forced (:attr:`Draft.forced`).  The
         drafts not verified this round (the free drafts not picked, a draft model's
         draft cut to nothing) are judged against ``emitted`` too, as far as it goes, so
         a drafter keeps learning what its confidence is worth (else one undervalued at
@@ -409,7 +443,7 @@ class AdaptivePolicy:
         if drafter is not None and n_drafted > 0:
             self._models[id(drafter)].observe(n_drafted, n_accepted)
             if confidence:
-                self._learn_confidences(drafter, confidence[:n_drafted], depth, n_accepted)
+                self._learn_confidences(drafter, confidence[:n_drafted], depth, n_accepted, forced)
         if emitted:
             self._judge_unverified(drafter if n_drafted > 0 else None, list(emitted))
         self._proposals = {}
@@ -443,4 +477,4 @@ class AdaptivePolicy:
             matched = next((i for i in range(judged) if draft.tokens[i] != emitted[i]), judged)
             self._models[id(d)].observe_judged(judged, matched)
             if draft.confidence:
-                self._learn_confidences(d, draft.confidence[:judged], draft.depth, matched)
+                self._learn_confidences(d, draft.confidence[:judged], draft.depth, matched, draft.forced, False)

@@ -23,7 +23,7 @@ from localspec.decoding.drafters import (
     PromptLookupDrafter,
     SuffixDrafter,
 )
-from localspec.decoding.loop import DraftParams
+from localspec.decoding.params import DraftParams
 from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
 from localspec.decoding.scheduler import Batcher
 from localspec.errors import InvalidOptionError

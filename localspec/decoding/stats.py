@@ -106,12 +106,21 @@ class GenerationStats:
         decode_s = self.total_s - self.ttft_s
         return (self.generated_tokens - 1) / decode_s if self.generated_tokens > 1 and decode_s > 0 else 0.0
 
-    def record_round(self, n_drafted: int, n_accepted: int, drafter: str = "plain") -> None:
+    def record_round(
+        self, n_drafted: int, n_accepted: int, drafter: str = "plain", forced: list[bool] | None = None
+    ) -> None:
+        """A round of ``drafter``'s; ``forced``: per draft token, whether a grammar forced
+        it (those count as the grammar's drafted and accepted tokens)."""
         self.rounds += 1
         self.rounds_by_drafter[drafter] = self.rounds_by_drafter.get(drafter, 0) + 1
-        if n_drafted:
-            self.drafted_by_drafter[drafter] = self.drafted_by_drafter.get(drafter, 0) + n_drafted
-            self.accepted_by_drafter[drafter] = self.accepted_by_drafter.get(drafter, 0) + n_accepted
+        forced = (forced or [])[:n_drafted]
+        for name, drafted, accepted in (
+            (drafter, n_drafted - sum(forced), n_accepted - sum(forced[:n_accepted])),
+            ("grammar", sum(forced), sum(forced[:n_accepted])),
+        ):
+            if drafted:
+                self.drafted_by_drafter[name] = self.drafted_by_drafter.get(name, 0) + drafted
+                self.accepted_by_drafter[name] = self.accepted_by_drafter.get(name, 0) + accepted
         self.drafted_tokens += n_drafted
         self.accepted_tokens += n_accepted
         while len(self.drafted_per_position) < n_drafted:

@@ -179,17 +179,19 @@ class _State:
     # --- plumbing --------------------------------------------------------------------------
 
     def _check_key(self, request: Request) -> None:
-        """Bearer token (OpenAI's clients) or ``x-api-key`` (Anthropic's); with no key on a
-        loopback address, the ``Host`` header (:func:`host_allowed`)."""
+        """Bearer token (OpenAI's clients) or ``x-api-key`` (Anthropic's; either may carry
+        the key when both are sent); with no key on a loopback address, the ``Host``
+        header (:func:`host_allowed`)."""
         if self.config.api_key is None:
             self._check_host(request)
             return
         header = request.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-        if not hmac.compare_digest(token.encode(), self.config.api_key.encode()):
+        bearer = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        tokens = [t for t in (bearer, request.headers.get("x-api-key", "")) if t]
+        if not any([hmac.compare_digest(t.encode(), self.config.api_key.encode()) for t in tokens]):
             raise APIError(
                 401,
-                "Incorrect API key provided" if token else "Missing API key (Authorization: Bearer ... or x-api-key)",
+                "Incorrect API key provided" if tokens else "Missing API key (Authorization: Bearer ... or x-api-key)",
                 code="invalid_api_key",
             )
 

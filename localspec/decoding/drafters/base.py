@@ -30,12 +30,16 @@ class Draft:
     it against what the target accepts.  ``depth``: per token, how many context tokens
     the drafter matched to propose it (a suffix or prompt-lookup match's length plus the
     draft tokens before it), or None; the policy calibrates confidences per depth group.
+    ``forced``: per token, whether a grammar forced it (a draft that joins a grammar's
+    forced tokens to another drafter's guess, :func:`~localspec.decoding.drafters.grammar.chained`);
+    the policy prices and calibrates those as the grammar's, and kept ones count as FORCED.
     """
 
     tokens: list[int]
     probs: list[Candidates] | None = None
     confidence: list[float] | None = None
     depth: list[int] | None = None
+    forced: list[bool] | None = None
 
     @classmethod
     def empty(cls) -> Draft:
@@ -59,6 +63,19 @@ class Draft:
             None if self.probs is None else self.probs[:k],
             None if self.confidence is None else self.confidence[:k],
             None if self.depth is None else self.depth[:k],
+            None if self.forced is None else self.forced[:k],
+        )
+
+    def then(self, other: Draft, forced: bool = False) -> Draft:
+        """This draft followed by ``other`` (marked forced by a grammar when ``forced``), for
+        free drafts without rows (``probs``); a token without a confidence gets 1.0 (a
+        grammar's), without a depth 0."""
+        n, m = len(self.tokens), len(other.tokens)
+        return Draft(
+            self.tokens + other.tokens,
+            confidence=(self.confidence or [1.0] * n) + (other.confidence or [1.0] * m),
+            depth=(self.depth or [0] * n) + (other.depth or [0] * m),
+            forced=(self.forced or [False] * n) + (other.forced or [forced] * m),
         )
 
 
@@ -131,9 +148,11 @@ def context_slice(context, start: int, stop: int | None = None) -> list:
         return list(islice(context, start, stop))
 
 
-def match_length(tokens: list[int], end: int, limit: int) -> int:
-    """How many tokens before ``end`` equal the last ones of ``tokens`` (at most ``limit``)."""
-    n, last = 0, len(tokens) - 1
-    while n < limit and n < end and tokens[end - 1 - n] == tokens[last - n]:
+def match_length(tokens: list[int], end: int, limit: int, recent: list[int] | None = None) -> int:
+    """How many tokens before ``end`` equal the last ones of ``recent`` (default ``tokens``
+    itself), at most ``limit``."""
+    recent = tokens if recent is None else recent
+    n, last = 0, len(recent) - 1
+    while n < limit and n < end and n <= last and tokens[end - 1 - n] == recent[last - n]:
         n += 1
     return n

@@ -30,6 +30,7 @@ class PromptLookupDrafter(ModelFreeDrafter):
     MAX_DEPTH = 32
 
     name = "prompt-lookup"
+    looks_ahead = True  # propose(..., ahead=) drafts after tokens not yet in the context
     prior_acceptance = 0.3
     prior_cost_s = 2e-5  # two dict lookups and a short backwards comparison
 
@@ -73,16 +74,18 @@ class PromptLookupDrafter(ModelFreeDrafter):
                 if n <= e:
                     latest[tuple(tokens[e - n : e])] = e
 
-    def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
-        if max_tokens <= 0 or len(context) < self.min_ngram + 1:
+    def propose(self, context, max_tokens, params, p_min, rng, ahead=()) -> Draft:
+        """``ahead``: tokens to draft after, not yet in ``context`` (a grammar's forced
+        tokens); looked up, not indexed."""
+        if max_tokens <= 0 or len(context) + len(ahead) < self.min_ngram + 1:
             return Draft.empty()
         self._sync(context)
         tokens = self._indexed
-        last = len(tokens)
-        for n in range(min(self.max_ngram, last - 1), self.min_ngram - 1, -1):
-            end = self._latest[n].get(tuple(tokens[last - n :]))
+        recent = tokens[-self.MAX_DEPTH :] + list(ahead)
+        for n in range(min(self.max_ngram, len(tokens) + len(ahead) - 1), self.min_ngram - 1, -1):
+            end = self._latest[n].get(tuple(recent[len(recent) - n :]))
             if end is not None:
-                matched = match_length(tokens, end, self.MAX_DEPTH)
+                matched = match_length(tokens, end, self.MAX_DEPTH, recent)
                 follow = tokens[end : end + max_tokens]
                 return Draft(
                     tokens=follow, confidence=[0.5] * len(follow), depth=[matched + i for i in range(len(follow))]

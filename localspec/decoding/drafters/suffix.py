@@ -28,6 +28,7 @@ class SuffixDrafter(ModelFreeDrafter):
     """
 
     name = "suffix"
+    looks_ahead = True  # propose(..., ahead=) drafts after tokens not yet in the context
     prior_acceptance = 0.5
     prior_cost_s = 3e-5
 
@@ -72,11 +73,14 @@ class SuffixDrafter(ModelFreeDrafter):
             self.request.append(new)
             self._indexed.extend(int(t) for t in new)
 
-    def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
+    def propose(self, context, max_tokens, params, p_min, rng, ahead=()) -> Draft:
+        """``ahead``: tokens to draft after, not yet in ``context`` (a grammar's forced
+        tokens); looked up, not indexed."""
         if max_tokens <= 0:
             return Draft.empty()
         self._sync(context)
-        recent = context_slice(context, max(0, len(context) - max(KEYS)))  # all a lookup reads
+        recent = context_slice(context, max(0, len(context) - max(KEYS))) + list(ahead)
+        recent = recent[len(recent) - max(KEYS) :] if len(recent) > max(KEYS) else recent  # all a lookup reads
         here = self.request.lookup(recent, max_tokens, self.min_estimate)
         with self.store_lock:
             before = self.store.lookup(recent, max_tokens, self.min_estimate)
