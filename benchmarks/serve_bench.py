@@ -279,6 +279,9 @@ def main():
         f"x{e['median_adaptive_speedup']:.2f}); copy ceiling x{e['copy_ceiling']:.2f} at b={e['ceiling_batch']}; "
         f"{100 * (e['share_of_ceiling'] or 0):.0f} % of the way"
     )
+    if not args.endpoint and out.exists():  # keep the last comparison with a peer server
+        earlier = json.loads(out.read_text())
+        result.update({k: earlier[k] for k in ("peer_machine", "peer") if k in earlier})
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 
