@@ -19,6 +19,17 @@ def _refused(*fields: str, why: str):
     return field_validator(*fields)(check)
 
 
+def _only_one(name: str):
+    """A field validator that refuses any value of ``name`` but 1 (or none)."""
+
+    def check(cls, value):
+        if value not in (None, 1):
+            raise ValueError(f"only {name} = 1 is supported")
+        return value
+
+    return field_validator(name)(check)
+
+
 _STRICT = ConfigDict(strict=True)
 
 
@@ -228,12 +239,7 @@ class CommonRequest(BaseModel):
             raise ValueError("stop sequences must not be empty")
         return v
 
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, v):
-        if v not in (None, 1):
-            raise ValueError("only n = 1 is supported")
-        return v
+    _one_choice = _only_one("n")
 
     _no_penalties = _refused(
         "presence_penalty",
@@ -269,10 +275,4 @@ class CompletionRequest(CommonRequest):
         return v
 
     _no_echo = _refused("echo", why="echo is not supported")
-
-    @field_validator("best_of")
-    @classmethod
-    def _one_candidate(cls, v):
-        if v not in (None, 1):
-            raise ValueError("only best_of = 1 is supported")
-        return v
+    _one_candidate = _only_one("best_of")
