@@ -102,7 +102,9 @@ FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": PER
 ASK = [{"role": "user", "content": "Alice Martin lives in Paris and is 34. Give her as JSON."}]
 
 
-def test_a_repeated_schema_answer_verifies_forced_keys_and_copied_values_in_the_same_rounds(real_pair_paths):
+def test_a_repeated_schema_answer_verifies_forced_keys_and_copied_values_in_the_same_rounds(
+    real_pair_paths, drafting_always_pays
+):
     with SpeculativeModel(real_pair_paths.target, None, n_ctx=1024, strategy="auto") as m:
         plain = m.chat(ASK, response_format=FORMAT, max_tokens=60, strategy="none")
         m.chat(ASK, response_format=FORMAT, max_tokens=60)  # the suffix drafter's store now holds the answer
