@@ -5,6 +5,7 @@ learning in the policy, its statistics, and a real generation that uses it."""
 import json
 
 from localspec.api import SpeculativeModel
+from localspec.decoding.calibration import Calibration
 from localspec.decoding.drafters import Draft, GrammarDrafter, PromptLookupDrafter, SuffixDrafter
 from localspec.decoding.drafters.grammar import chained
 from localspec.decoding.policy import AdaptivePolicy
@@ -82,6 +83,18 @@ def test_forced_tokens_in_another_drafters_draft_are_priced_and_learnt_as_the_gr
     assert policy._calibrations[id(grammar)](1.0) >= before_grammar
     assert policy._calibrations[id(lookup)](0.5) < before_lookup
     assert policy._calibrations[id(lookup)](1.0) == 0.95  # the lookup's own cell for 1.0 saw nothing
+
+
+def test_forced_tokens_verified_in_a_chained_draft_are_learnt_once():
+    grammar, lookup = GrammarDrafter(), PromptLookupDrafter()
+    policy = AdaptivePolicy([grammar, lookup], max_k={id(grammar): 16, id(lookup): 16})
+    chain = Draft([1, 2, 3], confidence=[1.0, 0.5, 1.0], forced=[True, False, True])
+    policy._proposals = {id(grammar): Draft([1], confidence=[1.0]), id(lookup): chain}  # as plan() leaves them
+    policy.observe(lookup, 3, 3, 1e-5, 0.05, 4, chain.confidence, [1, 2, 3, 4], None, chain.forced)
+    once = Calibration()
+    once.observe([1.0, 1.0], 2)  # the chain's two forced tokens; the grammar's own [1] is the same token
+    assert policy._calibrations[id(grammar)].reached == once.reached
+    assert policy._calibrations[id(grammar)].accepted == once.accepted
 
 
 def test_the_statistics_count_forced_tokens_as_the_grammars():

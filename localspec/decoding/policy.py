@@ -445,8 +445,17 @@ class AdaptivePolicy:
             if confidence:
                 self._learn_confidences(drafter, confidence[:n_drafted], depth, n_accepted, forced)
         if emitted:
-            self._judge_unverified(drafter if n_drafted > 0 else None, list(emitted))
+            self._judge_unverified(self._judged_in_round(drafter, n_drafted, forced), list(emitted))
         self._proposals = {}
+
+    def _judged_in_round(self, drafter, n_drafted: int, forced: Sequence[bool] | None) -> tuple:
+        """The drafters whose tokens the verified draft judged: its own, and the grammar's
+        when it carried forced tokens (a chained draft), so those are not learnt twice."""
+        if n_drafted == 0:
+            return ()
+        if self._forcer is not None and any((forced or ())[:n_drafted]):
+            return (drafter, self._forcer)
+        return (drafter,)
 
     def _count_plain_rounds(self, batch: int, verify_s: float) -> None:
         """Rounds since c(1) was last measured; a one-token verify well below the
@@ -468,10 +477,10 @@ class AdaptivePolicy:
         elif n_verified == 0:
             self._models[id(drafter)].observe_judged(1, 0)
 
-    def _judge_unverified(self, verified, emitted: list[int]) -> None:
+    def _judge_unverified(self, verified: tuple, emitted: list[int]) -> None:
         for d in self.drafters:
             draft = self._proposals.get(id(d))
-            if d is verified or draft is None or not draft.tokens:
+            if any(d is v for v in verified) or draft is None or not draft.tokens:
                 continue
             judged = min(len(draft.tokens), len(emitted))
             matched = next((i for i in range(judged) if draft.tokens[i] != emitted[i]), judged)
