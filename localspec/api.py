@@ -134,32 +134,22 @@ class SpeculativeModel:
                     verdict.reasons,
                 )
         self.owner = LlamaThread()
+        loaded = []
         try:
-            self.target = Engine(
-                self.target_path,
-                EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, n_seq_max=parallel),
-                verbose=verbose,
-                load_progress=_for_role(load_progress, "target"),
-                owner=self.owner,
-            )
+            for role, path, layers in (
+                ("target", self.target_path, n_gpu_layers),
+                ("draft", self.draft_path, n_gpu_layers_draft),
+            ):
+                config = EngineConfig(n_ctx=n_ctx, n_gpu_layers=layers, n_threads=n_threads, n_seq_max=parallel)
+                if path is not None:
+                    progress = _for_role(load_progress, role)
+                    loaded.append(Engine(path, config, verbose=verbose, load_progress=progress, owner=self.owner))
         except BaseException:
+            for engine in loaded:
+                engine.close()
             self.owner.stop()
             raise
-        self.draft_engine = None
-        if self.draft_path is not None:
-            try:
-                engine = Engine(
-                    self.draft_path,
-                    EngineConfig(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers_draft, n_threads=n_threads, n_seq_max=parallel),
-                    verbose=verbose,
-                    load_progress=_for_role(load_progress, "draft"),
-                    owner=self.owner,
-                )
-            except BaseException:
-                self.target.close()
-                self.owner.stop()
-                raise
-            self.draft_engine = engine
+        self.target, self.draft_engine = loaded[0], loaded[1] if len(loaded) > 1 else None
         costs = ({}, {}, {})  # measured verify, draft and prefill costs, shared by every slot's policies
         self.slots = SlotPool(
             self.target, self.draft_engine, parallel, costs, suffix_store_tokens, cache_ram_mib * 1024 * 1024

@@ -3,6 +3,7 @@
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import openai
 import uvicorn
@@ -50,3 +51,23 @@ class RunningServer:
     def stop(self):
         self.server.should_exit = True
         self.thread.join(30)
+
+
+def serve_once(body: bytes) -> str:
+    """A local URL that answers one POST with ``body`` as an event stream."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.handle_request, daemon=True).start()
+    return f"http://127.0.0.1:{httpd.server_port}"

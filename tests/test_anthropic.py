@@ -3,14 +3,12 @@ with the real pair: answers equal the library's greedy ones, streams reassemble 
 answer, tool use round-trips, errors come in Anthropic's shape."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import anthropic
 import httpx
 import jsonschema
 import pytest
-from served import KEY, RunningServer
+from served import KEY, RunningServer, serve_once
 from test_server import assert_same_greedy
 from test_tools import WEATHER
 
@@ -270,26 +268,6 @@ def test_blocks_translate_to_the_models_messages_and_tools():
         )
 
 
-def _serve_once(body: bytes) -> str:
-    """A local URL that answers one POST with ``body`` as an event stream."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["content-length"]))
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.handle_request, daemon=True).start()
-    return f"http://127.0.0.1:{httpd.server_port}"
-
-
 def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
     """A scripted Hermes answer fed in small pieces: a text block, then a tool_use block whose
     input_json_delta pieces make its input, as the SDK's own stream reader assembles them."""
@@ -309,7 +287,7 @@ def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
     result = GenerationResult(text, list(range(20)), [], "tool_calls", stats, tool_calls=split_tool_calls(text)[1])
     sse += shape.stream_end(result, False)
     assert all(chunk.startswith("event: ") and chunk.endswith("\n\n") for chunk in sse)
-    sdk = anthropic.Anthropic(base_url=_serve_once("".join(sse).encode()), api_key="x", max_retries=0)
+    sdk = anthropic.Anthropic(base_url=serve_once("".join(sse).encode()), api_key="x", max_retries=0)
     with sdk.messages.stream(model="m", max_tokens=8, messages=ASK) as stream:
         events = list(stream)
         final = stream.get_final_message()

@@ -6,15 +6,13 @@ events as the SDK's own types validate them."""
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from types import SimpleNamespace
 
 import jsonschema
 import openai
 import pytest
 from pydantic import TypeAdapter
-from served import KEY, RunningServer
+from served import KEY, RunningServer, serve_once
 from test_server import assert_same_greedy
 from test_tools import WEATHER
 
@@ -296,26 +294,6 @@ def test_input_items_translate_to_the_models_messages():
     assert fmt == {"type": "json_schema", "json_schema": {"name": "p", "schema": WEATHER}}
 
 
-def _serve_once(body: bytes) -> str:
-    """A local URL that answers one POST with ``body`` as an event stream."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["content-length"]))
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.handle_request, daemon=True).start()
-    return f"http://127.0.0.1:{httpd.server_port}"
-
-
 def _payloads(sse: list[str]) -> list[dict]:
     out = []
     for chunk in sse:
@@ -347,7 +325,7 @@ def test_the_stream_shape_as_the_sdks_types_and_reader_take_it():
         adapter.validate_python(payload)
     assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
     assert stored[0]["status"] == "completed" and stored[0]["usage"]["output_tokens"] == 20
-    sdk = openai.OpenAI(base_url=_serve_once("".join(sse).encode()), api_key="x", max_retries=0)
+    sdk = openai.OpenAI(base_url=serve_once("".join(sse).encode()), api_key="x", max_retries=0)
     with sdk.responses.stream(model="m", input="x", tools=TOOLS) as stream:
         events = list(stream)
         final = stream.get_final_response()

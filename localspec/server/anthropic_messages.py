@@ -44,7 +44,7 @@ from localspec.errors import LocalspecError
 from localspec.server import sse
 from localspec.server.errors import APIError, from_localspec_error
 from localspec.server.openai_shapes import timings
-from localspec.server.openai_tools import tool_call_stream
+from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
 from localspec.server.worker import Job
 
 _ERROR_TYPES = {
@@ -252,7 +252,7 @@ def _tool_use(call: dict) -> dict:
     return {"type": "tool_use", "id": _tool_id(call["id"]), "name": call["function"]["name"], "input": arguments}
 
 
-class MessagesShape:
+class MessagesShape(StreamedTextAndCalls):
     """One answer in Anthropic's shapes, for :meth:`_State.run`.  ``stops``: the request's
     stop sequences; ``token_bytes``: the target's (to tell which stop sequence ended it)."""
 
@@ -302,18 +302,8 @@ class MessagesShape:
             sse.event("ping", {"type": "ping"}),
         ]
 
-    def stream_events(self, events: list) -> list[str]:
-        text = "".join(e.text for e, _ in events)
-        content, calls = self.tool_stream.feed(text) if self.tool_stream is not None else (text, [])
-        out = self._text(content)
-        for delta in calls:
-            out += self._call(delta)
-        return out
-
     def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
-        out = []
-        if not self.calls and result.text.startswith(self.sent):  # text the tool-call reader held back
-            out += self._text(result.text[len(self.sent) :])
+        out = self.held_back(result.text)
         out += self._close()
         reason, sequence = self.stop_reason(result)
         usage = {"input_tokens": result.stats.prompt_tokens, "output_tokens": len(result.tokens)}

@@ -37,7 +37,7 @@ from localspec.errors import LocalspecError
 from localspec.server import sse
 from localspec.server.errors import APIError
 from localspec.server.openai_shapes import timings
-from localspec.server.openai_tools import tool_call_stream
+from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
 from localspec.server.schemas import SpeculativeOptions
 from localspec.server.worker import Job
 
@@ -293,7 +293,7 @@ def assistant_message(output: list[dict]) -> dict:
     return {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}
 
 
-class ResponseShape:
+class ResponseShape(StreamedTextAndCalls):
     """One answer as a Responses object or stream, for :meth:`_State.run`.  ``echo``: the
     request's settings (:func:`_echo`); ``done(response)`` is called with the finished
     response (to store it).  A stream: ``response.created``, ``response.in_progress``; per
@@ -346,18 +346,8 @@ class ResponseShape:
         skeleton = self._response("in_progress", [])
         return [self._event(kind, response=skeleton) for kind in ("response.created", "response.in_progress")]
 
-    def stream_events(self, events: list) -> list[str]:
-        text = "".join(e.text for e, _ in events)
-        content, calls = self.tool_stream.feed(text) if self.tool_stream is not None else (text, [])
-        out = self._text(content)
-        for delta in calls:
-            out += self._call(delta)
-        return out
-
     def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
-        out = []
-        if not self.calls and result.text.startswith(self.sent):  # text the tool-call reader held back
-            out += self._text(result.text[len(self.sent) :])
+        out = self.held_back(result.text)
         if not self.items:
             out += self._open_message()
         status = _status(result)

@@ -114,6 +114,33 @@ class JsonCallStream:
         return "", out
 
 
+class StreamedTextAndCalls:
+    """For a protocol's answer shape that streams text and tool calls as its own events:
+    subclasses set ``tool_stream`` (a reader from :func:`tool_call_stream`, or None),
+    keep ``sent`` (the text streamed so far) and ``calls`` (calls opened so far), and give
+    ``_text(str)`` and ``_call(delta)``, each a list of encoded events."""
+
+    tool_stream: ToolCallStream | JsonCallStream | None = None
+    sent: str = ""
+    calls: int = 0
+
+    def stream_events(self, events: list) -> list[str]:
+        """The events for a batch of ``(event, stats)`` pairs from the generation."""
+        text = "".join(e.text for e, _ in events)
+        content, calls = self.tool_stream.feed(text) if self.tool_stream is not None else (text, [])
+        out = self._text(content)
+        for delta in calls:
+            out += self._call(delta)
+        return out
+
+    def held_back(self, full_text: str) -> list[str]:
+        """The events for text the tool-call reader held back (it may have begun a call)
+        when the answer ended with no call."""
+        if not self.calls and full_text.startswith(self.sent):
+            return self._text(full_text[len(self.sent) :])
+        return []
+
+
 def _tail_prefix(text: str, marker: str) -> int:
     """Length of the longest tail of ``text`` that may be the start of ``marker``."""
     return next((n for n in range(min(len(marker) - 1, len(text)), 0, -1) if text.endswith(marker[:n])), 0)
