@@ -3,6 +3,8 @@ client, beside llama.cpp's ``llama-server --jinja`` with the same target GGUF.
 
     .venv/bin/python benchmarks/structured_bench.py --llama-server PATH     # BFCL simple_python 0-199, parallel 0-99
     .venv/bin/python benchmarks/structured_bench.py --simple 4 --parallel 2 --json 2   # a quick look, no peer
+    .venv/bin/python benchmarks/structured_bench.py --tool-choice auto --simple 10 --parallel 0 --json 0 --free 0 \
+        --llama-server PATH --out /tmp/auto   # does the model open a call by itself?
 
 The cases are the Berkeley Function Calling Leaderboard's (``localspec.bench.bfcl``): each
 case's functions go out as OpenAI ``tools`` with ``tool_choice: "required"`` (parallel
@@ -80,13 +82,15 @@ def _content_calls(text: str) -> list[dict]:
     return [c for c in calls if isinstance(c, dict) and "name" in c and isinstance(c.get("arguments"), dict)]
 
 
-def _tool_row(case: CallCase, category: str, plain_server, adaptive_server, peer, free: bool) -> dict:
+def _tool_row(
+    case: CallCase, category: str, plain_server, adaptive_server, peer, free: bool, tool_choice: str = "required"
+) -> dict:
     """Constrained plain, adaptive, optionally free plain and the peer, on one case."""
     request = {
         "model": "m",
         "messages": list(case.messages),
         "tools": openai_tools(case),
-        "tool_choice": "required",
+        "tool_choice": tool_choice,
         "temperature": 0,
         "max_tokens": MAX_TOKENS[category],
     }
@@ -194,6 +198,7 @@ def main() -> int:
     parser.add_argument("--free", type=int, default=50, help="simple cases also asked with no tools (mask cost)")
     parser.add_argument("--peer-cases", type=int, default=10**6, help="cases of each kind also sent to the peer")
     parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
+    parser.add_argument("--tool-choice", default="required", choices=("required", "auto"), help="sent with every call")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     record = machine_record()
@@ -202,6 +207,7 @@ def main() -> int:
     tool_rows: dict[str, list[dict]] = {"simple_python": [], "parallel": []}
     json_rows: list[dict] = []
     path = Path(args.out) / f"structured-{record['cpu'].lower().replace(' ', '-')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(["benchmarks/structured_bench.py", *sys.argv[1:]])
 
     def write() -> dict:  # after every case, so a long run that is stopped keeps what it measured
@@ -225,7 +231,8 @@ def main() -> int:
             peer = client([*command_line, "--port", str(port)], port)
         for category, i, case in _interleaved(args.simple, args.parallel):
             free = category == "simple_python" and i < args.free
-            row = _tool_row(case, category, plain, adaptive, peer if i < args.peer_cases else None, free)
+            peer_here = peer if i < args.peer_cases else None
+            row = _tool_row(case, category, plain, adaptive, peer_here, free, args.tool_choice)
             tool_rows[category].append(row)
             if category == "simple_python" and i < args.json:
                 json_rows.append(_json_row(case, plain, adaptive))
