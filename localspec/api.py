@@ -140,10 +140,11 @@ class SpeculativeModel:
                 ("target", self.target_path, n_gpu_layers),
                 ("draft", self.draft_path, n_gpu_layers_draft),
             ):
+                if path is None:
+                    continue
                 config = EngineConfig(n_ctx=n_ctx, n_gpu_layers=layers, n_threads=n_threads, n_seq_max=parallel)
-                if path is not None:
-                    progress = _for_role(load_progress, role)
-                    loaded.append(Engine(path, config, verbose=verbose, load_progress=progress, owner=self.owner))
+                progress = _for_role(load_progress, role)
+                loaded.append(Engine(path, config, verbose=verbose, load_progress=progress, owner=self.owner))
         except BaseException:
             for engine in loaded:
                 engine.close()
