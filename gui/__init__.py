@@ -1,13 +1,12 @@
 """localspec's desktop chat (PySide6): ``localspec gui`` or ``localspec-gui``.
 
-Modules, one job each: :mod:`gui.worker` (the thread that owns both models),
-:mod:`gui.chat_view` (the conversation with highlighted tokens), :mod:`gui.model_picker`
-(target / draft choice and downloads), :mod:`gui.settings` and :mod:`gui.settings_panel`
-(persisted options), :mod:`gui.store` (SQLite conversations), :mod:`gui.window` (the
-state and the wiring) with its panels :mod:`gui.conversation_list`, :mod:`gui.chat_panel`
-and :mod:`gui.side_panel` (:mod:`gui.memory_badge`, :mod:`gui.serve_switch`) and its
-helpers :mod:`gui.answers` (asking, answers coming back), :mod:`gui.context_meter`,
-:mod:`gui.conversations`, :mod:`gui.pair_loading`, :mod:`gui.shortcuts` and
-:mod:`gui.session_stats`, :mod:`gui.app` (``main()``), :mod:`gui.screenshot` (the
-README's picture).
+Subpackages by what they show, each importing only those before it:
+:mod:`gui.markdown` (Markdown and code as shown), :mod:`gui.settings` (the options),
+:mod:`gui.server` (the Serve switch), :mod:`gui.chat` (the conversation: messages, the
+store, the chat view, asking and answering), :mod:`gui.models` (the pair: picker,
+downloads, loading, the model thread).  Above them, the window: :mod:`gui.side_panel`
+and :mod:`gui.shortcuts`, :mod:`gui.window` (the state and the wiring), :mod:`gui.drive`,
+:mod:`gui.self_test` and :mod:`gui.screenshot` (driving it from code), and
+:mod:`gui.app` (``main()``).  :mod:`gui.qt_check` (can Qt open a window here?) imports
+nothing of the app; ``localspec gui`` calls it before anything else.
 """

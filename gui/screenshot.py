@@ -65,8 +65,8 @@ def render(
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # no display: draw offscreen
     from PySide6.QtWidgets import QApplication
 
+    from .chat.store import ConversationStore
     from .drive import ask, load_default_pair, wait_for_answer
-    from .store import ConversationStore
     from .window import MainWindow
 
     app = QApplication.instance() or QApplication(["localspec-screenshot"])

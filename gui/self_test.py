@@ -50,9 +50,9 @@ def run(prompt: str = PROMPT, max_tokens: int = MAX_TOKENS, timeout_s: float = T
 
     from localspec.errors import LocalspecError
 
-    from .chat_view import format_stats
+    from .chat.chat_view import format_stats
+    from .chat.store import ConversationStore
     from .drive import ask, load_default_pair
-    from .store import ConversationStore
     from .window import MainWindow
 
     win = MainWindow(store=ConversationStore(":memory:"), autoload=False, persist=False)

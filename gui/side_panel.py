@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QGroupBox, QScrollArea, QVBoxLayout, QWidget
 
-from .memory_badge import MemoryBadge
-from .model_picker import PairPicker
-from .remote_box import RemoteBox
-from .serve_switch import ServeBox
-from .settings_panel import SettingsPanel
+from .models.memory_badge import MemoryBadge
+from .models.model_picker import PairPicker
+from .models.remote_box import RemoteBox
+from .server.serve_switch import ServeBox
+from .settings.settings_panel import SettingsPanel
 
 
 class SidePanel(QScrollArea):

@@ -5,13 +5,13 @@ flows one way: worker signals → window slots → view.
 The window holds the state (the conversation shown, the answer being written, whether a
 pair is loaded) and wires the parts, each in a module of its own:
 
-- panels, which only hold and lay out widgets: :class:`~gui.conversation_list.ConversationList`
-  (left), :class:`~gui.chat_panel.ChatPanel` (middle), :class:`~gui.side_panel.SidePanel`
-  (right: the pair with its :class:`~gui.memory_badge.MemoryBadge`, the settings and the
-  :class:`~gui.serve_switch.ServeBox`);
-- helpers that act on the window: :class:`~gui.answers.Answers` (asking, answers coming back),
-  :class:`~gui.context_meter.ContextMeter`, :class:`~gui.conversations.ConversationActions`,
-  :class:`~gui.pair_loading.PairLoading`, :class:`~gui.serve_switch.ServeSwitch`, and the
+- panels, which only hold and lay out widgets: :class:`~gui.chat.conversation_list.ConversationList`
+  (left), :class:`~gui.chat.chat_panel.ChatPanel` (middle), :class:`~gui.side_panel.SidePanel`
+  (right: the pair with its :class:`~gui.models.memory_badge.MemoryBadge`, the settings and the
+  :class:`~gui.server.serve_switch.ServeBox`);
+- helpers that act on the window: :class:`~gui.chat.answers.Answers` (asking, answers coming back),
+  :class:`~gui.chat.context_meter.ContextMeter`, :class:`~gui.chat.conversations.ConversationActions`,
+  :class:`~gui.models.pair_loading.PairLoading`, :class:`~gui.server.serve_switch.ServeSwitch`, and the
   menus of :mod:`gui.shortcuts`.
 
 The panels' widgets are attributes of the window too (``window.picker``, ``window.input``,
@@ -24,22 +24,22 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QEvent, Signal
 from PySide6.QtWidgets import QMainWindow, QSplitter
 
-from . import settings as user_settings
-from .answers import Answers
-from .chat_panel import ChatPanel
-from .context_meter import ContextMeter
-from .conversation_list import ConversationList
-from .conversations import ConversationActions
-from .message import Message
-from .model_picker import spec_of
-from .pair_loading import PairLoading
-from .serve_switch import ServeSwitch
-from .session_stats import SessionStats
-from .settings import Settings
+from .chat.answers import Answers
+from .chat.chat_panel import ChatPanel
+from .chat.context_meter import ContextMeter
+from .chat.conversation_list import ConversationList
+from .chat.conversations import ConversationActions
+from .chat.message import Message
+from .chat.session_stats import SessionStats
+from .chat.store import ConversationStore
+from .models.model_picker import spec_of
+from .models.pair_loading import PairLoading
+from .models.worker import ModelHost
+from .server.serve_switch import ServeSwitch
+from .settings import settings as user_settings
+from .settings.settings import Settings
 from .shortcuts import SHORTCUTS, build_menus, shortcuts_text, show_shortcuts
 from .side_panel import SidePanel
-from .store import ConversationStore
-from .worker import ModelHost
 
 
 class MainWindow(QMainWindow):
@@ -243,13 +243,13 @@ class MainWindow(QMainWindow):
         self.picker.load_button.setEnabled(not generating and not self.loading and not self.picker.busy())
         self.remote_box.connect_button.setEnabled(not generating and not self.loading)
 
-    # --- the pair (see gui.pair_loading, gui.memory_badge) ------------------------------------
+    # --- the pair (see gui.models.pair_loading, gui.models.memory_badge) ------------------------------------
 
     def update_memory_estimate(self) -> None:
         """The pair's memory estimate at the chosen context: a coloured badge, the numbers
         on hover (see :mod:`localspec.models.memory`).  A model not downloaded yet has its header
         read from the Hub in a thread; the badge says so meanwhile, and a result for a pair
-        or context no longer chosen is dropped (see :class:`~gui.memory_badge.MemoryBadge`)."""
+        or context no longer chosen is dropped (see :class:`~gui.models.memory_badge.MemoryBadge`)."""
         target, draft = self.picker.current_target(), self.picker.current_draft()
         chosen = self.panel.apply_to(Settings())
         self.memory_badge.estimate(target, draft, chosen.n_ctx, chosen.gpu_layers != 0)
@@ -267,11 +267,11 @@ class MainWindow(QMainWindow):
     def _on_load_failed(self, message: str) -> None:
         self.pair_loading.on_failed(message)
 
-    # --- chatting (see gui.answers) ----------------------------------------------------------
+    # --- chatting (see gui.chat.answers) ----------------------------------------------------------
 
     def send(self) -> None:
         """Send the input box's text; it is cleared only once the request is queued, and
-        put back if the request fails (see :class:`~gui.answers.Answers`)."""
+        put back if the request fails (see :class:`~gui.chat.answers.Answers`)."""
         self.answers.send()
 
     def regenerate(self, message_id: int | None = None) -> None:
@@ -335,7 +335,7 @@ class MainWindow(QMainWindow):
     def show_shortcuts(self) -> None:
         show_shortcuts(self)
 
-    # --- conversations (see gui.conversations) ------------------------------------------------
+    # --- conversations (see gui.chat.conversations) ------------------------------------------------
 
     def new_chat(self) -> None:
         self.conversation_actions.new_chat()

@@ -7,10 +7,10 @@ import pytest
 
 pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -e '.[test]')")
 
-from gui.message import Message, Segment  # noqa: E402
-from gui.settings import Settings, load_settings, save_settings  # noqa: E402
-from gui.settings_panel import SettingsPanel  # noqa: E402
-from gui.store import ConversationStore  # noqa: E402
+from gui.chat.message import Message, Segment  # noqa: E402
+from gui.chat.store import ConversationStore  # noqa: E402
+from gui.settings.settings import Settings, load_settings, save_settings  # noqa: E402
+from gui.settings.settings_panel import SettingsPanel  # noqa: E402
 from gui.window import MainWindow  # noqa: E402
 from localspec.llama.synthetic import write_model  # noqa: E402
 from localspec.models import discovery  # noqa: E402
@@ -332,7 +332,7 @@ def test_failed_download_shows_an_error(qtbot, window, monkeypatch):
 
 
 def test_token_tooltips_give_source_and_probabilities(qtbot, window):
-    from gui.chat_view import tooltip_for
+    from gui.chat.chat_view import tooltip_for
 
     seg = Segment("def", "accepted", 0.91, 0.87)
     assert tooltip_for(seg) == "accepted draft token — p target 91.0 %, p draft 87.0 %"

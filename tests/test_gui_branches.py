@@ -14,10 +14,10 @@ from test_gui import ANSWER_MS, ask, load, window  # noqa: E402,F401
 from test_hub_download import fake_hub  # noqa: E402,F401
 from test_memory import hub_ref, small_blocks  # noqa: E402,F401
 
-from gui import export  # noqa: E402
-from gui.chat_view import DARK_TEXT, SOURCE_COLOURS, ChatView, code_blocks, contrast_ratio  # noqa: E402
-from gui.message import Message, Segment  # noqa: E402
-from gui.store import SCHEMA_VERSION, ConversationStore  # noqa: E402
+from gui.chat import export  # noqa: E402
+from gui.chat.chat_view import DARK_TEXT, SOURCE_COLOURS, ChatView, code_blocks, contrast_ratio  # noqa: E402
+from gui.chat.message import Message, Segment  # noqa: E402
+from gui.chat.store import SCHEMA_VERSION, ConversationStore  # noqa: E402
 
 
 def regenerate(qtbot, win, message_id=None):

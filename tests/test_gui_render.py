@@ -14,11 +14,11 @@ from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QColor, QHelpEvent, QPalette, QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QApplication, QToolTip  # noqa: E402
 
-from gui.chat_view import SOURCE_COLOURS, ChatView, tooltip_for  # noqa: E402
-from gui.draft_chart import ACCEPTED, chart_bars, chart_image, mix_text  # noqa: E402
-from gui.markdown_render import parse_markdown  # noqa: E402
-from gui.message import Message, Segment  # noqa: E402
-from gui.token_colours import contrast_ratio  # noqa: E402
+from gui.chat.chat_view import SOURCE_COLOURS, ChatView, tooltip_for  # noqa: E402
+from gui.chat.draft_chart import ACCEPTED, chart_bars, chart_image, mix_text  # noqa: E402
+from gui.chat.message import Message, Segment  # noqa: E402
+from gui.chat.token_colours import contrast_ratio  # noqa: E402
+from gui.markdown.markdown_render import parse_markdown  # noqa: E402
 
 # (text, source) per token: Markdown markup, a heading, bold, and a fenced Python block
 TOKENS = [

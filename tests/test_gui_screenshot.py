@@ -15,8 +15,8 @@ def _count(image, rgb: int) -> int:
 def test_screenshot_shows_a_highlighted_answer_and_its_chart(qapp, tmp_path, real_pair_paths):
     from PySide6.QtGui import QColor, QImage
 
-    from gui.chat_view import SOURCE_COLOURS
-    from gui.draft_chart import ACCEPTED
+    from gui.chat.chat_view import SOURCE_COLOURS
+    from gui.chat.draft_chart import ACCEPTED
     from gui.screenshot import SIZE, render
 
     out = render(tmp_path / "shot.png", max_tokens=48, compare=False)

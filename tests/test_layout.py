@@ -27,6 +27,20 @@ LAYERS = [
 # `localspec gui` launches the desktop app: the one edge from a front end to another.
 LAUNCHER_EDGES = {("localspec.cli.commands", "gui.app"), ("localspec.cli.commands", "gui.qt_check")}
 
+# Inside gui/ the same rule: the subpackages by what they show, then the window that wires
+# them, then what drives or starts it.  A module imports its own subpackage and the ranks
+# before its own; two names in one rank do not import each other.
+GUI_LAYERS = [
+    ("gui", "gui.qt_check", "gui.markdown", "gui.settings", "gui.server"),
+    ("gui.chat",),
+    ("gui.models",),
+    ("gui.side_panel", "gui.shortcuts"),
+    ("gui.window",),
+    ("gui.drive",),
+    ("gui.self_test", "gui.screenshot"),
+    ("gui.app",),
+]
+
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -73,6 +87,15 @@ def _layer(module: str) -> int | None:
     return None if best is None else best[0]
 
 
+def _gui_place(module: str) -> tuple[int, str] | None:
+    """``module``'s rank in GUI_LAYERS and the name that placed it (its subpackage)."""
+    for rank, names in enumerate(GUI_LAYERS):
+        for name in names:
+            if module == name or module.startswith(name + ".") and name != "gui":
+                return rank, name
+    return None
+
+
 def test_only_the_llama_package_imports_llama_cpp():
     importers = sorted(
         m for m, deps in _graph().items() if any(d == "llama_cpp" or d.startswith("llama_cpp.") for d in deps)
@@ -88,6 +111,18 @@ def test_imports_point_down_the_layers():
             if here is not None and there is not None and there > here and (module, dep) not in LAUNCHER_EDGES:
                 upward.append(f"{module} -> {dep}")
     assert upward == []
+
+
+def test_gui_imports_point_down_its_layers():
+    wrong = []
+    for module, deps in _graph().items():
+        if (here := _gui_place(module)) is None:
+            continue
+        for dep in deps:
+            there = _gui_place(dep)
+            if there is not None and there[1] != here[1] and there[0] >= here[0]:
+                wrong.append(f"{module} -> {dep}")
+    assert wrong == []
 
 
 def test_no_import_cycle():
@@ -126,3 +161,6 @@ def test_no_file_is_too_long(package, limit):
 def test_the_layer_rules_see_every_module():
     assert all(_layer(m) is not None for m in _modules())
     assert _layer("localspec.decoding.drafters.suffix") == 3 and _layer("localspec") == 4
+    gui = [m for m in _modules() if m == "gui" or m.startswith("gui.")]
+    assert gui and all(_gui_place(m) is not None for m in gui)
+    assert _gui_place("gui.chat.store") == (1, "gui.chat") and _gui_place("gui") == (0, "gui")

@@ -1,5 +1,5 @@
 """The serve switch: the loaded pair as an OpenAI-compatible server on localhost
-(see :mod:`gui.serve`), its port, its URL and a Copy button."""
+(see :mod:`gui.server.serve`), its port, its URL and a Copy button."""
 
 from __future__ import annotations
 

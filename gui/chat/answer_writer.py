@@ -1,5 +1,5 @@
 """Writes an answer into the chat's QTextDocument: Markdown rendered (see
-:mod:`gui.markdown_render`), code blocks in Pygments colours, and, with highlighting on,
+:mod:`gui.markdown.markdown_render`), code blocks in Pygments colours, and, with highlighting on,
 each character on the background colour of the token that wrote it, with that token's
 tooltip.  While the answer streams, :meth:`AnswerWriter.update` rewrites only the blocks
 that changed since the last update (usually the last paragraph or code line)."""
@@ -21,8 +21,8 @@ from PySide6.QtGui import (
     QTextTableFormat,
 )
 
-from .code_colours import token_colour
-from .markdown_render import Span, Unit, parse_markdown
+from ..markdown.code_colours import token_colour
+from ..markdown.markdown_render import Span, Unit, parse_markdown
 from .message import Segment
 from .token_colours import DARK_TEXT, SOURCE_COLOURS, SOURCE_PROPERTY, is_dark, readable, tooltip_for
 
@@ -56,7 +56,7 @@ class FormatBook:
         self._chars: dict[tuple, QTextCharFormat] = {}
 
     def char(self, kind: str, level: int, style: str, href: str, source: str | None) -> QTextCharFormat:
-        """The format of text of ``style`` (see :class:`~gui.markdown_render.Span`) in a
+        """The format of text of ``style`` (see :class:`~gui.markdown.markdown_render.Span`) in a
         unit of ``kind``, written by a token of ``source`` (None: no token colours)."""
         key = (kind, level, style, href, source)
         fmt = self._chars.get(key)

@@ -1,7 +1,7 @@
 """The conversation view: messages in one QTextBrowser, answers rendered as Markdown
 (code blocks in Pygments colours) with, when highlighting is on, each token's source as
-the background of its text and its probabilities on hover (see :mod:`gui.answer_writer`),
-the stats and a drafting chart under each answer (:mod:`gui.draft_chart`)."""
+the background of its text and its probabilities on hover (see :mod:`gui.chat.answer_writer`),
+the stats and a drafting chart under each answer (:mod:`gui.chat.draft_chart`)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QTextBrowser, QToolTip, QVBoxLayout, QWidget
 
+from ..markdown.code_colours import warm_up
 from .answer_writer import AnswerWriter, FormatBook, new_block
-from .code_colours import warm_up
 from .draft_chart import chart_image, chart_size, mix_text
 from .message import Message, Segment
 from .token_colours import (

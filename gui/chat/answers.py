@@ -180,7 +180,7 @@ class Answers:
     # --- what the model thread sends back ------------------------------------------------------
 
     def on_round(self, rid: int, segments: list) -> None:
-        """One round's new pieces of answer ``rid`` (:class:`~gui.message.Segment`)."""
+        """One round's new pieces of answer ``rid`` (:class:`~gui.chat.message.Segment`)."""
         w = self.window
         if w.request is not None and rid == w.request[0]:
             w.view.append_segments(segments)

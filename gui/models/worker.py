@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from localspec.errors import LocalspecError
 
-from .message import Segment
+from ..chat.message import Segment
 
 
 class ChatWorker(QObject):
@@ -199,15 +199,15 @@ class ModelHost(QObject):
         self._generate.connect(self.worker.generate)
         self._close.connect(self.worker.close)
         self._next_id = 0
-        self.server = None  # gui.serve.WindowServer while the serve switch is on
+        self.server = None  # gui.server.serve.WindowServer while the serve switch is on
         self.thread.start()
 
     def start_server(self, port: int, model_name: str) -> str:
-        """Serve the loaded pair on 127.0.0.1:``port`` (see :mod:`gui.serve`); returns the
+        """Serve the loaded pair on 127.0.0.1:``port`` (see :mod:`gui.server.serve`); returns the
         base URL.  Raises LocalspecError / OSError when there is no model or the port is taken."""
         from localspec.errors import InvalidOptionError
 
-        from .serve import WindowServer
+        from ..server.serve import WindowServer
 
         self.stop_server()
         if self.worker.model is None:

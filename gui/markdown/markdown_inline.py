@@ -1,4 +1,4 @@
-"""The inline pass of :mod:`gui.markdown_render`: a block's text as :class:`Span` s of
+"""The inline pass of :mod:`gui.markdown.markdown_render`: a block's text as :class:`Span` s of
 shown text in one style each (code spans, bold, italic, strikethrough, links, bare URLs,
 backslash escapes), each knowing the source offset of its first character."""
 

@@ -1,6 +1,6 @@
 """A conversation as Markdown (to read or share) and as JSON (to keep or load again).
 
-Both export the path shown (see :mod:`gui.store`): the messages in order, each answer
+Both export the path shown (see :mod:`gui.chat.store`): the messages in order, each answer
 with its stats line; the JSON also keeps every answer's token sources and stats, so
 :func:`from_json` gives back equal messages.
 """

@@ -27,7 +27,7 @@ class Message:
     "baseline" for a plain-decoding rerun of the previous answer (never sent back to
     the model).  ``stats`` is ``GenerationStats.to_dict()`` (times in seconds).  A
     regenerated answer or an edited question is a new version: a sibling under the
-    same ``parent_id`` (see :mod:`gui.store`)."""
+    same ``parent_id`` (see :mod:`gui.chat.store`)."""
 
     role: str
     content: str

@@ -5,9 +5,9 @@ by the token that wrote it (markup such as ``**`` and fences is not shown and ma
 ``parse_markdown`` cuts the source into :class:`Unit` s, one per document block (a paragraph,
 a heading, a list item, one line of a code block, a table, a rule), each made of
 :class:`Span` s: runs of shown text whose characters come from consecutive source offsets,
-in one inline style (the inline pass is :mod:`gui.markdown_inline`).  It covers what chat answers use: ATX headings, paragraphs, bullet and
+in one inline style (the inline pass is :mod:`gui.markdown.markdown_inline`).  It covers what chat answers use: ATX headings, paragraphs, bullet and
 numbered lists (nested by indentation), block quotes, fenced code (Pygments colours, see
-:mod:`gui.code_colours`), GFM pipe tables, rules, and inline code, bold, italic,
+:mod:`gui.markdown.code_colours`), GFM pipe tables, rules, and inline code, bold, italic,
 strikethrough, links and bare URLs.  An unclosed fence runs to the end (a code block
 still streaming); unclosed emphasis is shown as typed until its closer arrives."""
 
