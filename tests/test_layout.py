@@ -1,5 +1,6 @@
 """The layout's rules, read from the source (docs/architecture.md): only ``localspec/llama``
-imports llama_cpp, imports point one way down the layers, no import cycle, no oversized file."""
+imports llama_cpp, imports point one way down the layers (and down gui/'s own), no import cycle,
+no oversized file."""
 
 from __future__ import annotations
 
