@@ -1,4 +1,4 @@
-"""Exceptions raised by localspec.
+"""Exceptions raised by localspec, and :func:`require_int`, the one check of an integer option.
 
 Every error a user can cause derives from :class:`LocalspecError`; the CLI prints
 those as one line (no traceback) and exits with status 2.  Anything else is a bug.
@@ -52,3 +52,36 @@ class DownloadCancelled(DownloadError):
 
 class EngineError(LocalspecError):
     """llama.cpp reported a failure while decoding or trimming the KV cache."""
+
+
+def require_int(
+    name: str,
+    value,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    *,
+    what: str = "an integer",
+    unit: str = "",
+    expected: str | None = None,
+    error: type[Exception] = InvalidOptionError,
+) -> int:
+    """``value`` when it is an int (a bool is not) from ``minimum`` to ``maximum`` (None: no
+    bound); else raises ``error``: "NAME must be EXPECTED UNIT, got VALUE!r".  EXPECTED is by
+    default ``what`` and the bounds ("an integer", "an integer >= 1", "an integer from 1 to
+    64"; ``what=""`` for a value already known to be an int); ``unit`` (e.g. " tokens") follows."""
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+    ):
+        return value
+    if expected is None:
+        if minimum is not None and maximum is not None:
+            bounds = f"from {minimum} to {maximum}"
+        elif minimum is not None or maximum is not None:
+            bounds = f">= {minimum}" if minimum is not None else f"<= {maximum}"
+        else:
+            bounds = ""
+        expected = f"{what} {bounds}".strip()
+    raise error(f"{name} must be {expected}{unit}, got {value!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from localspec.errors import InvalidOptionError
+from localspec.errors import InvalidOptionError, require_int
 
 
 def _server_class():
@@ -27,16 +27,11 @@ def _server_class():
 
 def check_server_args(args) -> None:
     """Refuse bad server options (port, slots, prompt cache, queue, body size, key); raises InvalidOptionError."""
-    if not 1 <= args.port <= 65535:
-        raise InvalidOptionError(f"--port must be from 1 to 65535, got {args.port}")
-    if not 1 <= args.parallel <= 64:
-        raise InvalidOptionError(f"--parallel must be from 1 to 64, got {args.parallel}")
-    if args.cache_ram < 0:
-        raise InvalidOptionError(f"--cache-ram must be 0 (off) or more MiB, got {args.cache_ram}")
-    if not 1 <= args.queue <= 4096:
-        raise InvalidOptionError(f"--queue must be from 1 to 4096, got {args.queue}")
-    if args.max_body < 1024:
-        raise InvalidOptionError(f"--max-body must be at least 1024 bytes, got {args.max_body}")
+    require_int("--port", args.port, 1, 65535, what="")
+    require_int("--parallel", args.parallel, 1, 64, what="")
+    require_int("--cache-ram", args.cache_ram, 0, expected="0 (off) or more MiB")
+    require_int("--queue", args.queue, 1, 4096, what="")
+    require_int("--max-body", args.max_body, 1024, expected="at least 1024", unit=" bytes")
     if args.api_key is not None and not args.api_key.strip():
         raise InvalidOptionError("--api-key is empty")
 

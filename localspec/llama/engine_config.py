@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from localspec import machine
-from localspec.errors import InvalidOptionError
+from localspec.errors import InvalidOptionError, require_int
 
 CPU_BUFFERS = ("auto", "default", "no-amx", "no-extra")
 
@@ -36,8 +36,7 @@ class EngineConfig:
     n_seq_max: int = 1
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_seq_max, bool) or not isinstance(self.n_seq_max, int) or not 1 <= self.n_seq_max <= 64:
-            raise InvalidOptionError(f"parallel must be an integer from 1 to 64, got {self.n_seq_max!r}")
+        require_int("parallel", self.n_seq_max, 1, 64)
         if self.cpu_buffers not in CPU_BUFFERS:
             raise InvalidOptionError(f"cpu_buffers must be one of {', '.join(CPU_BUFFERS)}, got {self.cpu_buffers!r}")
 
