@@ -82,16 +82,26 @@ def write_model(
     tokens, scores, types = vocabulary(extra_words)
     if vocab_override is not None:
         tokens = vocab_override
-    n_vocab = len(tokens)
-    rng = np.random.default_rng(seed)
-
-    def w(*shape, std=0.15):
-        return (rng.standard_normal(shape) * std).astype(np.float32)
-
     writer = GGUFWriter(str(path), architecture)
     writer.add_name(f"synthetic-{seed}")
     writer.add_basename(basename)
     writer.add_size_label(size_label)
+    _add_shape(writer, n_embd, n_ff)
+    _add_tokenizer(writer, tokenizer_model, (tokens, scores, types), bos_id)
+    writer.add_chat_template(
+        chat_template
+        or "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    _add_weights(writer, np.random.default_rng(seed), len(tokens), n_embd, n_ff, logit_scale)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_shape(writer: GGUFWriter, n_embd: int, n_ff: int) -> None:
     writer.add_context_length(N_CTX_TRAIN)
     writer.add_embedding_length(n_embd)
     writer.add_block_count(N_LAYER)
@@ -100,7 +110,11 @@ def write_model(
     writer.add_head_count_kv(N_HEAD)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(n_embd // N_HEAD)
-    writer.add_tokenizer_model(tokenizer_model)
+
+
+def _add_tokenizer(writer: GGUFWriter, model: str, vocab: tuple[list[str], list[float], list[int]], bos_id: int):
+    tokens, scores, types = vocab
+    writer.add_tokenizer_model(model)
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
     writer.add_token_types(types)
@@ -109,11 +123,13 @@ def write_model(
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(
-        chat_template
-        or "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}"
-    )
+
+
+def _add_weights(writer: GGUFWriter, rng, n_vocab: int, n_embd: int, n_ff: int, logit_scale: float) -> None:
+    """Random float32 weights, drawn in one fixed order (same seed, same weights)."""
+
+    def w(*shape, std=0.15):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
 
     writer.add_tensor("token_embd.weight", w(n_vocab, n_embd, std=1.0))
     for i in range(N_LAYER):
@@ -130,9 +146,3 @@ def write_model(
     output = w(n_vocab, n_embd, std=logit_scale)
     output[2] = 0.0  # EOS logit stays 0 while the best logit is ~+15: greedy never stops early
     writer.add_tensor("output.weight", output)
-
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
