@@ -11,18 +11,17 @@ On a build without AMX, ``default`` *is* a build without AMX, so ``no-amx / defa
 is the fallback's speed against such a build on the same machine.  All three models
 stay loaded and the runs interleave, so machine noise hits each alike.  Greedy, the
 HumanEval/0 prompt through the chat template, one token per decode.  Written to
-benchmarks/results/amx_fallback.json with the machine record.
+benchmarks/results/amx_fallback-<machine>-<date>-<commit>.json (localspec.bench.results).
 """
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
 from localspec.api import resolve_pair
+from localspec.bench.results import DEFAULT_OUT, Results
 from localspec.bench.workloads import code_prompts
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.report import machine_line, machine_record
@@ -45,6 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", default=DEFAULT_OUT)
     args = ap.parse_args()
     pair = resolve_pair()
     engines = {m: Engine(pair.target, EngineConfig(n_ctx=2048, cpu_buffers=m)) for m in MODES}
@@ -75,8 +75,7 @@ def main() -> None:
         f"no-amx / default = {result['ratio_no_amx_over_default']:.3f}, "
         f"no-extra / default = {result['ratio_no_extra_over_default']:.3f}"
     )
-    out = Path(__file__).parent / "results" / "amx_fallback.json"
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    Results(args.out, "amx_fallback", result["machine"]).write(result)
     for e in engines.values():
         e.close()
 

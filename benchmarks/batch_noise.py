@@ -10,20 +10,19 @@ tokens) is decoded after its prompt three ways, each from an empty cache: one to
 time (plain decoding), in batches of 5 and in batches of 17 (verify batches).  For every
 answer token, |Δ| is the difference of the logprob of the one-at-a-time row's top token
 between the two; the margin is the one-at-a-time row's top-two gap.  Written to
-benchmarks/results/batch-noise-<machine>.json with the machine record.
+benchmarks/results/batch-noise-<machine>-<date>-<commit>.json (localspec.bench.results).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
 
 import numpy as np
 
 from localspec.api import SpeculativeModel, resolve_pair
 from localspec.bench.bfcl import bfcl_cases, openai_tools
+from localspec.bench.results import DEFAULT_OUT, Results
 from localspec.llama.report import machine_line, machine_record
 
 ANSWER_TOKENS = 40
@@ -63,6 +62,7 @@ def _case_row(model, case) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, nargs="+", default=[17, 39, 42, 63, 85, 0, 1, 2])
+    parser.add_argument("--out", default=DEFAULT_OUT)
     args = parser.parse_args()
     record = machine_record()
     print(f"machine: {machine_line(record)}")
@@ -82,9 +82,9 @@ def main() -> int:
         print(f"{r['id']}: closest top-two margin {r['closest_margin']:.3f} nats")
     for name, s in summary.items():
         print(f"{name}: |Δ logprob| median {s['median']:.4f}, p90 {s['p90']:.4f}, max {s['max']:.3f} nats")
-    path = Path(__file__).parent / "results" / f"batch-noise-{record['cpu'].lower().replace(' ', '-')}.json"
-    path.write_text(json.dumps({"machine": record, "summary": summary, "cases": rows}, indent=1) + "\n")
-    print(f"wrote {path}")
+    results = Results(args.out, "batch-noise", record)
+    results.write({"summary": summary, "cases": rows})
+    results.done()
     return 0
 
 

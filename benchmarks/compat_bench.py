@@ -5,16 +5,16 @@
 Times reading both GGUF headers (token lists included, no weights) and comparing them,
 for the default Qwen2.5-Coder pair (151,936-token vocabularies) and for any extra files
 given as drafts against the same target.  Median of 5 runs.  Written to
-benchmarks/results/compat.json.
+benchmarks/results/compat-<machine>-<date>-<commit>.json (localspec.bench.results).
 """
 
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from localspec.api import resolve_pair
+from localspec.bench.results import DEFAULT_OUT, Results
 from localspec.llama.report import machine_record
 from localspec.models.compat import check_compatibility
 from localspec.models.gguf_info import check_gguf_file
@@ -52,8 +52,7 @@ def main(extra: list[str]) -> None:
             f"(headers {r['read_headers_s'] * 1000:.0f} ms, compare {r['compare_s'] * 1000:.0f} ms), "
             f"compatible={r['compatible']}"
         )
-    out = Path(__file__).parent / "results" / "compat.json"
-    out.write_text(json.dumps({"machine": machine_record(), "results": results}, indent=1) + "\n")
+    Results(DEFAULT_OUT, "compat", machine_record()).write({"results": results})
 
 
 if __name__ == "__main__":

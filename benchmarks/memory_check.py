@@ -7,14 +7,14 @@ RSS is read before loading, then after loading and generating 32 tokens (so the 
 pages, the KV cache touched so far and the compute buffers are resident); the KV cache is
 allocated in full but only the pages written count, so the check uses a prompt plus answer
 filling part of it and also reports the estimate without the untouched KV share.
-Written to benchmarks/results/memory.json with the machine record.
+Written to benchmarks/results/memory-<machine>-<date>-<commit>.json (localspec.bench.results).
 """
 
 import argparse
-import json
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
+from localspec.bench.results import DEFAULT_OUT, Results
 from localspec.llama.report import machine_line, machine_record
 from localspec.models.memory import gib, pair_memory
 
@@ -29,6 +29,7 @@ def rss_bytes() -> int:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-ctx", type=int, default=4096)
+    ap.add_argument("--out", default=DEFAULT_OUT)
     args = ap.parse_args()
     pair = resolve_pair()
     est = pair_memory(pair.target, pair.draft, args.n_ctx)
@@ -53,8 +54,7 @@ def main() -> None:
     print(f"machine: {machine_line(result['machine'])}")
     print(est.describe())
     print(f"RSS added by loading and a 32-token answer: {gib(added)}; estimate / measured = {est.total / added:.3f}")
-    out = Path(__file__).parent / "results" / "memory.json"
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    Results(args.out, "memory", result["machine"]).write(result)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 import pytest
 
-from localspec.bench.runner import markdown, summarize
+from localspec.bench.runner import summarize
+from localspec.bench.speed import markdown
 from localspec.bench.workloads import EDIT_REQUESTS, edit_prompts, mtbench_prompts
 
 
@@ -136,3 +137,108 @@ def test_bfcl_parallel_calls_pair_with_the_answer_in_any_order_and_only_one_to_o
     assert not calls_match(case, [swift])
     assert not calls_match(case, [swift, {**maroon, "arguments": {**maroon["arguments"], "extra": 1}}])
     assert not calls_match(case, [swift, {**maroon, "name": "spotify_pause"}])
+
+
+def _bench_parser():
+    from localspec.cli import commands
+
+    return commands._parser()
+
+
+def test_bench_help_lists_every_subcommand_with_one_line(capsys):
+    from localspec.bench.cli import SUBCOMMANDS, modules
+
+    with pytest.raises(SystemExit):
+        _bench_parser().parse_args(["bench", "--help"])
+    out = capsys.readouterr().out
+    for module in modules():
+        assert module.NAME.replace("-", "_") in SUBCOMMANDS and "\n" not in module.HELP
+        assert f"    {module.NAME} " in out, module.NAME
+
+
+def test_bench_without_a_name_is_speed_and_every_subcommand_s_defaults_pass_its_checks(monkeypatch):
+    import importlib.util
+
+    from localspec.bench.cli import _chosen, check, modules
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a, **k: real("json") if n == "matplotlib" else real(n))
+    args = _bench_parser().parse_args(["bench", "--smoke", "--out", "/tmp/x"])
+    assert _chosen(args).NAME == "speed" and args.smoke and args.out == "/tmp/x"
+    for module in modules():
+        args = _bench_parser().parse_args(["bench", module.NAME])
+        assert _chosen(args) is module
+        check(args)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["structured", "--simple", "-1"], "--simple"),
+        (["protocols", "--rounds", "0"], "--rounds"),
+        (["serve", "--peer-only"], "--peer-only needs --endpoint"),
+        (["concurrency", "--max-tokens", "0"], "--max-tokens"),
+    ],
+)
+def test_a_bad_benchmark_option_is_refused_before_anything_loads(argv, says):
+    from localspec.bench.cli import check
+    from localspec.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match=says):
+        check(_bench_parser().parse_args(["bench", *argv]))
+
+
+def test_building_the_parser_imports_no_benchmark_only_package():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from localspec.cli import commands; commands._parser(); "
+        "print(sorted(m for m in ('openai', 'matplotlib', 'jsonschema', 'uvicorn') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_results_are_named_by_machine_date_and_commit_and_share_one_header(tmp_path):
+    from localspec.bench.results import Results, machine_slug
+
+    record = {"cpu": "AMD EPYC", "threads": 2}
+    results = Results(tmp_path, "fim", record)
+    assert machine_slug(record) == "amd-epyc"
+    assert results.stem == f"fim-amd-epyc-{results.date}-{results.commit}"
+    path = results.write({"summary": {"x": 1}}, "| a |", lambda p: p.write_bytes(b"png"))
+    import json
+
+    body = json.loads(path.read_text())
+    assert list(body)[:5] == ["benchmark", "command", "date", "commit", "machine"] and body["summary"] == {"x": 1}
+    assert (tmp_path / f"{results.stem}.md").read_text() == "| a |\n" and (tmp_path / f"{results.stem}.png").exists()
+    assert Results(tmp_path, "concurrency", record, smoke=True).stem == "concurrency-smoke"
+
+
+def test_one_reader_gives_decode_tps_from_every_kind_of_answer():
+    from types import SimpleNamespace
+
+    from localspec.bench.client import client_decode_tps, decode_tps
+    from localspec.bench.servers import base_url
+
+    assert decode_tps({"timings": {"predicted_per_second": 31.5}}) == 31.5
+    assert decode_tps(SimpleNamespace(model_extra={"timings": {"predicted_per_second": 7.0}})) == 7.0
+    assert decode_tps(SimpleNamespace(model_extra=None)) is None and decode_tps({}) is None
+    assert client_decode_tps(11, 1.0, 2.0) == 10.0 and client_decode_tps(1, 1.0, 2.0) == 0.0
+    assert {base_url(u) for u in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/")} == {"http://h:1"}
+
+
+def test_the_docs_tables_are_the_result_files_tables():
+    """docs/benchmarks.md's marked tables, rendered again from benchmarks/results/, are unchanged;
+    a figure edited by hand in the page is found."""
+    from pathlib import Path
+
+    from localspec.bench.report import render_page
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "benchmarks.md").read_text()
+    new, changed = render_page(text, root / "benchmarks" / "results")
+    assert changed == [] and new == text and text.count("<!-- table: ") >= 5
+    edited = text.replace("| 4 | 37.3 (1.82 s)", "| 4 | 99.9 (1.82 s)")
+    assert render_page(edited, root / "benchmarks" / "results")[1] == [("concurrency", "concurrency-amd-epyc.json")]

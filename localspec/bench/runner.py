@@ -10,13 +10,10 @@ llama-cpp-python's ``LlamaPromptLookupDecoding``; llama.cpp's C++
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import shutil
 import statistics
-import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
@@ -34,7 +31,7 @@ from localspec.bench.workloads import (
 from localspec.errors import InvalidOptionError
 from localspec.llama.engine import default_threads
 from localspec.llama.peer import load_peer_llama, peer_prompt_lookup
-from localspec.llama.report import machine_line, machine_record
+from localspec.llama.report import machine_record
 
 
 @dataclass(frozen=True)
@@ -352,110 +349,3 @@ def _pooled_acceptance(rows: list[dict]) -> float:
     a run that drafted 60 tokens weighs more than one that drafted 5."""
     drafted = sum(r["drafted_tokens"] for r in rows)
     return sum(r["accepted_tokens"] for r in rows) / drafted if drafted else 0.0
-
-
-def _speedup_of(row: dict, rows: list[dict]) -> float | None:
-    for base in rows:
-        if base["strategy"] == "plain" and all(base[k] == row[k] for k in ("workload", "prompt", "temperature", "rep")):
-            key = "decode_tokens_per_s" if row["decode_tokens_per_s"] else "tokens_per_s"
-            return row[key] / base[key] if base[key] else None
-    return None
-
-
-def markdown(result: dict) -> str:
-    ceiling = result.get("ceiling") or {}
-    lines = [
-        f"Machine: {machine_line(result['machine'])}.",
-        "",
-        f"llama.cpp: {result['machine']['system_info']}.",
-        "",
-        f"Copy ceiling max_b b*c(1)/c(b): x{ceiling.get('speedup', float('nan')):.2f} at b = {ceiling.get('batch')} "
-        f"(verify ms by batch: {ceiling.get('verify_ms')}).",
-        "",
-        f"Config: {json.dumps(result['config'])}.",
-        "",
-        "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | share of ceiling | acceptance "
-        "| mean accepted length | TTFT s | our ms per round |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-
-    def f(x, fmt):
-        return "" if x is None else format(x, fmt)
-
-    for s in result["summary"]:
-        lines.append(
-            f"| {s['workload']} | {s['temperature']} | {s['strategy']} | {f(s['tokens_per_s'], '.1f')} | "
-            f"{f(s['decode_tokens_per_s'], '.1f')} | "
-            f"{f(s['speedup'], '.2f')} | {f(s.get('share_of_ceiling'), '.0%')} | {f(s['acceptance_rate'], '.0%')} | "
-            f"{f(s['mean_accepted_length'], '.2f')} | {f(s['ttft_s'], '.2f')} | "
-            f"{f(s.get('overhead_ms_per_round'), '.2f')} |"
-        )
-    lines += ["", "Peers: " + "; ".join(f"{k}: {v}" for k, v in result["peers"].items()), ""]
-    return "\n".join(lines)
-
-
-def plot(result: dict, path: Path) -> None:
-    """Speed-up over plain by workload group and strategy, one panel per temperature."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    temps = sorted({s["temperature"] for s in result["summary"]})
-    strategies = [s for s in dict.fromkeys(r["strategy"] for r in result["summary"]) if s != "plain"]
-    fig, axes = plt.subplots(1, len(temps), figsize=(7 * len(temps), 4.5), squeeze=False)
-    for ax, temp in zip(axes[0], temps):
-        by_group: dict[tuple, list[float]] = {}
-        for r in result["rows"]:
-            if r["temperature"] == temp and (x := _speedup_of(r, result["rows"])) is not None:
-                by_group.setdefault((workload_group(r["workload"]), r["strategy"]), []).append(x)
-        groups = sorted({g for g, _ in by_group})
-        width = 0.8 / max(len(strategies), 1)
-        for i, strategy in enumerate(strategies):
-            values = [statistics.median(by_group.get((g, strategy), [0.0])) for g in groups]
-            ax.bar(np.arange(len(groups)) + i * width, values, width, label=strategy)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks(np.arange(len(groups)) + width * (len(strategies) - 1) / 2, groups)
-        ax.set_ylabel("decode speed-up over plain (median)")
-        ax.set_title(f"temperature {temp}")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
-    fig.suptitle(f"localspec on {machine_line(result['machine'])}\nQwen2.5-Coder 1.5B target, 0.5B draft", fontsize=9)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def config_from_args(args) -> BenchConfig:
-    """The benchmark configuration for ``localspec bench``'s parsed arguments; raises
-    InvalidOptionError for a bad ``--reps`` / ``--strategies`` or a missing matplotlib."""
-    config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
-    if args.reps is not None:
-        if args.reps < 1:
-            raise InvalidOptionError(f"--reps must be at least 1, got {args.reps}")
-        config = replace(config, reps=args.reps)
-    if args.strategies is not None:
-        config = replace(config, strategies=chosen_strategies(args.strategies))
-    if not args.smoke and importlib.util.find_spec("matplotlib") is None:  # checked before hours of work
-        raise InvalidOptionError(
-            "the benchmark's plot needs matplotlib: pip install -e '.[bench]' (or run --smoke, which writes no plot)"
-        )
-    return config
-
-
-def main(args) -> int:
-    config = config_from_args(args)
-    started = time.perf_counter()
-    result = run(config, log=lambda line: print(line, file=sys.stderr))
-    result["wall_s"] = time.perf_counter() - started
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "smoke" if args.smoke else "quick" if args.quick else "full"
-    (out / f"bench-{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / f"bench-{stem}.md").write_text(markdown(result))
-    if not args.smoke:
-        plot(result, out / f"bench-{stem}.png")
-    print(markdown(result))
-    print(f"wrote {out}/bench-{stem}.* in {result['wall_s']:.0f} s", file=sys.stderr)
-    return 0

@@ -1,9 +1,10 @@
-"""The adaptive policy's mechanisms switched off one at a time, in the offline replay.
+"""``localspec bench ablation``: the adaptive policy's mechanisms switched off one at a time,
+in the offline replay.
 
-    .venv/bin/python benchmarks/policy_ablation.py      # about a minute: 5 variants x every profile
+    localspec bench ablation      # about a minute: 5 variants x every profile
 
-Each variant replays the recorded traces (benchmarks/results/traces.json, as
-``benchmarks/replay_policy.py`` does: answers in recorded order, policies carried across
+Each variant replays the recorded traces (traces.json in ``--out``, as ``localspec bench
+replay`` does: answers in recorded order, policies carried across
 them) under every machine profile, and reports per profile the worst and the geometric
 mean over workloads of adaptive / best fixed in hindsight.  A mechanism earns its place
 where switching it off lowers one of them by at least 1 %.
@@ -12,20 +13,25 @@ The replay has fixed costs: mechanisms that guard against a *measured* cost goin
 (the plain probe after a stall, the cap on a batch's cost) cannot show a gain here; the
 table says so, and their tests show the live failure they were added for.
 
-Written to benchmarks/results/ablation.{json,md}.
+Written to ``ablation-<machine>-<date>-<commit>.{json,md}`` in ``--out``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 from unittest import mock
 
-from replay_policy import RESULTS
-
+from localspec.bench.cli import add_out
+from localspec.bench.replay import load_profiles, load_traces
+from localspec.bench.results import Results
 from localspec.decoding import calibration, policy, replay
+from localspec.llama.report import machine_record
+
+NAME = "ablation"
+HELP = "the adaptive policy's mechanisms switched off one at a time in the replay (a minute)"
 
 VARIANTS = {
     "all on (the policy as shipped)": [],
@@ -51,18 +57,14 @@ def ratios(traces, profile) -> dict[str, float]:
     return out
 
 
-def main() -> int:
-    traces, _ = replay.load(RESULTS / "traces.json")
-    seen = set()
-    for t in traces:
-        key = (t.n_prompt, tuple(t.answer))
-        if t.workload == "first-turn" and key in seen:
-            t.workload = "first-turn-again"
-        seen.add(key)
-    profiles = dict(replay.PROFILES)
-    measured = RESULTS / "profiles.json"
-    if measured.is_file():
-        profiles.update({n: replay.Profile(**p) for n, p in json.loads(measured.read_text()).items()})
+def add_arguments(parser) -> None:
+    add_out(parser)
+
+
+def main(args) -> int:
+    folder = Path(args.out)
+    traces, _ = load_traces(folder)
+    profiles = load_profiles(folder)
     table = {}
     for name, patches in VARIANTS.items():
         with ExitStack() as stack:
@@ -96,10 +98,7 @@ def main() -> int:
         ["Worst / geometric mean over workloads of adaptive ÷ best fixed in hindsight, per profile.", ""] + lines
     )
     print(text)
-    (RESULTS / "ablation.md").write_text(text + "\n")
-    (RESULTS / "ablation.json").write_text(json.dumps({"table": table, "verdicts": verdicts}, indent=1) + "\n")
+    results = Results(folder, NAME, machine_record())
+    results.write({"table": table, "verdicts": verdicts}, text)
+    results.done()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

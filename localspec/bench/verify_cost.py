@@ -1,19 +1,24 @@
-"""What one target decode costs by batch size, and one draft-model token, on this machine.
+"""``localspec bench verify-cost``: what one target decode costs by batch size, and one
+draft-model token, on this machine.
 
-    .venv/bin/python benchmarks/verify_cost.py
+    localspec bench verify-cost
 
 These are the costs the adaptive policy calibrates at load (each the mean of 5 runs at
 a 300-token context) and the reason draft lengths pay or not here.  Written to
-benchmarks/results/verify_cost.json.
+``verify_cost-<machine>-<date>-<commit>.json`` in ``--out``.
 """
 
 import json
 import statistics
-from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
+from localspec.bench.cli import add_out
+from localspec.bench.results import Results
 from localspec.llama.engine import default_threads
 from localspec.llama.report import machine_record
+
+NAME = "verify-cost"
+HELP = "the target's decode cost by batch size and the draft model's per token"
 
 BATCHES = (1, 2, 3, 5, 9, 17)
 
@@ -30,15 +35,18 @@ def cost_ms(engine, batch, context=300, runs=5):
     return statistics.mean(times)
 
 
-def main():
+def add_arguments(parser) -> None:
+    add_out(parser)
+
+
+def main(args) -> int:
     pair = resolve_pair()
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=default_threads(), strategy="none") as m:
         target = {b: round(cost_ms(m.target, b), 1) for b in BATCHES}
         draft = round(cost_ms(m.drafter.engine, 1), 1)
-    result = {"machine": machine_record(), "target_ms_by_batch": target, "draft_ms_per_token": draft}
+    result = {"target_ms_by_batch": target, "draft_ms_per_token": draft}
     print(json.dumps(result, indent=1))
-    (Path(__file__).parent / "results" / "verify_cost.json").write_text(json.dumps(result, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    results = Results(args.out, "verify_cost", machine_record(), benchmark=NAME)
+    results.write(result)
+    results.done()
+    return 0

