@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import openai
 import uvicorn
 
-from localspec.server.app import ServerConfig, create_app
+from localspec.server.app import ServerConfig, ServerState, create_app
 from localspec.server.worker import ModelWorker
 
 KEY = "test-key"
@@ -36,8 +36,13 @@ class RunningServer:
         self.base = f"http://127.0.0.1:{self.port}"
 
     @property
+    def state(self) -> ServerState:
+        """The app's public :class:`ServerState` (``app.state.localspec``)."""
+        return self.app.state.localspec
+
+    @property
     def worker(self) -> ModelWorker:
-        return self.app.state.localspec.worker
+        return self.state.worker
 
     def client(self, key=KEY, **kw):
         return openai.OpenAI(base_url=self.base + "/v1", api_key=key, max_retries=0, **kw)

@@ -3,6 +3,7 @@ with the real pair: answers equal the library's greedy ones, streams reassemble 
 answer, tool use round-trips, errors come in Anthropic's shape."""
 
 import json
+from dataclasses import replace
 
 import anthropic
 import httpx
@@ -12,6 +13,10 @@ from served import KEY, RunningServer, serve_once
 from test_server import assert_same_greedy
 from test_tools import WEATHER
 
+from localspec.server.anthropic_messages import MessagesRequest, conversation, messages_request
+from localspec.server.errors import RequestError
+from localspec.server.request import Limits, model_options
+
 SYSTEM = "You are a helpful programming assistant."
 ASK = [{"role": "user", "content": "Write a Python function that reverses a string."}]
 WEATHER_ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -20,6 +25,7 @@ TOOLS = [
     {"name": "get_weather", "description": "The weather in a city now", "input_schema": WEATHER},
     {"name": "add", "description": "Add two numbers", "input_schema": ADD},
 ]
+LIMITS = Limits("pair", max_tokens=100, tools=True, fim=False)
 SCHEMAS = {t["name"]: t["input_schema"] for t in TOOLS}
 GREEDY = {"extra_body": {"temperature": 0}}  # the SDK no longer has a temperature argument
 RAW = {
@@ -194,11 +200,6 @@ def test_errors_come_in_anthropics_shape(server, real_model):
 
 
 def test_blocks_translate_to_the_models_messages_and_tools():
-    from types import SimpleNamespace
-
-    from localspec.server.anthropic_messages import MessagesRequest, conversation, tool_options
-    from localspec.server.errors import APIError
-
     body = MessagesRequest.model_validate(
         {
             "model": "m",
@@ -243,29 +244,59 @@ def test_blocks_translate_to_the_models_messages_and_tools():
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: boom"},
         {"role": "user", "content": "Thanks."},
     ]
-    state = SimpleNamespace(supports_tools=True, config=SimpleNamespace(model_name="pair"))
-    options = tool_options(state, body)
+    request = messages_request(body)
+    assert request.prefill == "The sum" and list(request.messages) == messages
+    options = model_options(replace(request, prefill=None), LIMITS)  # a prefill is not combined with tools
     assert options["tool_choice"] == {"type": "function", "function": {"name": "add"}}
     assert options["parallel_tool_calls"] is False and options["tools"][0]["function"]["parameters"] == WEATHER
-    for choice, expected in (({"type": "any"}, "required"), ({"type": "auto"}, "auto"), ({"type": "none"}, None)):
-        body = MessagesRequest.model_validate(
-            {"model": "m", "max_tokens": 8, "messages": ASK, "tools": TOOLS, "tool_choice": choice}
-        )
-        assert tool_options(state, body).get("tool_choice") == expected
-    for bad, words in (
-        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool"),
-        ({"tools": TOOLS, "tool_choice": {"type": "tool", "name": "nope"}}, "names no tool of this request: 'nope'"),
-        ({"tools": [{"name": "add", "description": "Add."}]}, "tools.0.input_schema: Field required"),
-    ):
-        with pytest.raises(APIError, match=words):
-            tool_options(state, MessagesRequest.model_validate({"model": "m", "max_tokens": 8, "messages": ASK, **bad}))
+    assert options["max_tokens"] == 8
+
+
+def _body(**fields) -> MessagesRequest:
+    return MessagesRequest.model_validate({"model": "m", "max_tokens": 8, "messages": ASK, **fields})
+
+
+@pytest.mark.parametrize(
+    "choice, expected", [({"type": "any"}, "required"), ({"type": "auto"}, "auto"), ({"type": "none"}, None)]
+)
+def test_tool_choice_translates_to_openais(choice, expected):
+    assert (
+        model_options(messages_request(_body(tools=TOOLS, tool_choice=choice)), LIMITS).get("tool_choice") == expected
+    )
+
+
+@pytest.mark.parametrize(
+    "bad, words, path",
+    [
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool", ("tools", 0)),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "tool", "name": "nope"}},
+            "names no tool of this request: 'nope'",
+            ("tool_choice",),
+        ),
+        (
+            {"tools": [{"name": "add", "description": "Add."}]},
+            "tools.0.input_schema: Field required",
+            ("tools", 0, "input_schema"),
+        ),
+        ({"tool_choice": {"type": "any"}}, "tool_choice needs tools", ("tool_choice",)),
+    ],
+)
+def test_bad_tools_are_refused_naming_the_field(bad, words, path):
+    with pytest.raises(RequestError, match=words) as err:
+        model_options(messages_request(_body(**bad)), LIMITS)
+    assert err.value.path == path
+
+
+def test_a_document_block_is_refused_and_max_tokens_lowered_to_the_limit():
     doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}
-    with pytest.raises(APIError, match="messages.0.content.0: document blocks are not supported"):
-        conversation(
-            MessagesRequest.model_validate(
-                {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [doc]}]}
-            )
-        )
+    with pytest.raises(RequestError, match="messages.0.content.0: document blocks are not supported") as err:
+        conversation(_body(messages=[{"role": "user", "content": [doc]}]))
+    assert err.value.path == ("messages", 0, "content", 0)
+    assert model_options(messages_request(_body(max_tokens=32000)), LIMITS)["max_tokens"] == LIMITS.max_tokens
+    prefill = [*ASK, {"role": "assistant", "content": "Sure"}]
+    with pytest.raises(RequestError, match="prefill"):
+        model_options(messages_request(_body(messages=prefill, tools=TOOLS)), LIMITS)
 
 
 def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
@@ -300,6 +331,15 @@ def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
     assert whole["content"][1]["input"] == {"city": "Paris"} and whole["content"][1]["id"].startswith("toolu_")
 
 
+@pytest.mark.parametrize("finish, reason", [("length", "max_tokens"), ("context", "model_context_window_exceeded")])
+def test_a_cut_answer_names_its_stop_reason(finish, reason):
+    from localspec.decoding.stats import GenerationResult, GenerationStats
+    from localspec.server.anthropic_messages import MessagesShape
+
+    shape = MessagesShape("pair", None, ["D"], {1: b"ab"}.get)
+    assert shape.stop_reason(GenerationResult("ab", [1], [], finish, GenerationStats()))[0] == reason
+
+
 def test_stop_reasons_and_text_held_back_for_a_tool_call_that_never_came():
     from types import SimpleNamespace
 
@@ -312,8 +352,6 @@ def test_stop_reasons_and_text_held_back_for_a_tool_call_that_never_came():
     result = GenerationResult("abc", [1, 2, 3], [], "stop", GenerationStats())
     assert shape.stop_reason(result) == ("stop_sequence", "END")
     assert shape.stop_reason(GenerationResult("ab", [1], [], "stop", GenerationStats())) == ("end_turn", None)
-    for finish, reason in (("length", "max_tokens"), ("context", "model_context_window_exceeded")):
-        assert shape.stop_reason(GenerationResult("ab", [1], [], finish, GenerationStats()))[0] == reason
     hermes = MessagesShape("pair", ToolFormat("hermes", open_token=1, close_token=2), [], pieces.get)
     sse = hermes.stream_events([(SimpleNamespace(text="1 <"), None)])  # "<" may begin <tool_call>
     sse += hermes.stream_end(GenerationResult("1 <", [1], [], "stop", GenerationStats()), False)

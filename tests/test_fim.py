@@ -135,13 +135,23 @@ def test_infill_and_completions_suffix_answer_as_the_library_does(server, real_m
     assert answer.choices[0].text == plain
 
 
-def test_bad_infill_requests_get_a_400_and_the_server_keeps_serving(server):
-    for bad in ({"input_prefix": 3}, {"n_predict": -2}, {"input_extra": [{"text": 5}]}):
-        status, body = _post(server.base, "/infill", bad)
-        assert status == 400 and body["error"]["message"], bad
+@pytest.mark.parametrize(
+    "bad, param",
+    [
+        ({"input_prefix": 3}, "input_prefix"),
+        ({"n_predict": -2}, "n_predict"),
+        ({"input_extra": [{"text": 5}]}, "input_extra.0.text"),
+    ],
+)
+def test_a_bad_infill_request_is_a_400_naming_the_param(server, bad, param):
+    status, body = _post(server.base, "/infill", bad)
+    assert status == 400 and body["error"]["message"] and body["error"]["param"] == param, bad
+
+
+def test_a_long_infill_prefix_is_cut_to_fit(server):
     status, body = _post(server.base, "/infill", {"input_prefix": "x = ", "n_predict": 2})
     assert status == 200 and body["tokens_predicted"] == 2 and body["truncated"] is False
-    n_ctx = server.app.state.localspec.model.target.n_ctx
+    n_ctx = server.state.model.target.n_ctx
     long = {"input_prefix": "x = 1\n" * n_ctx, "input_suffix": "y = 2\n" * 50, "n_predict": 2}
     status, body = _post(server.base, "/infill", long)  # cut to fit: the prefix's start goes
     assert status == 200 and body["truncated"] is True and body["tokens_evaluated"] < n_ctx

@@ -18,8 +18,9 @@ from test_tools import WEATHER
 
 from localspec.decoding.stats import GenerationResult, GenerationStats
 from localspec.decoding.tool_calls import ToolFormat, normalise_messages, split_tool_calls
-from localspec.server.errors import APIError
-from localspec.server.openai_responses import ResponseShape, ResponsesRequest, generation_options, messages_from
+from localspec.server.errors import RequestError
+from localspec.server.openai_responses import ResponseShape, ResponsesRequest, messages_from, responses_request
+from localspec.server.request import Limits, model_options
 
 INSTRUCTIONS = "You are a helpful programming assistant."
 ASK = "Write a Python function that reverses a string."
@@ -147,22 +148,16 @@ def test_text_format_json_schema_parses(server):
     assert isinstance(r.output_parsed, Person)
 
 
-def test_unstored_and_unknown_responses_are_404_and_bad_input_400(server):
-    client = server.client()
-    unstored = client.responses.create(model="m", input="Hi", max_output_tokens=2, store=False)
-    assert unstored.store is False
-    with pytest.raises(openai.NotFoundError) as err:
-        client.responses.create(model="m", input="Hi", previous_response_id=unstored.id, max_output_tokens=2)
-    assert err.value.body["param"] == "previous_response_id"
-    assert err.value.body["code"] == "previous_response_not_found"
-    with pytest.raises(openai.NotFoundError):
-        client.responses.retrieve("resp_nothing")
-    image = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
-    call = {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": "{not json"}
-    cases = [
-        (dict(input=[{"role": "user", "content": [image]}]), "input.0.content.0"),
+IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+BAD_CALL = {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": "{not json"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [
+        (dict(input=[{"role": "user", "content": [IMAGE]}]), "input.0.content.0"),
         (dict(input=[{"type": "item_reference", "id": "msg_1"}]), "input.0.type"),
-        (dict(input=[call]), "input.0.arguments"),
+        (dict(input=[BAD_CALL]), "input.0.arguments"),
         (dict(input=[{"type": "function_call_output", "output": "3"}]), "input.0.call_id"),
         (dict(input="Hi", tools=[{"type": "web_search"}]), "tools.0"),
         (dict(input="Hi", tool_choice="required"), "tool_choice"),
@@ -175,12 +170,25 @@ def test_unstored_and_unknown_responses_are_404_and_bad_input_400(server):
         ),
         (dict(input=[]), "input"),
         (dict(input="Hi", extra_body={"conversation": "conv_1"}), "conversation"),
-    ]
-    for kwargs, param in cases:
-        with pytest.raises(openai.BadRequestError) as err:
-            client.responses.create(model="m", **kwargs)
-        assert err.value.body["param"] == param, (kwargs, err.value.body)
-        assert set(err.value.body) == {"message", "type", "param", "code"}
+    ],
+)
+def test_bad_input_is_a_400_naming_the_param(server, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as err:
+        server.client().responses.create(model="m", **kwargs)
+    assert err.value.body["param"] == param, (kwargs, err.value.body)
+    assert set(err.value.body) == {"message", "type", "param", "code"}
+
+
+def test_unstored_and_unknown_responses_are_404_and_the_server_keeps_serving(server):
+    client = server.client()
+    unstored = client.responses.create(model="m", input="Hi", max_output_tokens=2, store=False)
+    assert unstored.store is False
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.create(model="m", input="Hi", previous_response_id=unstored.id, max_output_tokens=2)
+    assert err.value.body["param"] == "previous_response_id"
+    assert err.value.body["code"] == "previous_response_not_found"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve("resp_nothing")
     with pytest.raises(openai.AuthenticationError):
         server.client(key="wrong").responses.create(model="m", input="Hi")
     after = client.responses.create(model="m", input="Hi", max_output_tokens=2)
@@ -270,15 +278,18 @@ def test_input_items_translate_to_the_models_messages():
         {"role": "tool", "tool_call_id": "call_2", "content": "x"},
     ]
     assert messages_from("Hi") == [{"role": "user", "content": "Hi"}]
-    state = SimpleNamespace(
-        supports_tools=True,
-        config=SimpleNamespace(model_name="pair"),
-        base_options=lambda n, param: {"max_tokens": n or 100},
-    )
+
+
+LIMITS = Limits("pair", max_tokens=100, tools=True, fim=False)
+
+
+def test_a_body_translates_to_the_generation_request_and_its_options():
     body = ResponsesRequest.model_validate(
         {"input": "x", "tools": TOOLS, "tool_choice": {"type": "function", "name": "add"}, "parallel_tool_calls": False}
     )
-    options = generation_options(state, body)
+    request = responses_request(body)
+    assert request.protocol == "openai.responses" and request.messages == ({"role": "user", "content": "x"},)
+    options = model_options(request, LIMITS)
     assert options["tool_choice"] == {"type": "function", "function": {"name": "add"}}
     assert options["tools"][0] == {
         "type": "function",
@@ -286,12 +297,18 @@ def test_input_items_translate_to_the_models_messages():
     }
     assert options["parallel_tool_calls"] is False and options["max_tokens"] == 100
     body = ResponsesRequest.model_validate({"input": "x", "tools": TOOLS, "text": {"format": {"type": "json_object"}}})
-    with pytest.raises(APIError, match="cannot be combined"):
-        generation_options(state, body)
+    with pytest.raises(RequestError, match="cannot be combined") as err:
+        model_options(responses_request(body), LIMITS)
+    assert err.value.path == ("text", "format")
     schema = {"type": "json_schema", "name": "p", "schema": WEATHER, "strict": True}
     body = ResponsesRequest.model_validate({"input": "x", "max_output_tokens": 7, "text": {"format": schema}})
-    fmt = generation_options(state, body)["response_format"]
-    assert fmt == {"type": "json_schema", "json_schema": {"name": "p", "schema": WEATHER}}
+    options = model_options(responses_request(body), LIMITS)
+    assert options["response_format"] == {"type": "json_schema", "json_schema": {"name": "p", "schema": WEATHER}}
+    assert options["max_tokens"] == 7
+    body = ResponsesRequest.model_validate({"input": "x", "max_output_tokens": 101})
+    with pytest.raises(RequestError, match="max_output_tokens is 101; this server allows at most 100") as err:
+        model_options(responses_request(body), LIMITS)
+    assert err.value.param == "max_output_tokens"
 
 
 def _payloads(sse: list[str]) -> list[dict]:

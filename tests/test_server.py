@@ -248,45 +248,48 @@ def raw(server, body: bytes | str, key=KEY, path="/v1/chat/completions") -> Raw:
         return Raw(err.code, err.headers, err.read())
 
 
+OK = [{"role": "user", "content": "Hi"}]
+F = {"type": "function", "function": {"name": "f"}}
+
+
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [
+        (dict(messages=OK, temperature="hot"), "temperature"),
+        (dict(messages=OK, n=2), "n"),
+        (dict(messages=OK, max_tokens=-5), "max_tokens"),
+        (dict(messages=OK, max_tokens=10**6), "max_tokens"),  # over the context
+        (dict(messages=[{"role": "wizard", "content": "Hi"}]), "messages.0.role"),
+        (dict(messages="Hi"), "messages"),
+        (dict(messages=[{"role": "user", "content": None}]), "messages.0"),
+        (dict(messages=[*OK, {"role": "tool", "content": "3"}]), "messages.1"),  # no tool_call_id
+        (dict(messages=OK, stop=["a", "b", "c", "d", "e"]), "stop"),
+        (dict(messages=OK, prediction={"type": "content", "content": "x"}, n=3), "n"),
+        (dict(messages=OK, extra_body={"speculative": {"strategy": "prediction"}}), "speculative.strategy"),
+        (dict(messages=OK, tools=[{"type": "function"}]), "tools.0.function"),
+        (dict(messages=OK, tools=[F], tool_choice="sometimes"), "tool_choice"),
+        (dict(messages=OK, tool_choice="required"), "tool_choice"),  # no tools
+        (dict(messages=OK, tools=[F], tool_choice={"type": "function", "function": {"name": "g"}}), "tool_choice"),
+        (dict(messages=OK, tools=[{"type": "function", "function": {"name": "get\nweather"}}]), "tools"),
+        (
+            dict(messages=OK, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}]),
+            "tools.0.function.parameters",
+        ),
+        (dict(messages=OK, tools=[F], response_format={"type": "json_object"}), "response_format"),
+    ],
+)
+def test_bad_chat_fields_are_a_400_naming_the_param(server, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as err:
+        server.client().chat.completions.create(model="m", **kwargs)
+    assert err.value.status_code == 400 and err.value.body["param"] == param, (kwargs, err.value.body)
+
+
 def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_model):
     client = server.client()
     ok = [{"role": "user", "content": "Hi"}]
     r = raw(server, b"{not json")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     assert r.headers["x-should-retry"] == "false"
-    cases = [
-        (dict(messages=ok, temperature="hot"), "temperature"),
-        (dict(messages=ok, n=2), "n"),
-        (dict(messages=ok, max_tokens=-5), "max_tokens"),
-        (dict(messages=[{"role": "wizard", "content": "Hi"}]), "messages.0.role"),
-        (dict(messages="Hi"), "messages"),
-        (dict(messages=[{"role": "user", "content": None}]), "messages.0"),
-        (dict(messages=[*ok, {"role": "tool", "content": "3"}]), "messages.1"),  # no tool_call_id
-        (dict(messages=ok, stop=["a", "b", "c", "d", "e"]), "stop"),
-        (dict(messages=ok, prediction={"type": "content", "content": "x"}, n=3), "n"),
-        (dict(messages=ok, tools=[{"type": "function"}]), "tools.0.function"),
-        (
-            dict(messages=ok, tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="sometimes"),
-            "tool_choice",
-        ),
-        (dict(messages=ok, tools=[{"type": "function", "function": {"name": "get weather!"}}]), "tools"),
-        (
-            dict(messages=ok, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}]),
-            "tools.0.function.parameters",
-        ),
-        (
-            dict(
-                messages=ok,
-                tools=[{"type": "function", "function": {"name": "f"}}],
-                response_format={"type": "json_object"},
-            ),
-            "response_format",
-        ),
-    ]
-    for kwargs, param in cases:
-        with pytest.raises(openai.BadRequestError) as err:
-            client.chat.completions.create(model="m", **kwargs)
-        assert err.value.status_code == 400 and err.value.body["param"] == param, (kwargs, err.value.body)
     with pytest.raises(openai.BadRequestError, match="only best_of = 1"):
         client.completions.create(model="m", prompt="x", best_of=3)
     too_long = [{"role": "user", "content": "word " * (real_model.target.n_ctx + 100)}]
@@ -367,8 +370,7 @@ PERSON = {
 
 def test_response_format_json_schema_through_the_sdk(server):
     """A schema answer validates; the SDK's ``parse`` returns the pydantic object; a stream
-    reassembles to the same JSON; a schema that cannot be compiled is a 400 on
-    ``response_format`` with llguidance's reason."""
+    reassembles to the same JSON."""
     import jsonschema
     from pydantic import BaseModel
 
@@ -399,16 +401,23 @@ def test_response_format_json_schema_through_the_sdk(server):
     )
     assert json_mode.choices[0].finish_reason == "stop"
     assert isinstance(json.loads(json_mode.choices[0].message.content), dict)
-    for bad in (
+    cut = client.chat.completions.create(model="m", messages=ask, response_format=fmt, max_tokens=3)
+    assert cut.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
         {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}},
         {"type": "json_schema"},
         {"type": "yaml"},
-    ):
-        with pytest.raises(openai.BadRequestError) as err:
-            client.chat.completions.create(model="m", messages=ask, response_format=bad)
-        assert err.value.body["param"].startswith("response_format"), err.value.body
-    cut = client.chat.completions.create(model="m", messages=ask, response_format=fmt, max_tokens=3)
-    assert cut.choices[0].finish_reason == "length"
+    ],
+)
+def test_a_response_format_that_cannot_be_compiled_is_a_400(server, bad):
+    ask = [{"role": "user", "content": "Invent a person. Reply in JSON."}]
+    with pytest.raises(openai.BadRequestError) as err:
+        server.client().chat.completions.create(model="m", messages=ask, response_format=bad)
+    assert err.value.body["param"].startswith("response_format"), err.value.body
 
 
 def test_a_tool_call_round_trip_through_the_sdk_and_its_stream(server):
@@ -497,3 +506,34 @@ def test_a_keyless_loopback_server_answers_only_requests_naming_localhost(real_m
         assert keyed.client(default_headers={"Host": "evil.example"}).models.list().data
     finally:
         keyed.stop()
+
+
+# --- offline: the one request core, without the model ---------------------------------------
+
+
+def test_a_chat_body_becomes_one_request_validated_once():
+    from localspec.server.anthropic_messages import error_response
+    from localspec.server.errors import RequestError
+    from localspec.server.openai_chat import chat_request
+    from localspec.server.request import Limits, model_options
+    from localspec.server.schemas import ChatRequest
+
+    limits = Limits("pair", max_tokens=64, tools=True, fim=False, defaults={"temperature": 0.5, "max_tokens": 16})
+    body = ChatRequest.model_validate(
+        {"messages": OK, "stop": "x", "top_k": 3, "logprobs": True, "speculative": {"n_max": 4}, "stream": True}
+    )
+    request = chat_request(body)
+    assert request.protocol == "openai.chat" and request.stream and request.stop == ("x",)
+    options = model_options(request, limits)
+    assert options == {"temperature": 0.5, "max_tokens": 16, "top_k": 3, "stop": ["x"], "draft_max": 4, "logprobs": 0}
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}
+    with pytest.raises(RequestError) as err:
+        model_options(chat_request(ChatRequest.model_validate({"messages": OK, "tools": [bad]})), limits)
+    assert err.value.path == ("tools", 0, "function", "parameters")
+    assert json.loads(err.value.response().body)["error"]["param"] == "tools.0.function.parameters"
+    anthropic = json.loads(error_response(err.value).body)
+    assert anthropic == {"type": "error", "error": {"type": "invalid_request_error", "message": err.value.message}}
+    no_tools = Limits("pair", max_tokens=64, tools=False, fim=False)
+    with pytest.raises(RequestError, match="no tool-call format") as err:
+        model_options(chat_request(ChatRequest.model_validate({"messages": OK, "tools": [F]})), no_tools)
+    assert err.value.param == "tools" and err.value.code == "unsupported_value"

@@ -59,7 +59,7 @@ def test_a_closed_worker_refuses_new_jobs(real_model):
     loop = asyncio.new_event_loop()
     try:
         worker.close()
-        assert not any(t.is_alive() for t in worker._threads)
+        assert worker.threads_alive == 0
         with pytest.raises(APIError) as err:
             worker.submit(Job(start=lambda m: None, loop=loop))
         assert err.value.status == 503

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,13 +40,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localspec.decoding.stats import GenerationResult
-from localspec.decoding.tool_calls import check_tools, normalise_messages
 from localspec.errors import LocalspecError
 from localspec.server import sse
-from localspec.server.errors import APIError, from_localspec_error
+from localspec.server.content import missing, need, text_of
+from localspec.server.errors import APIError, FieldPath, RequestError, dotted, from_localspec_error
 from localspec.server.openai_shapes import timings
 from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
-from localspec.server.worker import Job
+from localspec.server.request import GenerationRequest, Sampling, prompt_tokens
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -126,51 +127,41 @@ class MessagesRequest(CountTokensRequest):
     stream: bool = False
 
 
-def _refuse(where: str, block: Block) -> APIError:
+def _refuse(path: FieldPath, block: Block) -> RequestError:
     if block.type in ("image", "document"):
         why = f"{block.type} blocks are not supported: the model reads text only"
     else:
         why = f"a {block.type!r} block is not supported here"
-    return APIError(400, f"{where}: {why}", param=where)
+    return RequestError(f"{dotted(path)}: {why}", path)
 
 
-def _need(block: Block, where: str, *fields: str) -> None:
-    missing = [f for f in fields if getattr(block, f) is None]
-    if missing:
-        raise APIError(400, f"{where}: a {block.type} block needs {', '.join(missing)}", param=where)
+def _not_text(block: Block, path: FieldPath) -> RequestError | None:
+    return _refuse(path, block) if block.type != "text" else missing(block, path, "text", noun="block")
 
 
-def _text(content: str | list[Block] | None, where: str) -> str:
-    """Text content: a string or text blocks (joined by newlines); APIError otherwise."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    texts = []
-    for j, block in enumerate(content):
-        if block.type != "text":
-            raise _refuse(f"{where}.{j}", block)
-        _need(block, f"{where}.{j}", "text")
-        texts.append(block.text)
-    return "\n".join(texts)
+def _text(content: str | list[Block] | None, path: FieldPath) -> str:
+    """Text content: a string or text blocks (joined by newlines); RequestError otherwise."""
+    return text_of(content, path, _not_text, "\n")
 
 
-def _turn(message: Message, where: str) -> list[dict]:
+def _turn(message: Message, path: FieldPath) -> list[dict]:
     """One turn as OpenAI messages: an assistant's text with its tool_use blocks as
     ``tool_calls``; a user's tool_result blocks as ``tool`` messages, then its text (if any)."""
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
     texts, calls, replies = [], [], []
     for j, block in enumerate(message.content):
-        at, kind = f"{where}.{j}", (message.role, block.type)
+        at, kind = path + (j,), (message.role, block.type)
         if block.type == "text":
-            _need(block, at, "text")
+            need(block, at, "text", noun="block")
             texts.append(block.text)
         elif kind == ("assistant", "tool_use"):
-            _need(block, at, "id", "name", "input")
+            need(block, at, "id", "name", "input", noun="block")
             function = {"name": block.name, "arguments": json.dumps(block.input)}
             calls.append({"id": block.id, "type": "function", "function": function})
         elif kind == ("user", "tool_result"):
-            _need(block, at, "tool_use_id")
-            text = _text(block.content, f"{at}.content")
+            need(block, at, "tool_use_id", noun="block")
+            text = _text(block.content, at + ("content",))
             content = f"Error: {text}" if block.is_error else text
             replies.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
         elif block.type not in ("thinking", "redacted_thinking"):
@@ -182,16 +173,16 @@ def _turn(message: Message, where: str) -> list[dict]:
 
 def conversation(body: CountTokensRequest) -> tuple[list[dict], str | None]:
     """(OpenAI-style messages for :meth:`SpeculativeModel.chat`, the prefill: the text of a
-    final assistant message, which the answer continues, or None); APIError (400)."""
-    system = _text(body.system, "system")
+    final assistant message, which the answer continues, or None); RequestError (400)."""
+    system = _text(body.system, ("system",))
     out = [{"role": "system", "content": system}] if system else []
     for i, m in enumerate(body.messages):
-        out += _turn(m, f"messages.{i}.content")
+        out += _turn(m, ("messages", i, "content"))
     if body.messages[-1].role != "assistant":
         return out, None
     last = out.pop()
     if last.get("tool_calls"):
-        raise APIError(400, "the final assistant message cannot hold tool_use blocks", param="messages")
+        raise RequestError("the final assistant message cannot hold tool_use blocks", ("messages",))
     return out, last["content"] or None
 
 
@@ -202,42 +193,47 @@ def _function(tool: Tool) -> dict:
     return {"type": "function", "function": function}
 
 
-def tool_options(state, body: CountTokensRequest) -> dict:
-    """``tools`` / ``tool_choice`` / ``parallel_tool_calls`` for the model ({} without tools
-    or with tool_choice none); APIError (400) for server tools, a choice naming no tool, or
-    a model without a tool-call format."""
-    choice = body.tool_choice
+def _choice(choice: ToolChoice | None) -> str | dict | None:
+    """Anthropic's ``tool_choice`` as OpenAI's."""
+    if choice is None:
+        return None
+    named = {"type": "function", "function": {"name": choice.name}}
+    return {"auto": "auto", "any": "required", "none": "none"}.get(choice.type, named)
+
+
+def _tools(body: CountTokensRequest) -> tuple[dict, ...] | None:
+    """The custom tools as OpenAI's; RequestError for server tools or one without input_schema."""
     if body.tools is None:
-        if choice is not None and choice.type not in ("auto", "none"):
-            raise APIError(400, "tool_choice needs tools", param="tool_choice")
-        return {}
+        return None
     for i, t in enumerate(body.tools):
         if t.type not in (None, "custom"):
-            raise APIError(400, f"tools.{i}: server tool {t.type!r} is not supported (only custom tools)")
+            raise RequestError(f"tools.{i}: server tool {t.type!r} is not supported (only custom tools)", ("tools", i))
         if t.input_schema is None:
-            raise APIError(400, f"tools.{i}.input_schema: Field required (a JSON Schema of the tool's input)")
-    tools = [_function(t) for t in body.tools]
-    named = {"type": "function", "function": {"name": choice.name if choice is not None else None}}
-    openai_choice = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type if choice else "auto", named)
-    try:
-        check_tools(tools, openai_choice)
-    except LocalspecError as exc:
-        raise APIError(400, str(exc), param="tool_choice" if "tool_choice" in str(exc) else "tools") from None
-    if openai_choice == "none":
-        return {}
-    if not state.supports_tools:
-        raise APIError(400, f"{state.config.model_name} has no tool-call format in its chat template", param="tools")
-    options = {"tools": tools, "tool_choice": openai_choice}
-    if choice is not None and choice.disable_parallel_tool_use:
-        options["parallel_tool_calls"] = False
-    return options
+            message = f"tools.{i}.input_schema: Field required (a JSON Schema of the tool's input)"
+            raise RequestError(message, ("tools", i, "input_schema"))
+    return tuple(_function(t) for t in body.tools)
 
 
-def prompt_tokens(target, messages: list[dict], prefill: str | None, tools: list[dict] | None) -> list[int]:
-    """The prompt as the chat template renders it, plus the prefill's tokens.  Calls
-    llama.cpp (through the engine's own thread): never call it on the event loop."""
-    tokens = target.chat_tokens(normalise_messages(messages), tools)
-    return tokens + (target.tokenize(prefill, add_special=False) if prefill else [])
+def messages_request(body: CountTokensRequest) -> GenerationRequest:
+    """A Messages (or count_tokens) body as the generation it asks for; ``max_tokens`` is
+    lowered to the server's limit (Claude Code asks for 32000); RequestError (400)."""
+    messages, prefill = conversation(body)
+    choice = body.tool_choice
+    parallel = False if choice is not None and choice.disable_parallel_tool_use else None
+    tools = {"tools": _tools(body), "tool_choice": _choice(choice), "parallel_tool_calls": parallel}
+    if not isinstance(body, MessagesRequest):
+        return GenerationRequest("anthropic.messages", messages=tuple(messages), prefill=prefill, **tools)
+    return GenerationRequest(
+        "anthropic.messages",
+        messages=tuple(messages),
+        prefill=prefill,
+        sampling=Sampling.of(body),
+        stop=tuple(body.stop_sequences) if body.stop_sequences else None,
+        max_tokens=body.max_tokens,
+        clip_max_tokens=True,
+        stream=body.stream,
+        **tools,
+    )
 
 
 # --- response ----------------------------------------------------------------------------
@@ -253,7 +249,7 @@ def _tool_use(call: dict) -> dict:
 
 
 class MessagesShape(StreamedTextAndCalls):
-    """One answer in Anthropic's shapes, for :meth:`_State.run`.  ``stops``: the request's
+    """One answer in Anthropic's shapes, for :meth:`ServerState.run`.  ``stops``: the request's
     stop sequences; ``token_bytes``: the target's (to tell which stop sequence ended it)."""
 
     def __init__(self, model_name: str, tool_format, stops: list[str], token_bytes):
@@ -353,59 +349,32 @@ class MessagesShape(StreamedTextAndCalls):
 # --- endpoints ---------------------------------------------------------------------------
 
 
-def _starter(messages: list[dict], prefill: str | None, options: dict, shape: MessagesShape):
-    """The job's start: a chat, or with a prefill a generation from the rendered prompt."""
-
-    def start(model):
-        if prefill is None:
-            generation = model.chat(messages, stream=True, **options)
-        else:
-            generation = model.generate(prompt_tokens(model.target, messages, prefill, None), stream=True, **options)
-        shape.input_tokens = len(generation.prompt_tokens)
-        return generation
-
-    return start
-
-
 def routes(state) -> list[Route]:
-    """``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` on app.py's ``_State``."""
+    """``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` on a :class:`ServerState`."""
 
-    async def messages(request: Request) -> Response:
-        return await state.handle(request, answer, render=error_response)
+    async def answer(http: Request) -> Response:
+        request = messages_request(await state.read_body(http, MessagesRequest))
+        options = state.options(request)
+        stops, token_bytes = list(request.stop or ()), state.model.target.token_bytes
+        shape = MessagesShape(state.config.model_name, state.call_format(options), stops, token_bytes)
 
-    async def count_tokens(request: Request) -> Response:
-        return await state.handle(request, count, render=error_response)
+        def started(generation) -> None:
+            shape.input_tokens = len(generation.prompt_tokens)
 
-    async def answer(request: Request) -> Response:
-        body = await state.read_body(request, MessagesRequest)
-        messages, prefill = conversation(body)
-        tools = tool_options(state, body)
-        if prefill is not None and tools:
-            raise APIError(400, "a final assistant message (prefill) cannot be combined with tools", param="messages")
-        limit = state.config.max_tokens_limit or state.model.target.n_ctx
-        options = state.base_options(min(body.max_tokens, limit))
-        for name in ("temperature", "top_p", "top_k"):
-            if getattr(body, name) is not None:
-                options[name] = getattr(body, name)
-        if body.stop_sequences:
-            options["stop"] = list(body.stop_sequences)
-        options.update(tools)
-        fmt = state.tool_format if tools else None
-        shape = MessagesShape(state.config.model_name, fmt, body.stop_sequences or [], state.model.target.token_bytes)
-        job = Job(_starter(messages, prefill, options, shape), asyncio.get_running_loop())
-        return await state.run(request, job, body, shape)
+        return await state.run(http, request, options, shape, on_start=started)
 
-    async def count(request: Request) -> Response:
-        body = await state.read_body(request, CountTokensRequest)
-        messages, prefill = conversation(body)
-        tools = tool_options(state, body).get("tools")
+    async def count(http: Request) -> Response:
+        request = messages_request(await state.read_body(http, CountTokensRequest))
+        tools = state.options(replace(request, prefill=None)).get("tools")  # a prefill counts beside tools
         try:
-            tokens = await asyncio.to_thread(prompt_tokens, state.model.target, messages, prefill, tools)
+            tokens = await asyncio.to_thread(
+                prompt_tokens, state.model.target, request.messages, request.prefill, tools
+            )
         except LocalspecError as exc:
             raise from_localspec_error(exc) from None
         return JSONResponse({"input_tokens": len(tokens)})
 
     return [
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        state.route("/v1/messages", answer, render=error_response),
+        state.route("/v1/messages/count_tokens", count, render=error_response),
     ]

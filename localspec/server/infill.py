@@ -19,8 +19,6 @@ llama-server).  Errors in OpenAI's shape, as llama-server answers them.
 
 from __future__ import annotations
 
-import asyncio
-
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
@@ -28,12 +26,9 @@ from starlette.routing import Route
 
 from localspec.decoding.stats import GenerationResult
 from localspec.server import sse
-from localspec.server.errors import APIError
 from localspec.server.openai_shapes import timings
+from localspec.server.request import FieldPaths, GenerationRequest, Sampling
 from localspec.server.schemas import SpeculativeOptions
-from localspec.server.worker import Job
-
-NO_FIM = "{} has no fill-in-the-middle tokens (suffix and /infill need a model trained for FIM, e.g. Qwen2.5-Coder)"
 
 
 class ExtraChunk(BaseModel):
@@ -104,25 +99,28 @@ def _stop_type(result: GenerationResult) -> str:
     return "limit" if result.finish_reason in ("length", "context") else "eos"
 
 
+def infill_request(body: InfillRequest) -> GenerationRequest:
+    """An /infill body as the generation it asks for (``n_predict`` -1: the server's limit)."""
+    return GenerationRequest(
+        "llama.infill",
+        prompt=body.input_prefix + body.prompt,
+        suffix=body.input_suffix,
+        extra=tuple(c.model_dump() for c in body.input_extra),
+        sampling=Sampling.of(body),
+        speculative=SpeculativeOptions.of(body.speculative),
+        stop=None if body.stop is None else tuple(body.stop),
+        max_tokens=None if body.n_predict < 0 else body.n_predict or 1,
+        stream=body.stream,
+        paths=FieldPaths(max_tokens=("n_predict",), prompt=("input_prefix",), suffix=("input_prefix",)),
+    )
+
+
 def routes(state) -> list[Route]:
-    async def infill(request: Request) -> Response:
-        return await state.handle(request, answer)
+    """``POST /infill`` on a :class:`ServerState`."""
 
-    async def answer(request: Request) -> Response:
-        body = await state.read_body(request, InfillRequest)
-        if "pre" not in state.fim_tokens:
-            raise APIError(400, NO_FIM.format(state.config.model_name), param="input_prefix", code="unsupported_value")
-        options = state.base_options(None if body.n_predict < 0 else body.n_predict or 1, param="n_predict")
-        for name in ("temperature", "top_k", "top_p", "min_p", "seed", "stop"):
-            if getattr(body, name) is not None:
-                options[name] = getattr(body, name)
-        if body.speculative is not None:
-            options.update(body.speculative.as_options())
-        prefix, extra = body.input_prefix + body.prompt, [c.model_dump() for c in body.input_extra]
-        job = Job(
-            lambda model: model.infill(prefix, body.input_suffix, extra=extra, stream=True, **options),
-            asyncio.get_running_loop(),
-        )
-        return await state.run(request, job, body, InfillShape(state.config.model_name), prompt_param="input_prefix")
+    async def answer(http: Request) -> Response:
+        request = infill_request(await state.read_body(http, InfillRequest))
+        options = state.options(request)
+        return await state.run(http, request, options, InfillShape(state.config.model_name))
 
-    return [Route("/infill", infill, methods=["POST"])]
+    return [state.route("/infill", answer)]

@@ -18,7 +18,6 @@ each with ``type`` and ``sequence_number`` (:class:`ResponseShape`).  The last
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -30,16 +29,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.api import check_response_format
 from localspec.decoding.stats import GenerationResult
-from localspec.decoding.tool_calls import check_tools
-from localspec.errors import LocalspecError
 from localspec.server import sse
-from localspec.server.errors import APIError
+from localspec.server.content import need, text_of
+from localspec.server.errors import APIError, FieldPath, RequestError, dotted
 from localspec.server.openai_shapes import timings
 from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
+from localspec.server.request import FieldPaths, GenerationRequest, Sampling
 from localspec.server.schemas import SpeculativeOptions
-from localspec.server.worker import Job
 
 STORE_SIZE = 256
 _REFUSED = ("conversation", "prompt", "background")  # server-side conversations, prompt templates, background runs
@@ -110,48 +107,45 @@ class ResponsesRequest(BaseModel):
     speculative: SpeculativeOptions | None = None
 
 
-def _text(content: str | list[Part] | None, where: str) -> str:
-    """A string, or text parts joined; APIError (400) for images, files, audio."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    texts = []
-    for j, part in enumerate(content):
-        if part.type not in ("input_text", "output_text", "text") or part.text is None:
-            why = f"{part.type!r} content is not supported (the model reads text only)"
-            raise APIError(400, f"{where}.{j}: {why}", param=f"{where}.{j}")
-        texts.append(part.text)
-    return "".join(texts)
+def _not_text(part: Part, path: FieldPath) -> RequestError | None:
+    if part.type in ("input_text", "output_text", "text") and part.text is not None:
+        return None
+    return RequestError(f"{dotted(path)}: {part.type!r} content is not supported (the model reads text only)", path)
 
 
-def _need(item: Item, where: str, *fields: str) -> None:
-    missing = [f for f in fields if getattr(item, f) is None]
-    if missing:
-        raise APIError(400, f"{where}: a {item.type} item needs {', '.join(missing)}", param=f"{where}.{missing[0]}")
+def _text(content: str | list[Part] | None, path: FieldPath) -> str:
+    """A string, or text parts joined; RequestError (400) for images, files, audio."""
+    return text_of(content, path, _not_text, "")
 
 
-def _function_call(item: Item, where: str) -> dict:
+def _need(item: Item, path: FieldPath, *fields: str) -> None:
+    need(item, path, *fields, noun="item", name_field=True)
+
+
+def _function_call(item: Item, path: FieldPath) -> dict:
     """A ``function_call`` item as a chat ``tool_calls`` entry; its arguments must be JSON."""
-    _need(item, where, "call_id", "name", "arguments")
+    _need(item, path, "call_id", "name", "arguments")
     try:
         json.loads(item.arguments or "{}")
     except ValueError:
-        raise APIError(400, f"{where}.arguments must be JSON text", param=f"{where}.arguments") from None
+        at = path + ("arguments",)
+        raise RequestError(f"{dotted(at)} must be JSON text", at) from None
     return {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
 
 
 def messages_from(items: str | list[Item]) -> list[dict]:
     """``input`` as chat messages for :meth:`SpeculativeModel.chat`: a function_call joins the
     assistant message before it (or starts one), a function_call_output is a ``tool``
-    message; APIError (400) naming ``input.N`` for what cannot be translated."""
+    message; RequestError (400) naming ``input.N`` for what cannot be translated."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     out: list[dict] = []
     for i, item in enumerate(items):
-        at = f"input.{i}"
+        at = ("input", i)
         if item.type == "message":
             _need(item, at, "role")
             role = "system" if item.role == "developer" else item.role
-            out.append({"role": role, "content": _text(item.content, f"{at}.content")})
+            out.append({"role": role, "content": _text(item.content, at + ("content",))})
         elif item.type == "function_call":
             call = _function_call(item, at)
             if out and out[-1]["role"] == "assistant":
@@ -160,86 +154,67 @@ def messages_from(items: str | list[Item]) -> list[dict]:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif item.type == "function_call_output":
             _need(item, at, "call_id", "output")
-            out.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output, f"{at}.output")})
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output, at + ("output",))})
         elif item.type != "reasoning":
-            raise APIError(400, f"{at}: input items of type {item.type!r} are not supported", param=f"{at}.type")
+            message = f"{dotted(at)}: input items of type {item.type!r} are not supported"
+            raise RequestError(message, at + ("type",))
     return out
 
 
-def _chat_tool(tool: Function, where: str) -> dict:
+def _chat_tool(tool: Function, path: FieldPath) -> dict:
     if tool.type != "function":
-        raise APIError(400, f"{where}: built-in tool {tool.type!r} is not supported (only function tools)", param=where)
+        raise RequestError(f"{dotted(path)}: built-in tool {tool.type!r} is not supported (only function tools)", path)
     if tool.name is None:
-        raise APIError(400, f"{where}: a function tool needs name", param=f"{where}.name")
+        raise RequestError(f"{dotted(path)}: a function tool needs name", path + ("name",))
     return {
         "type": "function",
         "function": tool.model_dump(include={"name", "description", "parameters"}, exclude_none=True),
     }
 
 
-def tool_options(state, body: ResponsesRequest) -> dict:
-    """``tools`` / ``tool_choice`` / ``parallel_tool_calls`` for the model ({} without tools
-    or with tool_choice none); APIError (400) for built-in tools, a choice naming no tool, or
-    a model without a tool-call format."""
-    choice = body.tool_choice
-    if isinstance(choice, Function):
-        if choice.type != "function" or not choice.name:
-            raise APIError(400, f"tool_choice {choice.type!r} is not supported (only functions)", param="tool_choice")
-        choice = {"type": "function", "function": {"name": choice.name}}
-    choice = choice or "auto"
-    if not body.tools:
-        if choice not in ("auto", "none"):
-            raise APIError(400, "tool_choice needs tools", param="tool_choice")
-        return {}
-    tools = [_chat_tool(t, f"tools.{i}") for i, t in enumerate(body.tools)]
-    try:
-        check_tools(tools, choice)
-    except LocalspecError as exc:
-        raise APIError(400, str(exc), param="tool_choice" if "tool_choice" in str(exc) else "tools") from None
-    if choice == "none":
-        return {}
-    if not state.supports_tools:
-        raise APIError(400, f"{state.config.model_name} has no tool-call format in its chat template", param="tools")
-    options = {"tools": tools, "tool_choice": choice}
-    if body.parallel_tool_calls is not None:
-        options["parallel_tool_calls"] = body.parallel_tool_calls
-    return options
+def _choice(choice: str | Function | None) -> str | dict | None:
+    """``tool_choice`` as chat's; RequestError for a built-in tool."""
+    if not isinstance(choice, Function):
+        return choice
+    if choice.type != "function" or not choice.name:
+        raise RequestError(f"tool_choice {choice.type!r} is not supported (only functions)", ("tool_choice",))
+    return {"type": "function", "function": {"name": choice.name}}
 
 
-def format_option(body: ResponsesRequest) -> dict | None:
-    """``text.format`` as chat's ``response_format`` (None: free text); APIError (400, param
-    ``text.format``) for a schema that cannot be compiled."""
+def _format(body: ResponsesRequest) -> dict | None:
+    """``text.format`` as chat's ``response_format`` (None: free text)."""
     fmt = body.text.format if body.text is not None else None
     if fmt is None or fmt.type == "text":
         return None
-    option = {"type": "json_object"}
     if fmt.type == "json_schema":
-        option = {"type": "json_schema", "json_schema": {"name": fmt.name, "schema": fmt.schema_}}
-    try:
-        check_response_format(option)
-    except LocalspecError as exc:
-        raise APIError(400, str(exc), param="text.format", code="invalid_value") from None
-    return option
+        return {"type": "json_schema", "json_schema": {"name": fmt.name, "schema": fmt.schema_}}
+    return {"type": "json_object"}
 
 
-def generation_options(state, body: ResponsesRequest) -> dict:
-    """The options of :meth:`SpeculativeModel.chat` for ``body``; APIError (400)."""
+def responses_request(body: ResponsesRequest, history: list[dict] = ()) -> GenerationRequest:
+    """A Responses body as the generation it asks for, after ``history`` (the stored
+    conversation ``previous_response_id`` names, as chat messages); RequestError (400)."""
     for name in _REFUSED:
         if (body.model_extra or {}).get(name):
-            raise APIError(400, f"{name} is not supported by localspec serve", param=name)
-    options = state.base_options(body.max_output_tokens, param="max_output_tokens")
-    for name in ("temperature", "top_p"):
-        if getattr(body, name) is not None:
-            options[name] = getattr(body, name)
-    if body.speculative is not None:
-        options.update(body.speculative.as_options())
-    options.update(tool_options(state, body))
-    fmt = format_option(body)
-    if fmt is not None and "tools" in options:
-        raise APIError(400, "tools and text.format cannot be combined in one request", param="text.format")
-    if fmt is not None:
-        options["response_format"] = fmt
-    return options
+            raise RequestError(f"{name} is not supported by localspec serve", (name,))
+    conversation = [*history, *messages_from(body.input)]
+    if not conversation:
+        raise RequestError("input is empty", ("input",))
+    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    choice = _choice(body.tool_choice)
+    return GenerationRequest(
+        "openai.responses",
+        messages=(*system, *conversation),
+        tools=tuple(_chat_tool(t, ("tools", i)) for i, t in enumerate(body.tools)) if body.tools else None,
+        tool_choice=choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        response_format=_format(body),
+        sampling=Sampling.of(body),
+        speculative=SpeculativeOptions.of(body.speculative),
+        max_tokens=body.max_output_tokens,
+        stream=bool(body.stream),
+        paths=FieldPaths(max_tokens=("max_output_tokens",), response_format=("text", "format"), prompt=("input",)),
+    )
 
 
 def _echo(state, body: ResponsesRequest, options: dict) -> dict:
@@ -294,7 +269,7 @@ def assistant_message(output: list[dict]) -> dict:
 
 
 class ResponseShape(StreamedTextAndCalls):
-    """One answer as a Responses object or stream, for :meth:`_State.run`.  ``echo``: the
+    """One answer as a Responses object or stream, for :meth:`ServerState.run`.  ``echo``: the
     request's settings (:func:`_echo`); ``done(response)`` is called with the finished
     response (to store it).  A stream: ``response.created``, ``response.in_progress``; per
     output item ``response.output_item.added`` … ``.done`` around, for a message,
@@ -411,7 +386,7 @@ class ResponseShape(StreamedTextAndCalls):
 
 
 def routes(state) -> list[Route]:
-    """``POST /v1/responses`` and ``GET`` / ``DELETE /v1/responses/{id}`` on app.py's ``_State``.
+    """``POST /v1/responses`` and ``GET`` / ``DELETE /v1/responses/{id}`` on a :class:`ServerState`.
     ``store``: response id -> (response object, the conversation it ends as chat messages,
     instructions excluded), the last :data:`STORE_SIZE`."""
     store: OrderedDict[str, tuple[dict, list[dict]]] = OrderedDict()
@@ -424,21 +399,12 @@ def routes(state) -> list[Route]:
             raise APIError(404, message, param=param, code="previous_response_not_found" if previous else "not_found")
         return store[response_id]
 
-    async def create(request: Request) -> Response:
-        return await state.handle(request, answer)
-
-    async def by_id(request: Request) -> Response:
-        return await state.handle(request, look_up)
-
-    async def answer(request: Request) -> Response:
-        body = await state.read_body(request, ResponsesRequest)
+    async def answer(http: Request) -> Response:
+        body = await state.read_body(http, ResponsesRequest)
         history = stored(body.previous_response_id, "previous_response_id")[1] if body.previous_response_id else []
-        conversation = history + messages_from(body.input)
-        if not conversation:
-            raise APIError(400, "input is empty", param="input")
-        system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-        messages = system + conversation
-        options = generation_options(state, body)
+        request = responses_request(body, history)
+        conversation = list(request.messages[1:] if body.instructions else request.messages)
+        options = state.options(request)
 
         def done(response: dict) -> None:
             if body.store is not False:
@@ -446,20 +412,18 @@ def routes(state) -> list[Route]:
                 while len(store) > STORE_SIZE:
                     store.popitem(last=False)
 
-        fmt = state.tool_format if "tools" in options else None
-        shape = ResponseShape(_echo(state, body, options), fmt, done)
-        job = Job(lambda model: model.chat(messages, stream=True, **options), asyncio.get_running_loop())
-        return await state.run(request, job, body, shape, prompt_param="input")
+        shape = ResponseShape(_echo(state, body, options), state.call_format(options), done)
+        return await state.run(http, request, options, shape)
 
-    async def look_up(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
+    async def look_up(http: Request) -> Response:
+        response_id = http.path_params["response_id"]
         response = stored(response_id)[0]
-        if request.method == "DELETE":
+        if http.method == "DELETE":
             del store[response_id]
             return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
         return JSONResponse(response)
 
     return [
-        Route("/v1/responses", create, methods=["POST"]),
-        Route("/v1/responses/{response_id}", by_id, methods=["GET", "DELETE"]),
+        state.route("/v1/responses", answer),
+        state.route("/v1/responses/{response_id}", look_up, methods=("GET", "DELETE")),
     ]

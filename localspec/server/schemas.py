@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from localspec.server.request import Speculative
+
 
 def _refused(*fields: str, why: str):
     """A field validator that refuses any set (truthy) value of ``fields``."""
@@ -33,16 +35,19 @@ def _only_one(name: str):
 _STRICT = ConfigDict(strict=True)
 
 
+class _NamedFunction(BaseModel):
+    model_config = _STRICT
+    name: str
+
+
+class _CalledFunction(_NamedFunction):
+    arguments: str
+
+
 class _TextPart(BaseModel):
     model_config = _STRICT
     type: Literal["text"]
     text: str
-
-
-class _CalledFunction(BaseModel):
-    model_config = _STRICT
-    name: str
-    arguments: str
 
 
 class ToolCall(BaseModel):
@@ -101,18 +106,17 @@ class Tool(BaseModel):
         return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
 
 
-class _NamedFunction(BaseModel):
-    model_config = _STRICT
-    name: str
-
-
 class NamedToolChoice(BaseModel):
+    """``tool_choice`` naming the one function the answer must call."""
+
     model_config = _STRICT
     type: Literal["function"]
     function: _NamedFunction
 
 
 class Prediction(BaseModel):
+    """Predicted Outputs: text the answer is expected to repeat, drafted from."""
+
     model_config = _STRICT
     type: Literal["content"]
     content: str | list[_TextPart]
@@ -151,6 +155,11 @@ class SpeculativeOptions(BaseModel):
             ("strategy", self.strategy),
         )
         return {ours: theirs for ours, theirs in pairs if theirs is not None}
+
+    @staticmethod
+    def of(options: SpeculativeOptions | None, prediction: str | None = None) -> Speculative:
+        """A body's ``speculative`` (None: not given) and Predicted Outputs' text as the request's."""
+        return Speculative(**(options.as_options() if options is not None else {}), prediction=prediction)
 
     @model_validator(mode="after")
     def _min_below_max(self):

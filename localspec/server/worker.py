@@ -86,6 +86,11 @@ class ModelWorker:
     def running(self) -> int:
         return len(self._current)
 
+    @property
+    def threads_alive(self) -> int:
+        """How many of the worker's threads have not ended (0 once :meth:`close` returned)."""
+        return sum(t.is_alive() for t in self._threads)
+
     def submit(self, job: Job) -> None:
         if self._closed:
             raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down", retry=True)

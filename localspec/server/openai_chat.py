@@ -1,0 +1,92 @@
+"""OpenAI's ``POST /v1/chat/completions`` and ``POST /v1/completions``.
+
+Shapes follow the OpenAI API reference (openai-python ``types/chat/*``): chat
+completion objects and ``chat.completion.chunk`` streams ending in ``data: [DONE]``,
+``usage`` with ``prompt_tokens_details.cached_tokens`` (the reused KV prefix) and
+``completion_tokens_details.accepted_prediction_tokens`` / ``rejected_prediction_tokens``,
+errors as ``{"error": {message, type, param, code}}``.  Speculative statistics also come
+as llama.cpp's server ``timings`` (milliseconds), and per-request speculative options
+under its names (``speculative: {n_max, n_min, p_min}``, plus our ``strategy``).
+
+Predicted Outputs: ``prediction.content`` drafts through
+:class:`localspec.decoding.drafters.PredictionDrafter`.  ``accepted_prediction_tokens`` counts
+prediction tokens that were drafted and kept by the target, ``rejected_prediction_tokens``
+those drafted and rejected (tokens of the prediction never drafted count in neither;
+OpenAI's billing counts differ).  A completion with ``suffix`` fills in the middle.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from localspec.server.openai_shapes import ChatShape, CompletionShape
+from localspec.server.request import FieldPaths, GenerationRequest, Sampling
+from localspec.server.schemas import ChatRequest, CommonRequest, CompletionRequest, SpeculativeOptions
+
+
+def _common(body: CommonRequest, prediction: str | None = None) -> dict:
+    """The fields chat and completions share, as :class:`GenerationRequest`'s."""
+    stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    usage = body.stream_options is not None and body.stream_options.include_usage
+    return {
+        "sampling": Sampling.of(body),
+        "speculative": SpeculativeOptions.of(body.speculative, prediction),
+        "stop": None if stop is None else tuple(stop),
+        "response_format": body.response_format.as_option() if body.response_format is not None else None,
+        "stream": bool(body.stream),
+        "include_usage": bool(usage),
+    }
+
+
+def chat_request(body: ChatRequest) -> GenerationRequest:
+    """A chat completion's body as the generation it asks for."""
+    choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, BaseModel) else body.tool_choice
+    prediction = body.prediction.text() if body.prediction is not None else None
+    return GenerationRequest(
+        "openai.chat",
+        messages=tuple(m.for_model() for m in body.messages),
+        tools=None if body.tools is None else tuple(t.for_model() for t in body.tools),
+        tool_choice=choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        **_common(body, prediction),
+    )
+
+
+def completion_request(body: CompletionRequest) -> GenerationRequest:
+    """A legacy completion's body (one prompt; with ``suffix``, fill in the middle)."""
+    prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+    return GenerationRequest(
+        "openai.completions",
+        prompt=prompt,
+        suffix=body.suffix,
+        max_tokens=body.max_tokens,
+        logprobs=body.logprobs,
+        paths=FieldPaths(prompt=("prompt",)),
+        **_common(body),
+    )
+
+
+def routes(state) -> list[Route]:
+    """``POST /v1/chat/completions`` and ``POST /v1/completions`` on a :class:`ServerState`."""
+
+    async def chat(http: Request) -> Response:
+        body = await state.read_body(http, ChatRequest)
+        request = chat_request(body)
+        options = state.options(request)
+        shape = ChatShape(state.config.model_name, body.logprobs, tool_format=state.call_format(options))
+        return await state.run(http, request, options, shape)
+
+    async def completions(http: Request) -> Response:
+        body = await state.read_body(http, CompletionRequest)
+        request = completion_request(body)
+        options = state.options(request)
+        return await state.run(
+            http, request, options, CompletionShape(state.config.model_name, body.logprobs is not None)
+        )
+
+    return [state.route("/v1/chat/completions", chat), state.route("/v1/completions", completions)]

@@ -1,0 +1,216 @@
+"""One generation request, whatever protocol asked for it.
+
+Each protocol module translates its own body into a :class:`GenerationRequest` at the edge
+(chat-format messages, OpenAI-format tools and ``tool_choice``, the field paths its errors
+name); :func:`model_options` validates it, once for every protocol, against the server's
+:class:`Limits` and gives the options :meth:`localspec.api.SpeculativeModel.chat` takes;
+:func:`start_generation` starts it on the model's thread.  Every refusal is a
+:class:`~localspec.server.errors.RequestError` naming the protocol's own field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from localspec.api import check_response_format
+from localspec.decoding.tool_calls import check_tools, normalise_messages
+from localspec.errors import LocalspecError
+from localspec.server.errors import FieldPath, RequestError, dotted, path_of
+
+NO_FIM = "{} has no fill-in-the-middle tokens (suffix and /infill need a model trained for FIM, e.g. Qwen2.5-Coder)"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling options a request sets (None: the server's default)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+
+    @classmethod
+    def of(cls, body) -> Sampling:
+        """The sampling fields a protocol's pydantic ``body`` declares (others stay None,
+        even when an ``extra="allow"`` body carries them)."""
+        declared = type(body).model_fields
+        return cls(**{f.name: getattr(body, f.name) for f in fields(cls) if f.name in declared})
+
+    def options(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """Speculative options under the library's names; ``prediction``: Predicted Outputs' text."""
+
+    draft_max: int | str | None = None
+    draft_min: int | None = None
+    p_min: float | None = None
+    strategy: str | None = None
+    prediction: str | None = None
+
+    def options(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
+class FieldPaths:
+    """Where the protocol's body holds what a refusal names (its errors' ``param``)."""
+
+    max_tokens: FieldPath = ("max_tokens",)
+    response_format: FieldPath = ("response_format",)
+    prompt: FieldPath = ("messages",)  # named when the prompt does not fit the context
+    suffix: FieldPath = ("suffix",)  # named when the model has no FIM tokens
+    strategy: FieldPath = ("speculative", "strategy")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a protocol asks of one generation.
+
+    ``protocol``: who asked ("openai.chat", "openai.completions", "anthropic.messages",
+    "openai.responses", "llama.infill").  The prompt is ``messages`` (chat-format dicts),
+    plus ``prefill`` (text the answer continues), or else ``prompt`` (plain text) with
+    ``suffix`` and ``extra`` (fill in the middle; ``extra``: other files as ``{"filename",
+    "text"}``).  ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` / ``response_format``
+    in OpenAI's chat form.  ``max_tokens``: None for the server's default; over the
+    server's limit it is refused, or lowered when ``clip_max_tokens``.  ``logprobs``: how
+    many alternatives per token (None: no logprobs).  ``include_usage``: a stream ends with
+    usage (OpenAI's ``stream_options``)."""
+
+    protocol: str
+    messages: tuple[dict, ...] = ()
+    prefill: str | None = None
+    prompt: str | None = None
+    suffix: str | None = None
+    extra: tuple[dict, ...] = ()
+    tools: tuple[dict, ...] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    speculative: Speculative = field(default_factory=Speculative)
+    stop: tuple[str, ...] | None = None
+    max_tokens: int | None = None
+    clip_max_tokens: bool = False
+    logprobs: int | None = None
+    stream: bool = False
+    include_usage: bool = False
+    paths: FieldPaths = field(default_factory=FieldPaths)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the server allows: ``max_tokens`` per request, whether the model's chat template
+    has a tool-call format (``tools``) and FIM tokens (``fim``); ``defaults``: options for
+    what a request leaves out."""
+
+    model_name: str
+    max_tokens: int
+    tools: bool
+    fim: bool
+    defaults: Mapping = field(default_factory=dict)
+
+
+def model_options(request: GenerationRequest, limits: Limits) -> dict:
+    """The options of :meth:`SpeculativeModel.chat` (``generate``, ``infill``) for
+    ``request``: the server's defaults, then what the request sets; RequestError (400)
+    for what this server cannot run."""
+    if request.suffix is not None and not limits.fim:
+        raise RequestError(NO_FIM.format(limits.model_name), request.paths.suffix, code="unsupported_value")
+    options = dict(limits.defaults)
+    options["max_tokens"] = _max_tokens(request, limits.max_tokens, options.get("max_tokens"))
+    options.update(request.sampling.options())
+    if request.stop is not None:
+        options["stop"] = list(request.stop)
+    if request.response_format is not None:
+        options["response_format"] = _checked_format(request)
+    options.update(request.speculative.options())
+    if request.speculative.prediction is None and options.get("strategy") == "prediction":
+        message = f"{dotted(request.paths.strategy)} 'prediction' needs a prediction"
+        raise RequestError(message, request.paths.strategy, code="invalid_value")
+    if request.logprobs is not None:
+        options["logprobs"] = request.logprobs
+    options.update(_tool_options(request, limits))
+    if "tools" in options and "response_format" in options:
+        path = request.paths.response_format
+        raise RequestError(f"{dotted(path)} and tools cannot be combined in one request", path)
+    if "tools" in options and request.prefill is not None:
+        raise RequestError("a final assistant message (prefill) cannot be combined with tools", ("messages",))
+    return options
+
+
+def _max_tokens(request: GenerationRequest, limit: int, default: int | None) -> int:
+    asked = request.max_tokens
+    if asked is not None and asked > limit and not request.clip_max_tokens:
+        message = f"{dotted(request.paths.max_tokens)} is {asked}; this server allows at most {limit}"
+        raise RequestError(message, request.paths.max_tokens, code="invalid_value")
+    return min(asked or default or limit, limit)
+
+
+def _checked_format(request: GenerationRequest) -> dict:
+    try:
+        check_response_format(request.response_format)
+    except LocalspecError as exc:
+        raise RequestError(str(exc), request.paths.response_format, code="invalid_value") from None
+    return request.response_format
+
+
+def _tool_options(request: GenerationRequest, limits: Limits) -> dict:
+    """``tools`` / ``tool_choice`` / ``parallel_tool_calls`` ({} without tools or with
+    tool_choice none)."""
+    choice = request.tool_choice or "auto"
+    if request.tools is None:
+        if choice not in ("none", "auto"):
+            raise RequestError("tool_choice needs tools", ("tool_choice",), code="invalid_value")
+        return {}
+    tools = list(request.tools)
+    check_tool_list(tools, choice)
+    if choice == "none":
+        return {}
+    if not limits.tools:
+        message = f"{limits.model_name} has no tool-call format in its chat template"
+        raise RequestError(message, ("tools",), code="unsupported_value")
+    options = {"tools": tools, "tool_choice": choice}
+    if request.parallel_tool_calls is not None:
+        options["parallel_tool_calls"] = request.parallel_tool_calls
+    return options
+
+
+def check_tool_list(tools: list[dict], choice: str | dict) -> None:
+    """RequestError naming ``tools`` (or the tool's own field) for bad tools, then
+    ``tool_choice`` for a choice that names none of them."""
+    try:
+        check_tools(tools, "auto")
+    except LocalspecError as exc:
+        raise RequestError(str(exc), path_of(getattr(exc, "param", None)) or ("tools",), code="invalid_value") from None
+    if choice == "auto":
+        return
+    names_only = [{"type": "function", "function": {"name": t["function"]["name"]}} for t in tools]
+    try:
+        check_tools(names_only, choice)
+    except LocalspecError as exc:
+        raise RequestError(str(exc), ("tool_choice",), code="invalid_value") from None
+
+
+def prompt_tokens(target, messages, prefill: str | None, tools: list[dict] | None) -> list[int]:
+    """The prompt as the chat template renders it, plus the prefill's tokens.  Calls
+    llama.cpp (through the engine's own thread): never call it on the event loop."""
+    tokens = target.chat_tokens(normalise_messages(list(messages)), tools)
+    return tokens + (target.tokenize(prefill, add_special=False) if prefill else [])
+
+
+def start_generation(model, request: GenerationRequest, options: dict):
+    """Start ``request`` on ``model`` with ``options`` (:func:`model_options`): a streaming
+    :class:`~localspec.decoding.loop.Generation`.  Runs on the model's thread."""
+    if request.prompt is None and request.prefill is None:
+        return model.chat(list(request.messages), stream=True, **options)
+    if request.prompt is None:
+        tokens = prompt_tokens(model.target, request.messages, request.prefill, None)
+        return model.generate(tokens, stream=True, **options)
+    if request.suffix is None:
+        return model.generate(request.prompt, stream=True, **options)
+    return model.infill(request.prompt, request.suffix, extra=list(request.extra), stream=True, **options)

@@ -1,0 +1,271 @@
+"""The server's state and plumbing shared by every protocol: :class:`ServerConfig`,
+:class:`ServerState` (the model, its worker, the key and ``Host`` checks, reading a body,
+validating a :class:`~localspec.server.request.GenerationRequest` and answering it in a
+protocol's shape, whole or streamed)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from localspec.errors import LocalspecError
+from localspec.server.errors import APIError, from_localspec_error, from_validation_error
+from localspec.server.metrics import Metrics
+from localspec.server.request import GenerationRequest, Limits, model_options, start_generation
+from localspec.server.worker import DEFAULT_QUEUE, Job, ModelWorker
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+BODY_TIMEOUT_S = 60.0  # a body announced but never sent does not hold a connection forever
+_POLL_S = 0.1  # how often a waiting handler checks that its client is still there
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class ServerConfig:
+    """``model_name``: the id /v1/models lists and every response names.  ``api_key``:
+    None accepts any (or no) Bearer token.  ``max_tokens_limit``: the most tokens one
+    request may ask for (default: the context size).  ``defaults``: generation options
+    for fields a request leaves out (e.g. the CLI's --temp).  ``loopback_only``: the server
+    listens on a loopback address only; without an ``api_key``, a request must then name the
+    host as ``localhost`` or by IP address (:func:`host_allowed`)."""
+
+    model_name: str
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    queue_size: int = DEFAULT_QUEUE
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_tokens_limit: int | None = None
+    defaults: dict = field(default_factory=dict)
+    loopback_only: bool = False
+
+
+def host_allowed(host_header: str) -> bool:
+    """Whether a request's ``Host`` header may reach a key-less server on a loopback
+    address: ``localhost`` (or a ``*.localhost`` name), an IP address, or this machine's
+    own name.  Any other name means a web page whose domain was made to resolve to
+    127.0.0.1 (DNS rebinding, as in Ollama's CVE-2024-28224): its scripts would then read
+    the server's answers as their own origin's."""
+    name = (urlsplit("//" + host_header).hostname or "") if host_header else ""
+    if name in ("", "localhost") or name.endswith(".localhost") or name == socket.gethostname().lower():
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class ServerState:
+    """One served model: ``model`` (a :class:`~localspec.api.SpeculativeModel`), ``config``,
+    ``worker`` (its :class:`ModelWorker`), ``metrics``, ``tool_format`` (the chat template's
+    tool-call format, None: none) and ``fim_tokens``.  Every protocol's routes take it."""
+
+    def __init__(self, model, config: ServerConfig, worker: ModelWorker):
+        self.tool_format = getattr(model, "tool_format", None)  # read once, not per request
+        self.fim_tokens = model.target.fim_tokens() if hasattr(model, "target") else {}
+        self.model, self.config, self.worker = model, config, worker
+        self.created = int(time.time())
+        self.worker.metrics = self.metrics = Metrics(model, worker)
+
+    @property
+    def supports_tools(self) -> bool:
+        return self.tool_format is not None
+
+    def limits(self) -> Limits:
+        """What a request is checked against (read from ``config`` each time)."""
+        limit = self.config.max_tokens_limit or self.model.target.n_ctx
+        fim = "pre" in self.fim_tokens
+        return Limits(self.config.model_name, limit, self.supports_tools, fim, self.config.defaults)
+
+    def options(self, request: GenerationRequest) -> dict:
+        """:func:`~localspec.server.request.model_options` under this server's limits."""
+        return model_options(request, self.limits())
+
+    def call_format(self, options: dict):
+        """The tool-call format the answer's calls come in (None: a request without tools)."""
+        return self.tool_format if "tools" in options else None
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def check_key(self, request: Request) -> None:
+        """Bearer token (OpenAI's clients) or ``x-api-key`` (Anthropic's; either may carry
+        the key when both are sent); with no key on a loopback address, the ``Host``
+        header (:func:`host_allowed`).  APIError 401 / 403."""
+        if self.config.api_key is None:
+            self._check_host(request)
+            return
+        header = request.headers.get("authorization", "")
+        bearer = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        tokens = [t for t in (bearer, request.headers.get("x-api-key", "")) if t]
+        if not any([hmac.compare_digest(t.encode(), self.config.api_key.encode()) for t in tokens]):
+            raise APIError(
+                401,
+                "Incorrect API key provided" if tokens else "Missing API key (Authorization: Bearer ... or x-api-key)",
+                code="invalid_api_key",
+            )
+
+    def _check_host(self, request: Request) -> None:
+        host = request.headers.get("host", "")
+        if self.config.loopback_only and not host_allowed(host):
+            raise APIError(
+                403,
+                f"this server answers requests for localhost, not {host!r} (a web page could reach it by DNS "
+                "rebinding); behind a proxy, start it with --api-key or forward Host: localhost",
+                type="permission_error",
+                code="host_not_allowed",
+            )
+
+    async def read_body(self, request: Request, model_type: type[BaseModel]) -> BaseModel:
+        """The request's JSON body validated as ``model_type``; APIError (400 / 408 / 413)."""
+        limit = self.config.max_body_bytes
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > limit:
+            raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+        try:
+            body = await asyncio.wait_for(_read(request, limit), BODY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise APIError(
+                408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s", code="request_timeout"
+            ) from None
+        except ClientDisconnect:
+            raise APIError(
+                400, "the client disconnected while sending the request", code="client_disconnected"
+            ) from None
+        if not body.lstrip().startswith(b"{"):
+            raise APIError(400, "The request body must be a JSON object.", code="invalid_json")
+        try:
+            return model_type.model_validate_json(body)
+        except ValidationError as exc:
+            raise from_validation_error(exc) from None
+
+    async def handle(self, request: Request, handler, render=APIError.response) -> Response:
+        """``await handler(request)`` after the key check; an APIError (a RequestError too)
+        is answered by ``render(error)`` (a protocol's own error shape; OpenAI's by default)."""
+        try:
+            self.check_key(request)
+            return await handler(request)
+        except APIError as exc:
+            return render(exc)
+
+    def route(self, path: str, handler, methods=("POST",), render=APIError.response) -> Route:
+        """A route answering ``path`` with ``handler(request)`` through :meth:`handle`."""
+
+        async def endpoint(request: Request) -> Response:
+            return await self.handle(request, handler, render)
+
+        return Route(path, endpoint, methods=list(methods))
+
+    # --- answering --------------------------------------------------------------------------
+
+    async def run(
+        self, http: Request, request: GenerationRequest, options: dict, shape, on_start: Callable | None = None
+    ) -> Response:
+        """Queue ``request`` (with its :meth:`options`) and answer in ``shape``'s protocol: a
+        stream of its events when ``request.stream``, else its whole response.  ``shape``
+        gives ``stream_start()``, ``stream_events(events)``, ``stream_end(result,
+        include_usage)``, ``stream_error()`` (lists of SSE text) and ``whole(pieces,
+        result)`` (a JSON body).  ``on_start(generation)`` is called on the model's thread
+        once the prompt is rendered."""
+
+        def start(model):
+            generation = start_generation(model, request, options)
+            if on_start is not None:
+                on_start(generation)
+            return generation
+
+        job = Job(start, asyncio.get_running_loop(), logprobs=options.get("logprobs"))
+        self.worker.submit(job)
+        first = await _next(job, http)
+        if first is None:  # the client left while the request waited
+            self.worker.withdraw(job)
+            return Response(status_code=499)
+        _raise_for_start(first, request)
+        if request.stream:
+            return StreamingResponse(
+                self._sse(http, job, shape, request.include_usage),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        return await _whole(http, job, shape)
+
+    async def _sse(self, http: Request, job: Job, shape, include_usage: bool) -> AsyncIterator[str]:
+        try:
+            for text in shape.stream_start():
+                yield text
+            while True:
+                item = await _next(job, http)
+                if item is None or await http.is_disconnected():
+                    return
+                batch = [item]
+                while not job.events.empty() and batch[-1][0] == "event":  # one chunk per round, or so
+                    batch.append(job.events.get_nowait())
+                events = [v for k, v in batch if k == "event"]
+                for text in shape.stream_events(events) if events else ():
+                    yield text
+                end = batch[-1]
+                if end[0] in ("done", "error"):
+                    for text in shape.stream_end(end[1], include_usage) if end[0] == "done" else shape.stream_error():
+                        yield text
+                    return
+        finally:
+            job.cancel()  # the client left mid-stream (or the stream ended): stop within one round
+
+
+def _internal() -> APIError:
+    return APIError(500, "internal server error", type="server_error", retry=True)
+
+
+def _raise_for_start(first: tuple, request: GenerationRequest) -> None:
+    """The job's first item: an error before any token is the request's answer."""
+    kind, value = first
+    if kind == "error":
+        raise from_localspec_error(value, request.paths.prompt) if isinstance(value, LocalspecError) else _internal()
+    if kind == "skipped":
+        raise APIError(503, "the server is shutting down", type="server_error", retry=True)
+
+
+async def _whole(http: Request, job: Job, shape) -> Response:
+    pieces: list = []
+    while True:
+        item = await _next(job, http)
+        if item is None:
+            return Response(status_code=499)
+        kind, value = item
+        if kind == "event":
+            pieces.append(value)
+        elif kind == "done":
+            return JSONResponse(shape.whole(pieces, value))
+        elif kind == "error":
+            raise _internal()
+
+
+async def _read(request: Request, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _next(job: Job, request: Request):
+    """The job's next item, or None (and the job cancelled) once the client is gone."""
+    while True:
+        try:
+            return await asyncio.wait_for(job.events.get(), _POLL_S)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                job.cancel()
+                return None
