@@ -21,8 +21,11 @@ verification reads rows only up to the first mismatch.  Sources: llguidance's Py
 
 from __future__ import annotations
 
+import bisect
 import json
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,6 +84,48 @@ def response_format_grammar(response_format: Any) -> tuple[str | None, Any]:
     )
 
 
+@dataclass(frozen=True)
+class LazyTrigger:
+    """What wakes a lazy grammar: ``token`` (a special token that is the grammar's first,
+    ``<tool_call>``) and/or ``pattern``, a compiled regex over the UTF-8 bytes emitted so far
+    whose group ``start`` is where the grammar's text begins (e.g. a fenced JSON call's
+    opening, :func:`~localspec.decoding.tool_fallback.trigger_pattern`)."""
+
+    token: int | None = None
+    pattern: re.Pattern[bytes] | None = None
+
+
+class _Asleep:
+    """The tokens a dormant constraint has seen and their text, for its pattern."""
+
+    LOOK_BACK = 512  # bytes before the end where a match may start
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.ends: list[int] = []  # byte offset after each token
+        self.text = bytearray()
+        self.scan_from = 0  # a match must start here or later (after one that failed)
+
+    def add(self, tokens: Sequence[int], pieces: list[bytes]) -> None:
+        for token, piece in zip(tokens, pieces):
+            self.tokens.append(token)
+            self.text += piece
+            self.ends.append(len(self.text))
+
+    def match(self, pattern: re.Pattern[bytes], extra: bytes = b"") -> tuple[int, int] | None:
+        """(start of group ``start``, end) of the first match in the text and then
+        ``extra``, as byte offsets, or None.  Only the last LOOK_BACK bytes are searched; a
+        ``^`` matches only at the text's real start."""
+        base = max(self.scan_from, len(self.text) - self.LOOK_BACK)
+        lead = 1 if base > 0 else 0
+        m = pattern.search(bytes(self.text[base - lead :]) + extra, lead)
+        return None if m is None else (base - lead + m.start("start"), base - lead + m.end())
+
+    def token_at(self, offset: int) -> int:
+        """The index of the token whose bytes hold ``offset``."""
+        return bisect.bisect_right(self.ends, offset)
+
+
 class Constraint:
     """One generation's grammar state over a vocabulary of ``n_vocab`` tokens.
 
@@ -88,18 +133,24 @@ class Constraint:
     (the message carries llguidance's reason).  Not thread-safe: the loop's thread only.
     """
 
-    def __init__(self, matcher: Any, n_vocab: int, tokenizer: Any = None, trigger: int | None = None):
+    def __init__(self, matcher: Any, n_vocab: int, tokenizer: Any = None, trigger: int | LazyTrigger | None = None):
         self._matcher = matcher
         self._tokenizer = tokenizer
         self.n_vocab = n_vocab
         # A lazy grammar (tool calls with tool_choice "auto") sleeps until the model itself
-        # emits ``trigger`` (``<tool_call>``), the grammar's first token; drafts stop before it.
-        self.trigger = trigger
-        self.dormant = trigger is not None
-        self.consumed = 0  # tokens consumed since the start (the emitted text's length in tokens)
+        # emits ``trigger`` (``<tool_call>``, the grammar's first token) or text that matches
+        # the trigger's pattern; drafts stop before either.
+        lazy = trigger if isinstance(trigger, LazyTrigger) or trigger is None else LazyTrigger(token=trigger)
+        self.trigger = lazy.token if lazy is not None else None
+        self._pattern = lazy.pattern if lazy is not None else None
+        self.dormant = lazy is not None
+        self._asleep = _Asleep()  # the text emitted while dormant, for the pattern
+        self.consumed = 0  # tokens consumed since the grammar woke (the call's length in tokens)
 
     @classmethod
-    def compile(cls, tokenizer: Any, grammar: str, n_vocab: int, trigger: int | None = None) -> Constraint:
+    def compile(
+        cls, tokenizer: Any, grammar: str, n_vocab: int, trigger: int | LazyTrigger | None = None
+    ) -> Constraint:
         from llguidance import LLMatcher
 
         is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
@@ -115,7 +166,8 @@ class Constraint:
     def allowed(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens`` (from the current state on) the grammar allows."""
         if self.dormant:
-            return next((i for i, t in enumerate(tokens) if t == self.trigger), len(tokens))
+            n = next((i for i, t in enumerate(tokens) if t == self.trigger), len(tokens))
+            return self._before_pattern(tokens[:n]) if self._pattern is not None else n
         return self._matcher.validate_tokens(list(tokens)) if tokens else 0
 
     def forced(self, limit: int = 32) -> list[int]:
@@ -196,7 +248,46 @@ class Constraint:
         if self.dormant and self.trigger in emitted:
             self.dormant = False
             emitted = emitted[list(emitted).index(self.trigger) :]
+        elif self.dormant and self._pattern is not None:
+            self._wake_on_text(emitted)
+            return
         self.consumed += self.advance(emitted)
+
+    # --- the text trigger -------------------------------------------------------------
+
+    def _bytes(self, tokens: Sequence[int]) -> list[bytes]:
+        return [self._tokenizer.decode_bytes([t]) for t in tokens]
+
+    def _before_pattern(self, tokens: Sequence[int]) -> int:
+        """How many of ``tokens`` can follow the text so far before one completes a match
+        of the trigger's pattern (that token is left to the target: the mask applies from
+        the token after it)."""
+        extra = b""
+        for i, piece in enumerate(self._bytes(tokens)):
+            extra += piece
+            if self._asleep.match(self._pattern, extra) is not None:
+                return i
+        return len(tokens)
+
+    def _wake_on_text(self, emitted: Sequence[int]) -> None:
+        """Note ``emitted``; when the text now matches the pattern, wake: consume the tokens
+        from the one that holds the match's start (group ``start``) on.  The grammar's
+        first rule takes that token's text before the start; if it refuses them (a token
+        that joins the opening to text the grammar cannot take), it sleeps on, and the
+        pattern is looked for after this match."""
+        asleep = self._asleep
+        asleep.add(emitted, self._bytes(emitted))
+        found = asleep.match(self._pattern)
+        if found is None:
+            return
+        tokens = asleep.tokens[asleep.token_at(found[0]) :]
+        n = self._matcher.try_consume_tokens(tokens)
+        if n == len(tokens):
+            self.dormant = False
+            self.consumed += n
+            return
+        self.back(n)
+        asleep.scan_from = found[1]
 
     @property
     def accepting(self) -> bool:

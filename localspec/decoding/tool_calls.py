@@ -22,29 +22,33 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from localspec.decoding.grammar import json_schema_grammar
+from localspec.decoding.grammar import LazyTrigger, json_schema_grammar
+from localspec.decoding.tool_fallback import fallback_calls, fallback_rules, opening, text_around, trigger_pattern
 from localspec.errors import InvalidOptionError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
 
 
 @dataclass(frozen=True)
 class ToolFormat:
     """A model's tool-call format: ``name`` ("hermes" or "llama3-json"), the key that holds
-    a call's arguments, whether one answer may hold several calls, and for Hermes the token
-    ids of ``<tool_call>`` / ``</tool_call>``."""
+    a call's arguments, whether one answer may hold several calls, for Hermes the token
+    ids of ``<tool_call>`` / ``</tool_call>``, and ``tools``: the names a request declared
+    (:func:`tool_request` sets them; empty: the model's format alone, and only calls in
+    its own form are parsed)."""
 
     name: str
     arguments_key: str = "arguments"
     parallel: bool = True
     open_token: int | None = None
     close_token: int | None = None
+    tools: tuple[str, ...] = ()
 
     @property
     def lazy_trigger(self) -> int | None:
@@ -84,10 +88,7 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
         if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
             raise InvalidOptionError(f"each tool needs type 'function' and function.name, got {tool!r}")
         _check_parameters(len(names), function)
-        if not _NAME.fullmatch(function["name"]):
-            raise InvalidOptionError(
-                f"tool name {function['name']!r} must be 1-64 letters, digits, '_' or '-' (as OpenAI's API requires)"
-            )
+        _check_name(function["name"])
         names.append(function["name"])
     if len(set(names)) != len(names):
         raise InvalidOptionError(f"tool names must be unique, got {names}")
@@ -104,14 +105,25 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
     return list(tools), tool_choice
 
 
+def _check_name(name: str) -> None:
+    """Any name a chat template can carry and the grammar can force (dots, slashes, any
+    script: llama-server and Ollama take them, MCP and namespaced tools use them); only
+    control characters are refused (the name is checked non-empty before)."""
+    bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise InvalidOptionError(f"tool name {name!r} has a control character ({bad!r})")
+
+
 @dataclass(frozen=True)
 class ToolRequest:
-    """One request's tools: those to render, the call grammar, its lazy trigger token (None:
-    active from the first token) and the format the calls come back in."""
+    """One request's tools: those to render, the call grammar, what wakes it (None: active
+    from the first token; a :class:`~localspec.decoding.grammar.LazyTrigger` with tool_choice
+    "auto": ``<tool_call>`` or a fallback call's opening) and the format the calls come back
+    in (its ``tools``: the declared names)."""
 
     tools: list[dict]
     grammar: str
-    trigger: int | None
+    trigger: LazyTrigger | None
     format: ToolFormat
 
 
@@ -135,8 +147,17 @@ def tool_request(options: dict, get_format, model_name: str) -> ToolRequest | No
             f"{model_name}'s chat template has no tool-call format localspec knows (supported: "
             "<tool_call> JSON calls as Qwen2.5 and Qwen3 write them, and Llama 3.x JSON calls)"
         )
+    fmt = replace(fmt, tools=tuple(t["function"]["name"] for t in tools))
     grammar = call_grammar(fmt, tools, choice, parallel=bool(parallel))
-    return ToolRequest(tools, grammar, fmt.lazy_trigger if choice == "auto" else None, fmt)
+    return ToolRequest(tools, grammar, _trigger(fmt) if choice == "auto" else None, fmt)
+
+
+def _trigger(fmt: ToolFormat) -> LazyTrigger | None:
+    """Under "auto": Hermes wakes on ``<tool_call>`` or a fallback call's opening; Llama 3.x's
+    grammar is active from the first token."""
+    if fmt.lazy_trigger is None:
+        return None
+    return LazyTrigger(token=fmt.lazy_trigger, pattern=trigger_pattern(fmt.tools) if fmt.tools else None)
 
 
 def _check_parameters(index: int, function: dict) -> None:
@@ -156,7 +177,9 @@ def _check_parameters(index: int, function: dict) -> None:
 def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool) -> str:
     """An llguidance Lark grammar for the answer: one call (or, with ``parallel``, a format
     that allows it and no named function, one or more) to the allowed functions, in
-    ``fmt``; with tool_choice "auto" in the Llama 3.x format, a call or prose."""
+    ``fmt``; with tool_choice "auto" in the Llama 3.x format, a call or prose; with "auto"
+    in the Hermes format, calls or one fallback call (:func:`fallback_rules`), which the
+    lazy trigger wakes at its opening."""
     chosen = [
         t["function"]
         for t in tools
@@ -183,16 +206,41 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool
         )
         return "%llguidance {}\n" + start + payload
     repeat = ' ("\\n" call)*' if parallel and fmt.parallel and not isinstance(tool_choice, dict) else ""
+    calls = f'call{repeat} "\\n"?'
+    fallback = ""
+    if tool_choice == "auto":
+        calls, fallback = (
+            f"calls | fallback\ncalls: {calls}",
+            fallback_rules({f["name"]: f.get("parameters") or {"type": "object"} for f in chosen}),
+        )
     return (
-        f'%llguidance {{}}\nstart: call{repeat} "\\n"?\n'
-        f'call: <[{fmt.open_token}]> "\\n" payload "\\n" <[{fmt.close_token}]>\n' + payload
+        f"%llguidance {{}}\nstart: {calls}\n"
+        f'call: <[{fmt.open_token}]> "\\n" payload "\\n" <[{fmt.close_token}]>\n' + payload + fallback
     )
 
 
-def split_tool_calls(text: str, fmt: ToolFormat | None = None) -> tuple[str, list[dict]]:
-    """(the answer's text before its first call, the calls in OpenAI's shape: ``{"id",
-    "type": "function", "function": {"name", "arguments": JSON text}}``) for ``fmt``
-    (Hermes when None).  A call that is not complete JSON (cut by max_tokens) is left out."""
+def split_tool_calls(
+    text: str, fmt: ToolFormat | None = None, names: Iterable[str] | None = None
+) -> tuple[str, list[dict]]:
+    """(the answer's content, its calls in OpenAI's shape: ``{"id", "type": "function",
+    "function": {"name", "arguments": JSON text}}``) for ``fmt`` (Hermes when None).  Calls
+    in the format's own form come first: the content is then the text before the first.
+    Without them, calls to one of ``names`` (default ``fmt.tools``; none: this step is
+    skipped) written as fenced or bare JSON objects (:func:`~localspec.decoding.
+    tool_fallback.fallback_calls`); the content is then the prose around them.  A call that
+    is not complete JSON (cut by max_tokens) is left out."""
+    content, calls = _own_form(text, fmt)
+    names = tuple(fmt.tools if names is None and fmt is not None else names or ())
+    if calls or not names:
+        return content, calls
+    spans = fallback_calls(text, names)
+    if not spans:
+        return text, []
+    found = [_openai_shape(c["name"], c["arguments"]) for _, _, group in spans for c in group]
+    return text_around(text, spans), found
+
+
+def _own_form(text: str, fmt: ToolFormat | None) -> tuple[str, list[dict]]:
     if fmt is not None and fmt.open_token is None:
         call = _openai_call(text.strip(), fmt.arguments_key) if text.lstrip().startswith("{") else None
         return ("", [call]) if call else (text, [])
@@ -203,13 +251,25 @@ def split_tool_calls(text: str, fmt: ToolFormat | None = None) -> tuple[str, lis
     return text[:start].rstrip(), [c for c in calls if c]
 
 
-def visible_content(text: str, fmt: ToolFormat) -> str:
+def visible_content(text: str, fmt: ToolFormat, names: Iterable[str] | None = None) -> str:
     """The part of an answer that is content, not a (possibly unfinished) call: for Hermes
-    the text before ``<tool_call>``; for Llama 3.x nothing when the answer opens a call."""
+    the text before ``<tool_call>``; for Llama 3.x nothing when the answer opens a call;
+    then, with ``names`` (default ``fmt.tools``), the prose around fallback calls, or the
+    text before a fallback call's opening that never closed."""
     if fmt.open_token is None:
-        return "" if text.lstrip().startswith("{") else text
-    start = text.find(OPEN)
-    return text if start < 0 else text[:start].rstrip()
+        if text.lstrip().startswith("{"):
+            return ""
+    else:
+        start = text.find(OPEN)
+        text = text if start < 0 else text[:start].rstrip()
+    names = tuple(fmt.tools if names is None else names)
+    if not names:
+        return text
+    spans = fallback_calls(text, names)
+    if spans:
+        return text_around(text, spans)
+    cut = opening(text, names)
+    return text if cut < 0 else text[:cut].rstrip()
 
 
 def _openai_call(body_text: str, arguments_key: str) -> dict | None:
@@ -219,10 +279,14 @@ def _openai_call(body_text: str, arguments_key: str) -> dict | None:
         return None
     if not isinstance(body, dict) or not isinstance(body.get("name"), str):
         return None
+    return _openai_shape(body["name"], body.get(arguments_key, {}))
+
+
+def _openai_shape(name: str, arguments) -> dict:
     return {
         "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",
-        "function": {"name": body["name"], "arguments": json.dumps(body.get(arguments_key, {}))},
+        "function": {"name": name, "arguments": json.dumps(arguments)},
     }
 
 

@@ -1,0 +1,155 @@
+"""Tool calls the way small models write them besides their template's own form: a JSON
+object ``{"name": <a declared tool>, "arguments": {...}}`` (or ``"parameters"``), fenced
+(```` ```json ```` or ```` ``` ````) or bare, in the answer's text.
+
+A 1.5B Qwen2.5-Coder under tool_choice "auto" often writes the right call this way instead
+of ``<tool_call>`` (design.md section 14).  Three pieces:
+
+- :func:`fallback_calls` finds such calls in a finished answer; an object whose name is not
+  a declared tool, with other keys (a copy of a tool's schema has ``description``) or that
+  is not valid JSON stays text;
+- :func:`trigger_pattern` is the opening of one (a line that starts ```` ```json ```` then
+  ``{"name": "NAME"`` or ``{"name": "NAME"`` itself, NAME declared), which wakes the lazy
+  call grammar (:class:`~localspec.decoding.grammar.LazyTrigger`);
+- :func:`fallback_rules` is that grammar's text part (llguidance Lark): from the opening on,
+  the call's arguments follow the tool's schema and the object and fence are closed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+ARGUMENT_KEYS = ("arguments", "parameters")
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)\n?[ \t]*```", re.S)
+_OBJECT = re.compile(r'\{\s*"name"\s*:')
+# where a fallback call opens: at a line's start, an optional fence line, then the object's
+# head up to the closing quote of a declared name (group "start": the fence or the brace)
+_OPENING = r'(?:^|\n)[ \t]*(?P<start>(?:```[A-Za-z]*[ \t]*\n[ \t]*)?\{[ \t\n]*"name"[ \t\n]*:[ \t\n]*"(?:%s)")'
+
+
+def fallback_calls(text: str, names: Iterable[str]) -> list[tuple[int, int, list[dict]]]:
+    """``(start, end, calls)`` for each fenced block or bare object of ``text`` that is a
+    call (or, fenced, a JSON array of calls) to one of ``names``, in order and not
+    overlapping; each call ``{"name": str, "arguments": dict}``."""
+    names = set(names)
+    found = []
+    for m in _FENCE.finditer(text):
+        calls = _calls_in(m.group(1), names)
+        if calls:
+            found.append((m.start(), m.end(), calls))
+    decoder = json.JSONDecoder()
+    for m in _OBJECT.finditer(text):
+        if any(s <= m.start() < e for s, e, _ in found):
+            continue
+        try:
+            body, end = decoder.raw_decode(text, m.start())
+        except ValueError:
+            continue
+        call = _call(body, names)
+        if call is not None:
+            found.append((m.start(), end, [call]))
+    return sorted(found, key=lambda f: f[0])
+
+
+def text_around(text: str, spans: list[tuple[int, int, list[dict]]]) -> str:
+    """``text`` without ``spans`` (from :func:`fallback_calls`): the prose before, between
+    and after the calls, each piece stripped, joined by blank lines."""
+    pieces, at = [], 0
+    for start, end, _ in spans:
+        pieces.append(text[at:start])
+        at = end
+    pieces.append(text[at:])
+    return "\n\n".join(p.strip() for p in pieces if p.strip())
+
+
+def _calls_in(body_text: str, names: set[str]) -> list[dict]:
+    try:
+        body = json.loads(body_text)
+    except ValueError:
+        return []
+    calls = [_call(b, names) for b in (body if isinstance(body, list) else [body])]
+    return calls if calls and None not in calls else []
+
+
+def _call(body, names: set[str]) -> dict | None:
+    """``{"name", "arguments": dict}`` from a fallback object, else None."""
+    if not isinstance(body, dict) or body.get("name") not in names or len(body) != 2:
+        return None
+    key = next((k for k in ARGUMENT_KEYS if k in body), None)
+    arguments = body.get(key)
+    if isinstance(arguments, str):  # some models write the arguments as JSON text
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    return {"name": body["name"], "arguments": arguments} if isinstance(arguments, dict) else None
+
+
+def _quoted(name: str) -> str:
+    """``name`` as it stands between the quotes of a JSON string."""
+    return json.dumps(name, ensure_ascii=False)[1:-1]
+
+
+def trigger_pattern(names: Iterable[str]) -> re.Pattern[bytes]:
+    """The opening of a fallback call to one of ``names``, over the answer's UTF-8 bytes;
+    group ``start`` is where the call's text (and its grammar) begins."""
+    alternatives = "|".join(re.escape(_quoted(n)) for n in sorted(names, key=len, reverse=True))
+    return re.compile((_OPENING % alternatives).encode())
+
+
+def opening(text: str, names: Iterable[str]) -> int:
+    """Where the first fallback-call opening of ``text`` starts (-1: none)."""
+    m = trigger_pattern(names).search(text.encode())
+    return -1 if m is None else len(text.encode()[: m.start("start")].decode(errors="ignore"))
+
+
+def fallback_rules(schemas: dict[str, dict]) -> str:
+    """llguidance Lark rules of a fallback call, rule ``fallback``: ``LEAD`` (the end of
+    the token that holds the opening, before it), an optional fence, then ``{"name":
+    "NAME", "arguments": ARGS}`` with ARGS under ``schemas[NAME]`` (a JSON Schema), in
+    the whitespace the model chooses (a little at a time), the object and the fence closed.
+    Names are quoted as JSON strings by llguidance's ``%json`` (``const``), so any name is
+    safe in the grammar."""
+    # the model's own layout (small models indent these objects), with bounded whitespace
+    layout = {"whitespace_flexible": True, "whitespace_pattern": "[ \\t\\n]{0,24}"}
+    lines = [
+        "fallback: LEAD? (FENCE fb_call FENCE_END | fb_call)",
+        "LEAD: /[^`{]+/",
+        "FENCE: /```[A-Za-z]*[ \\t]*\\n[ \\t]*/",
+        "FENCE_END: /[ \\t\\n]{0,8}```\\n?/",
+        'FB_HEAD: /\\{[ \\t\\n]*"name"[ \\t\\n]*:[ \\t\\n]*/',
+        'FB_SEP: /,[ \\t\\n]{0,16}"(arguments|parameters)"[ \\t\\n]{0,4}:[ \\t]{0,4}/',
+        "FB_CLOSE: /[ \\t\\n]{0,16}\\}/",
+        "fb_call: " + " | ".join(f"fb_{i}" for i in range(len(schemas))),
+    ]
+    for i, (name, schema) in enumerate(schemas.items()):
+        args = {**(schema or {"type": "object"}), "x-guidance": layout}
+        lines += [
+            f"fb_{i}: FB_HEAD fb_name_{i} FB_SEP fb_args_{i} FB_CLOSE",
+            f"fb_name_{i}: %json {json.dumps({'const': name})}",
+            f"fb_args_{i}: %json {json.dumps(args)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def undecided_from(text: str, names: Iterable[str]) -> int:
+    """Where the part of a streamed ``text`` begins that may still turn out to be a fallback
+    call to one of ``names`` (``len(text)``: none), for a stream to hold back: an opened call
+    not closed yet, or a last line that may open one (it starts with ```` ``` ```` or ``{``,
+    or it is empty after a fence line)."""
+    names = tuple(names)
+    pattern = re.compile(trigger_pattern(names).pattern.decode())
+    closed = {start: end for start, end, _ in fallback_calls(text, names)}
+    at = 0
+    while (m := pattern.search(text, at)) is not None:
+        if m.start("start") not in closed:
+            return m.start("start")
+        at = closed[m.start("start")]
+    line = text.rfind("\n") + 1
+    last = text[line:].lstrip(" \t")
+    before = text.rfind("\n", 0, max(line - 1, 0)) + 1
+    if line and last[:1] in ("", "{") and text[before : line - 1].strip().startswith("```"):
+        return before  # a fence line, then the object's start (or nothing yet)
+    return line if last.startswith(("`", "{")) else len(text)
