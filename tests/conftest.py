@@ -33,9 +33,9 @@ def drafting_always_pays(monkeypatch):
     and drafting costs nothing, so every draft with a chance of acceptance is verified.
     For exactness tests, whose drafts must go through the acceptance rule whatever this
     machine's measured costs say (the synthetic models' 1-in-6 guesses never pay on a CPU)."""
-    from localspec.decoding.policy import AdaptivePolicy
+    from localspec.decoding.policy import RoundPricing
 
-    monkeypatch.setattr(AdaptivePolicy, "_round_rate", lambda self, expected, extra_s, k: self._others[1] + expected)
+    monkeypatch.setattr(RoundPricing, "rate", lambda self, expected, extra_s, k: self.sequences + expected)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from localspec.decoding.calibration import Calibration
 from localspec.decoding.drafters import Draft, GrammarDrafter, PromptLookupDrafter, SuffixDrafter
 from localspec.decoding.drafters.grammar import chained
 from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.stats import GenerationStats, TokenSource
 
@@ -66,35 +67,36 @@ def _policy():
     grammar, lookup = GrammarDrafter(), PromptLookupDrafter()
     policy = AdaptivePolicy([grammar, lookup], max_k={id(grammar): 16, id(lookup): 16})
     for _ in range(30):  # the lookup's half-sure copies fail; the grammar's tokens hold
-        policy.observe(lookup, 2, 0, 1e-5, 0.04, 3, [0.5, 0.5], [1])
-        policy.observe(grammar, 2, 2, 1e-5, 0.04, 3, [1.0, 1.0], [1, 2, 3])
+        copy, keys = Draft([8, 9], confidence=[0.5, 0.5]), Draft([1, 2], confidence=[1.0, 1.0])
+        policy.observe(RoundOutcome(0.04, 3, lookup, copy, n_accepted=0, draft_s=1e-5, emitted=(1,)))
+        policy.observe(RoundOutcome(0.04, 3, grammar, keys, n_accepted=2, draft_s=1e-5, emitted=(1, 2, 3)))
     return policy, grammar, lookup
 
 
 def test_forced_tokens_in_another_drafters_draft_are_priced_and_learnt_as_the_grammars():
     policy, grammar, lookup = _policy()
     draft = Draft([1, 2, 3], confidence=[1.0, 0.5, 1.0], forced=[True, False, True])
-    sure, doubtful, after = policy._accept_chances(lookup, draft, 3)
+    sure, doubtful, after = policy.accept_chances(lookup, draft, 3)
     assert sure > 0.9 and doubtful < 0.2 and after > 0.9
-    before_grammar = policy._calibrations[id(grammar)](1.0)
-    before_lookup = policy._calibrations[id(lookup)](0.5)
+    before_grammar = policy.confidence_calibration(grammar)(1.0)
+    before_lookup = policy.confidence_calibration(lookup)(0.5)
     for _ in range(5):  # the forced tokens held, the lookup's copy was refused
-        policy.observe(lookup, 3, 1, 1e-5, 0.05, 4, draft.confidence, [1, 7], None, draft.forced)
-    assert policy._calibrations[id(grammar)](1.0) >= before_grammar
-    assert policy._calibrations[id(lookup)](0.5) < before_lookup
-    assert policy._calibrations[id(lookup)](1.0) == 0.95  # the lookup's own cell for 1.0 saw nothing
+        policy.observe(RoundOutcome(0.05, 4, lookup, draft, n_accepted=1, draft_s=1e-5, emitted=(1, 7)))
+    assert policy.confidence_calibration(grammar)(1.0) >= before_grammar
+    assert policy.confidence_calibration(lookup)(0.5) < before_lookup
+    assert policy.confidence_calibration(lookup)(1.0) == 0.95  # the lookup's own cell for 1.0 saw nothing
 
 
 def test_forced_tokens_verified_in_a_chained_draft_are_learnt_once():
     grammar, lookup = GrammarDrafter(), PromptLookupDrafter()
     policy = AdaptivePolicy([grammar, lookup], max_k={id(grammar): 16, id(lookup): 16})
     chain = Draft([1, 2, 3], confidence=[1.0, 0.5, 1.0], forced=[True, False, True])
-    policy._proposals = {id(grammar): Draft([1], confidence=[1.0]), id(lookup): chain}  # as plan() leaves them
-    policy.observe(lookup, 3, 3, 1e-5, 0.05, 4, chain.confidence, [1, 2, 3, 4], None, chain.forced)
+    policy.plan(16, {id(grammar): Draft([1], confidence=[1.0]), id(lookup): chain})  # the round's free drafts
+    policy.observe(RoundOutcome(0.05, 4, lookup, chain, n_accepted=3, draft_s=1e-5, emitted=(1, 2, 3, 4)))
     once = Calibration()
     once.observe([1.0, 1.0], 2)  # the chain's two forced tokens; the grammar's own [1] is the same token
-    assert policy._calibrations[id(grammar)].reached == once.reached
-    assert policy._calibrations[id(grammar)].accepted == once.accepted
+    assert policy.confidence_calibration(grammar).reached == once.reached
+    assert policy.confidence_calibration(grammar).accepted == once.accepted
 
 
 def test_the_statistics_count_forced_tokens_as_the_grammars():

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from localspec.decoding.drafters import Draft, PromptLookupDrafter
-from localspec.decoding.policy import AdaptivePolicy, FixedPolicy, expected_tokens
+from localspec.decoding.drafters import Draft, Drafter, PromptLookupDrafter
+from localspec.decoding.policy import AdaptivePolicy, FixedPolicy, Policy, expected_tokens
+from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -88,7 +89,7 @@ def test_expected_tokens_formula():
     assert expected_tokens(0.9, 3) == pytest.approx(1 + 0.9 + 0.81 + 0.729)
 
 
-class FakeDrafter:
+class FakeDrafter(Drafter):
     def __init__(self, name, prior):
         self.name, self.prior_acceptance = name, prior
 
@@ -97,8 +98,11 @@ def teach(policy, drafter, *, alpha, k, draft_s_per_token, verify_s, rounds=60):
     """Feed rounds with the given acceptance pattern and costs (verify_s: batch -> s)."""
     for i in range(rounds):
         n_acc = k if (i % 10) < alpha * 10 else 0
-        policy.observe(drafter, k, n_acc, draft_s_per_token * k, verify_s(k + 1), k + 1)
-        policy.observe(None, 0, 0, 0.0, verify_s(1), 1)
+        draft = Draft([0] * k)
+        policy.observe(
+            RoundOutcome(verify_s(k + 1), k + 1, drafter, draft, n_accepted=n_acc, draft_s=draft_s_per_token * k)
+        )
+        policy.observe(RoundOutcome(verify_s=verify_s(1), verify_batch=1))
 
 
 def cpu_like(batch):  # a batch of b costs 30 ms + 10 ms per extra token
@@ -156,13 +160,30 @@ def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
         drafter, k = policy.plan(8)
         plans.append(drafter)
         if drafter is None:
-            policy.observe(None, 0, 0, 0.0, cpu_like(1), 1)
+            policy.observe(RoundOutcome(verify_s=cpu_like(1), verify_batch=1))
         else:
-            policy.observe(d, k, 1 if i % 5 < 2 else 0, 0.010 * k, cpu_like(k + 1), k + 1)
+            n_accepted = 1 if i % 5 < 2 else 0
+            policy.observe(RoundOutcome(cpu_like(k + 1), k + 1, d, Draft([0] * k), n_accepted, draft_s=0.010 * k))
     assert plans[0] is d  # the stalled c(1) has it drafting
     assert None not in plans[:_PLAIN_PROBE_EVERY]
     assert plans[-10:] == [None] * 10  # measured again, plain wins and stays
     assert policy.verify_cost(1) < 0.036
+
+
+def test_both_policies_are_what_the_loop_asks_for():
+    d = FakeDrafter("draft-model", 0.7)
+    assert isinstance(FixedPolicy(d, 4), Policy) and isinstance(AdaptivePolicy([d]), Policy)
+    FixedPolicy(d, 4).observe(RoundOutcome(verify_s=0.03, verify_batch=1))
+
+
+def test_a_round_outcome_counts_what_a_grammar_forced():
+    d, grammar = FakeDrafter("suffix", 0.5), FakeDrafter("grammar", 0.95)
+    grammar.forces = True
+    chained = Draft([1, 2, 3], forced=[True, False, True])
+    assert RoundOutcome(0.05, 4, d, chained, n_accepted=1).n_forced == 2
+    assert RoundOutcome(0.05, 3, grammar, Draft([1, 2]), n_accepted=2).n_forced == 2
+    assert RoundOutcome(0.05, 3, d, Draft([1, 2]), n_accepted=2).n_forced == 0
+    assert RoundOutcome(verify_s=0.03, verify_batch=1).n_drafted == 0
 
 
 def test_fixed_policy():
@@ -221,7 +242,7 @@ def test_calibration_keeps_the_faster_of_two_runs_so_one_stall_is_not_taken_for_
     for stall_at in range(1, 13):  # a stall on any one of the 12 calibration decodes
         target = ClockedEngine(cpu_like, stall_at=stall_at, stall_s=0.5)
         policy = AdaptivePolicy([d], max_k={id(d): 16})
-        policy.calibrate(target, {})
+        policy.measure_costs(target, {})
         assert target.cache_tokens == [1, 2, 3]  # trimmed back each time
         assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
             {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)}
@@ -235,7 +256,7 @@ def test_calibration_of_a_draft_model_keeps_the_faster_run_too():
     for stall_at in range(1, 5):  # its two 1-token decodes, then its two 17-token ones
         draft = ClockedEngine(lambda b: 0.003 * b, stall_at=stall_at, stall_s=0.5)
         policy = AdaptivePolicy([d], max_k={id(d): 8})
-        policy.calibrate(ClockedEngine(cpu_like), {id(d): draft})
+        policy.measure_costs(ClockedEngine(cpu_like), {id(d): draft})
         assert policy.draft_costs[id(d)].value == pytest.approx(0.003)
         assert policy.prefill_costs[id(d)] == pytest.approx(0.003)
 
@@ -246,11 +267,11 @@ def test_calibration_drops_readings_that_are_not_times():
     d = FakeDrafter("prompt-lookup", 0.3)
     for stall_at in range(1, 13):
         policy = AdaptivePolicy([d], max_k={id(d): 16})
-        policy.calibrate(ClockedEngine(cpu_like, stall_at=stall_at, stall_s=-1.0), {})
+        policy.measure_costs(ClockedEngine(cpu_like, stall_at=stall_at, stall_s=-1.0), {})
         assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
             {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)}
         )
     for broken in (float("nan"), float("inf")):
         policy = AdaptivePolicy([d], max_k={id(d): 16})
-        policy.calibrate(ClockedEngine(lambda b: broken), {})
-        assert not policy.calibrated and policy.verify_cost(4) == pytest.approx(0.03 * 1.3)  # the prior
+        policy.measure_costs(ClockedEngine(lambda b: broken), {})
+        assert not policy.costs_measured and policy.verify_cost(4) == pytest.approx(0.03 * 1.3)  # the prior

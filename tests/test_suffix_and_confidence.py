@@ -3,9 +3,10 @@
 import pytest
 
 from localspec.decoding.calibration import Calibration, CostAverage
-from localspec.decoding.drafters import Draft, SuffixDrafter
+from localspec.decoding.drafters import Draft, Drafter, SuffixDrafter
 from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
 from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -122,7 +123,10 @@ def test_calibration_tells_a_long_match_from_a_short_one_at_the_same_confidence(
     """A continuation seen once gets the estimate 1/2 however long the match behind it:
     after 2 tokens of prose it is mostly wrong, after 16 tokens of code mostly right.
     Calibrated per depth, the two stop looking alike."""
-    cal = Calibration()
+    d = Free()
+    policy = policy_for([d], lambda b: 0.030 + 0.010 * (b - 1))
+    cal = policy.confidence_calibration(d)
+    assert vars(cal) == vars(Calibration())  # verify costs alone teach it nothing
     for _ in range(200):
         cal.observe([0.5, 0.5], 0, depth=[2, 3])  # short match: rejected at once
         cal.observe([0.5] * 4, 4, depth=[16, 17, 18, 19])  # long match: all kept
@@ -130,20 +134,17 @@ def test_calibration_tells_a_long_match_from_a_short_one_at_the_same_confidence(
     assert cal(0.5, 16) > 0.9 and cal(0.5, 40) > 0.9
     assert cal(0.5, 5) == pytest.approx(0.55)  # depths 4..7 were never seen: the bin's prior
     assert cal(0.5) == cal(0.5, 2)  # no depth: the first group
-    d = Free()
-    policy = policy_for([d], lambda b: 0.030 + 0.010 * (b - 1))
-    policy._calibrations[id(d)] = cal
     short = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[2, 3, 4, 5])
     long = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[16, 17, 18, 19])
     assert policy.plan(8, {id(d): short}) == (None, 0)
     assert policy.plan(8, {id(d): long}) == (d, 4)
 
 
-class Free:
+class Free(Drafter):
     name, prior_acceptance, free, prior_cost_s = "suffix", 0.5, True, 3e-5
 
 
-class Model:
+class Model(Drafter):
     name, prior_acceptance, free = "draft-model", 0.7, False
 
     def __init__(self, lag=0):
@@ -157,7 +158,7 @@ def policy_for(drafters, verify):
     policy = AdaptivePolicy(drafters, max_k={id(d): 16 for d in drafters})
     for b in range(1, 18):
         for _ in range(3):
-            policy.observe(None, 0, 0, 0.0, verify(b), b)
+            policy.observe(RoundOutcome(verify_s=verify(b), verify_batch=b))
     return policy
 
 
@@ -187,7 +188,7 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     d = Free()
     policy = policy_for([d], flat)
     for b in (2, 3, 5, 9, 17):
-        policy.observe(None, 0, 0, 0.0, 100 * flat(b), b)
+        policy.observe(RoundOutcome(verify_s=100 * flat(b), verify_batch=b))
     assert all(policy.verify_cost(b) <= 1.25 * b * policy.verify_cost(1) for b in range(2, 18))
     assert policy.verify_cost(17) < 4 * flat(17)
     sure = Draft(list(range(16)), confidence=[0.99] * 16)
@@ -196,7 +197,8 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     model = Model()
     slow_start = policy_for([model], flat)
     cost = slow_start.draft_costs[id(model)] = CostAverage(0.003, weight=1.0)
-    slow_start.observe(model, 4, 4, 4 * 0.3, flat(5), 5)  # a draft step stalled 100 times over
+    stalled_step = RoundOutcome(flat(5), 5, model, Draft([0] * 4), n_accepted=4, draft_s=4 * 0.3)
+    slow_start.observe(stalled_step)  # a draft step stalled 100 times over
     assert cost.value <= 3 * 0.003  # the draft model's cost is no more locked out than the target's
     stalled = AdaptivePolicy([d], verify_costs={1: CostAverage(0.03, 1.0), 5: CostAverage(3.0, 1.0)})
     assert stalled.verify_cost(5) == pytest.approx(1.25 * 5 * 0.03)  # the bound, however it got there
@@ -216,7 +218,8 @@ def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
         policy = policy_for([m], cheap)
         policy.draft_costs[id(m)].value = 0.003
         policy.prefill_costs[id(m)] = 0.002
-        policy._models[id(m)].successes, policy._models[id(m)].trials = 8.0, 10.0
+        acceptance = policy.acceptance(m)
+        acceptance.successes, acceptance.trials = 8.0, 10.0
         chosen = policy.plan(12, {}, n_context=3100)
         assert (chosen[0] is m) == (m is fresh), chosen  # 3000 tokens of prefill do not pay for 12
 
@@ -229,7 +232,8 @@ def test_a_draft_models_catch_up_is_charged_over_the_tokens_left():
     policy.draft_costs[id(m)].value = 0.003
     policy.prefill_costs[id(m)] = 0.002
     policy.new_generation()
-    policy._models[id(m)].successes, policy._models[id(m)].trials = 8.0, 10.0
+    acceptance = policy.acceptance(m)
+    acceptance.successes, acceptance.trials = 8.0, 10.0
     assert policy.plan(400, {}, n_context=364)[0] is m
     assert policy.plan(10, {}, n_context=364) == (None, 0)
 
@@ -316,7 +320,8 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
     and the policy switches to the suffix drafts, without ever having verified one."""
     free, model = Free(), Model()
     policy = policy_for([free, model], flat)
-    policy._models[id(model)].successes, policy._models[id(model)].trials = 9.0, 10.0  # the model looks good
+    acceptance = policy.acceptance(model)
+    acceptance.successes, acceptance.trials = 9.0, 10.0  # the model looks good
     policy.draft_costs[id(model)] = CostAverage(0.001, weight=1.0)  # and is cheap
     answer = list(range(100, 200))
     picks = []
@@ -325,16 +330,20 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
         drafter, k = policy.plan(16, {id(free): suffix_draft}, 50 + j)
         picks.append(drafter.name if drafter else "plain")
         if drafter is model:  # it drafts 4, the target keeps 2 and corrects the 3rd
-            policy.observe(model, 4, 2, 0.004, flat(5), 5, None, answer[j : j + 3])
+            drafted = Draft(answer[j : j + 2] + [0, 0])
+            policy.observe(RoundOutcome(flat(5), 5, model, drafted, 2, draft_s=0.004, emitted=tuple(answer[j : j + 3])))
         else:
-            policy.observe(free, k, k, 0.0, flat(k + 1), k + 1, [0.3] * k, answer[j : j + k + 1])
+            emitted = tuple(answer[j : j + k + 1])
+            policy.observe(RoundOutcome(flat(k + 1), k + 1, free, suffix_draft.truncated(k), k, emitted=emitted))
     assert picks[0] == "draft-model" and picks[-1] == "suffix"
-    assert policy._calibrations[id(free)](0.3) > 0.8
+    assert policy.confidence_calibration(free)(0.3) > 0.8
     wrong = Draft([1, 2, 3], confidence=[0.3] * 3)
-    before = policy._calibrations[id(free)](0.3)
+    before = policy.confidence_calibration(free)(0.3)
     policy.plan(16, {id(free): wrong}, 200)
-    policy.observe(model, 4, 4, 0.0, flat(5), 5, None, answer[:5])  # the unverified draft was wrong at once
-    assert policy._calibrations[id(free)](0.3) < before
+    policy.observe(
+        RoundOutcome(flat(5), 5, model, Draft(answer[:4]), 4, emitted=tuple(answer[:5]))
+    )  # the unverified draft was wrong at once
+    assert policy.confidence_calibration(free)(0.3) < before
 
 
 @pytest.mark.parametrize("declines", [False, True])
@@ -346,7 +355,8 @@ def test_a_draft_model_whose_drafts_are_never_verified_stops_being_chosen(declin
     m = Model()
     policy = policy_for([m], cpu_like_verify)
     policy.draft_costs[id(m)] = CostAverage(0.001, weight=1.0)
-    policy._models[id(m)].successes, policy._models[id(m)].trials = 9.0, 10.0
+    acceptance = policy.acceptance(m)
+    acceptance.successes, acceptance.trials = 9.0, 10.0
     picks = []
     for j in range(40):
         drafter, k = policy.plan(8, {}, 100 + j)
@@ -354,11 +364,12 @@ def test_a_draft_model_whose_drafts_are_never_verified_stops_being_chosen(declin
         if drafter is m:
             made = Draft([]) if declines else Draft([1, 2, 3, 4][:k], confidence=[0.01] * k)
             assert policy.length(m, made, k) == 0
-            policy.observe(m, 0, 0, 0.001 * max(1, len(made.tokens)), cpu_like_verify(1), 1, None, [5])
+            spent_s = 0.001 * max(1, len(made.tokens))
+            policy.observe(RoundOutcome(cpu_like_verify(1), 1, m, Draft([]), 0, draft_s=spent_s, emitted=(5,)))
         else:
-            policy.observe(None, 0, 0, 0.0, cpu_like_verify(1), 1, None, [5])
+            policy.observe(RoundOutcome(cpu_like_verify(1), 1, emitted=(5,)))
     assert picks[0] is m and m not in picks[-20:]
-    assert policy._models[id(m)].alpha < 0.5
+    assert policy.acceptance(m).alpha < 0.5
 
 
 def cpu_like_verify(b):  # 30 ms + 10 ms per extra token
@@ -375,22 +386,21 @@ def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
     verify = lambda b: 0.030 + 0.010 * (b - 1)  # noqa: E731
     policy = policy_for([d], verify)
     for _ in range(200):
-        policy._calibrations[id(d)].observe([0.5] * 4, 4, depth=[16, 17, 18, 19])
+        policy.confidence_calibration(d).observe([0.5] * 4, 4, depth=[16, 17, 18, 19])
     deep = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[16, 17, 18, 19])
     policy.new_generation()
     assert policy.plan(8, {id(d): deep}) == (d, 4)
     plans = []
     for _ in range(5):
         plans.append(policy.plan(8, {id(d): deep})[1])
-        policy.observe(
-            d, plans[-1], 0, 0.0, verify(plans[-1] + 1), plans[-1] + 1, deep.confidence, [7], deep.depth
-        )  # rejected, or judged against the target's token
+        k = plans[-1]
+        policy.observe(RoundOutcome(verify(k + 1), k + 1, d, deep.truncated(k), 0, emitted=(7,)))  # rejected, or judged
     assert plans[0] == 4 and plans[3] <= 1  # shorter at once: 3 misses leave 0.4 of a 0.99 chance
     assert policy.plan(8, {id(d): deep}) == (None, 0)
-    calibrated = policy._calibrations[id(d)](0.5, 16)
+    calibrated = policy.confidence_calibration(d)(0.5, 16)
     assert 0.6 < calibrated < 0.8  # five misses: 0.93 ** 5
-    assert policy._accept_chances(d, deep, 1)[0] < 0.5 * calibrated  # this text's trust fell faster
-    policy.observe(None, 0, 0, 0.0, 0.030, 1, None, [7])
+    assert policy.accept_chances(d, deep, 1)[0] < 0.5 * calibrated  # this text's trust fell faster
+    policy.observe(RoundOutcome(0.030, 1, emitted=(7,)))
     policy.new_generation()
     assert policy.plan(8, {id(d): deep}) == (d, 2)
 
@@ -403,7 +413,7 @@ def test_a_failed_deep_draft_is_not_outvoted_by_the_short_matches_that_held():
     the next deep draft was still taken at a chance of 1."""
     d = Free()
     policy = policy_for([d], cpu_like_verify)
-    cal = policy._calibrations[id(d)]
+    cal = policy.confidence_calibration(d)
     for i in range(200):
         cal.observe([0.5] * 4, 4, depth=[16, 17, 18, 19])
         cal.observe([0.5], i % 2, depth=[2])
@@ -412,14 +422,13 @@ def test_a_failed_deep_draft_is_not_outvoted_by_the_short_matches_that_held():
     policy.new_generation()
     for _ in range(10):  # short proposals, each right
         drafter, k = policy.plan(8, {id(d): short})
-        policy.observe(
-            drafter, k, k, 0.0, cpu_like_verify(k + 1), k + 1, short.confidence[:k], [5][:k] + [9], short.depth
-        )
+        emitted = tuple([5][:k] + [9])
+        policy.observe(RoundOutcome(cpu_like_verify(k + 1), k + 1, drafter, short.truncated(k), k, emitted=emitted))
     assert policy.plan(8, {id(d): deep}) == (d, 4)
-    policy.observe(d, 4, 0, 0.0, cpu_like_verify(5), 5, deep.confidence, [7], deep.depth)
+    policy.observe(RoundOutcome(cpu_like_verify(5), 5, d, deep, 0, emitted=(7,)))
     assert cal(0.5, 16) > 0.9
-    assert policy._accept_chances(d, deep, 1)[0] < 0.7  # (0 + 2) / (0.93 + 2) of the calibrated chance
-    assert policy._accept_chances(d, short, 1)[0] > cal(0.5, 2)  # the short matches keep their credit
+    assert policy.accept_chances(d, deep, 1)[0] < 0.7  # (0 + 2) / (0.93 + 2) of the calibrated chance
+    assert policy.accept_chances(d, short, 1)[0] > cal(0.5, 2)  # the short matches keep their credit
 
 
 def test_bad_max_spec_factors_are_refused():
@@ -439,12 +448,12 @@ def test_costs_shared_by_two_policies_are_read_fresh_and_broken_timings_are_igno
     a, b = Free(), Free()
     first, second = AdaptivePolicy([a], verify_costs=shared), AdaptivePolicy([b], verify_costs=shared)
     assert first.verify_cost(9) == pytest.approx(0.045)
-    second.observe(None, 0, 0, 0.0, 0.090, 9)
+    second.observe(RoundOutcome(verify_s=0.090, verify_batch=9))
     assert first.verify_cost(9) == pytest.approx(0.090)
     for broken in (-1.0, float("nan"), float("inf")):
-        second.observe(None, 0, 0, 0.0, broken, 1)
-        second.observe(None, 0, 0, 0.0, broken, 3)
+        second.observe(RoundOutcome(verify_s=broken, verify_batch=1))
+        second.observe(RoundOutcome(verify_s=broken, verify_batch=3))
     assert first.verify_cost(1) == pytest.approx(0.030) and 3 not in {k for k, v in shared.items() if v.weight > 0}
     for _ in range(50):
-        second.observe(None, 0, 0, 0.0, 0.0, 1)
+        second.observe(RoundOutcome(verify_s=0.0, verify_batch=1))
     assert first.plan(8, {id(a): Draft([1, 2], confidence=[0.9, 0.9], depth=[8, 9])})[1] <= 2

@@ -1,5 +1,5 @@
 """What the adaptive policy measures and learns: costs as moving averages
-(:class:`CostAverage`, :func:`fastest_of_two`), each drafter's acceptance
+(:class:`CostAverage`, measured up front by :func:`measure_costs`), each drafter's acceptance
 (:class:`DrafterAcceptance`), the calibration of free drafters' confidence
 (:class:`Calibration`) and how far it holds on the current text (:class:`TextTrust`).
 The policy that uses them is :mod:`localspec.decoding.policy`."""
@@ -16,9 +16,6 @@ STALL_CLIP = 3.0  # one verify counts at most this many times the current estima
 TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
 
 
-cost_changes = [0]  # bumped whenever a measured cost changes (the policies of a model share them)
-
-
 @dataclass
 class CostAverage:
     """A measured cost in seconds, as a decayed moving average.  Once measured, one
@@ -30,9 +27,6 @@ class CostAverage:
     value: float
     weight: float = 0.0  # 0 = still the prior; a calibration counts as one observation
 
-    def __post_init__(self) -> None:
-        cost_changes[0] += 1
-
     def add(self, x: float) -> None:
         if not 0.0 <= x < math.inf:
             return
@@ -40,7 +34,6 @@ class CostAverage:
             x = min(x, STALL_CLIP * self.value)
         self.weight = DECAY * self.weight + 1.0
         self.value = x if self.weight == 1.0 else self.value + (x - self.value) / self.weight  # a prior may be NaN
-        cost_changes[0] += 1
 
 
 def fastest_of_two(engine, tokens: list[int], rows) -> float | None:
@@ -54,6 +47,42 @@ def fastest_of_two(engine, tokens: list[int], rows) -> float | None:
         engine.trim(n)
     valid = [r for r in runs if 0.0 <= r < math.inf]
     return min(valid) if valid else None
+
+
+def measure_costs(
+    target, draft_engines: dict, costs: tuple[dict, dict, dict], token: int, sizes: Sequence[int]
+) -> None:
+    """Measure the target's cost for batches of ``sizes`` tokens and each draft model's
+    cost per token, by decoding ``token`` at the end of the caches and trimming it again
+    (the cached prefix is kept).  ``costs`` = (verify_costs, draft_costs, prefill_costs):
+    seconds per batch (batch size -> :class:`CostAverage`), per draft token and per
+    prompt token read (id(drafter) -> :class:`CostAverage`, float); ``draft_engines``
+    maps id(drafter) -> its Engine.
+
+    Each batch is decoded twice and the faster run kept (:func:`fastest_of_two`): a stall
+    (the machine busy elsewhere) is not a cost, and a batch size measured too dear is never
+    verified again to correct it (a stalled run once gave c(17) = 957 ms against 420-519 ms
+    in other runs, and a benchmark's revisions, all accepted, went from 15.75 tokens a
+    round to 5.25).  A reading that is negative or not finite (a broken clock) is dropped;
+    with none left the prior stays.  Batch sizes that do not fit the context are skipped;
+    an :class:`~localspec.errors.EngineError` from a decode comes through unchanged."""
+    verify_costs, draft_costs, prefill_costs = costs
+    n = len(target.cache_tokens)
+    for batch in sizes:
+        if n + batch > target.n_ctx:
+            break
+        seconds = fastest_of_two(target, [token] * batch, range(batch))
+        if seconds is not None:
+            verify_costs[batch] = CostAverage(seconds, weight=1.0)
+    for key, engine in draft_engines.items():
+        if len(engine.cache_tokens) + 17 > engine.n_ctx:
+            continue
+        step = fastest_of_two(engine, [token], [0])
+        prefill = fastest_of_two(engine, [token] * 17, [16])
+        if step is not None:
+            draft_costs[key] = CostAverage(step, weight=1.0)
+        if prefill is not None:
+            prefill_costs[key] = prefill / 17
 
 
 @dataclass

@@ -12,11 +12,11 @@ drafter, or k = 0, the same round is plain decoding.
 
 from __future__ import annotations
 
-import codecs
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,8 @@ from localspec.decoding.drafters import Draft, Drafter, round_label
 from localspec.decoding.drafters.grammar import chained
 from localspec.decoding.grammar import Constraint
 from localspec.decoding.params import GenerationParams
+from localspec.decoding.policy import Policy
+from localspec.decoding.rounds import EmittedToken, RoundOutcome
 from localspec.decoding.sampling import (
     CandidateRows,
     Candidates,
@@ -35,6 +37,7 @@ from localspec.decoding.sampling import (
     token_logprobs,
 )
 from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
+from localspec.decoding.text import TextAssembler
 from localspec.decoding.tool_calls import ToolFormat, split_tool_calls
 from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
@@ -62,7 +65,7 @@ class Generation:
         self,
         target: Engine,
         drafters: Sequence[Drafter],
-        policy,
+        policy: Policy,
         prompt_tokens: Sequence[int],
         params: GenerationParams,
         started_at: float | None = None,
@@ -156,95 +159,129 @@ class Generation:
         return self.result
 
     def _run(self) -> Iterator[TokenEvent]:
-        params, target = self.params, self.target
+        """The generation's events, round by round, each round's closed by ``_ROUND_END``."""
+        run = self._start()
+        first = self._read_prompt(run)
+        if first is None:  # cancelled while reading the prompt
+            run.stats.total_s = time.perf_counter() - self._started_at
+            self.result = GenerationResult(text="", tokens=[], sources=[], finish_reason="cancelled", stats=run.stats)
+            return
+        emitted = [first]
+        while True:
+            finish = yield from self._emit(run, emitted)
+            yield _ROUND_END
+            finish = finish or self._stop_reason()
+            if finish is not None:
+                break
+            emitted = self._round(run)
+        yield from self._finish(run, finish)
+
+    def _start(self) -> _Run:
+        """A new generation: the policy and the drafters told, the random streams seeded."""
         self.policy.new_generation()
         for d in self.drafters:
             d.begin(self.prompt_tokens)
-        seeds = np.random.SeedSequence(params.seed).spawn(2)
-        rng, draft_rng = np.random.default_rng(seeds[0]), np.random.default_rng(seeds[1])
-        stats = GenerationStats(prompt_tokens=len(self.prompt_tokens), prompt_truncated=self._prompt_truncated)
-        out = _TextAssembler(target, params.stop)
+        seeds = np.random.SeedSequence(self.params.seed).spawn(2)
+        return _Run(
+            context=list(self.prompt_tokens),
+            stats=GenerationStats(prompt_tokens=len(self.prompt_tokens), prompt_truncated=self._prompt_truncated),
+            out=TextAssembler(self.target, self.params.stop),
+            rng=np.random.default_rng(seeds[0]),
+            draft_rng=np.random.default_rng(seeds[1]),
+        )
 
-        # Prompt eval: reuse the cached prefix, decode the rest, sample the first token.
-        context = list(self.prompt_tokens)
+    def _read_prompt(self, run: _Run) -> EmittedToken | None:
+        """Prompt eval: reuse the cached prefix, decode the rest (and let the policy's
+        prefill drafters read it: a draft model drafting from round 1), sample the first
+        token; None when cancelled while reading."""
+        target, context, stats = self.target, run.context, run.stats
         reused = min(target.reuse_prefix(context), len(context) - 1)
         target.trim(reused)
         stats.prompt_cached_tokens = reused
         t0 = target.decode_s
         logits = self._prefill(context[reused:])
         stats.prompt_eval_s = target.decode_s - t0
-        if logits is not None and not self._cancelled:
-            for d in self.policy.prefill_drafters:  # prompt time too: a draft model drafting from round 1
+        if logits is None:
+            return None
+        if not self._cancelled:
+            for d in self.policy.prefill_drafters:
                 before = d.decode_s
                 d.prefill(context)
                 stats.prompt_eval_s += d.decode_s - before
-        if logits is None:  # cancelled while reading the prompt
-            stats.total_s = time.perf_counter() - self._started_at
-            self.result = GenerationResult(text="", tokens=[], sources=[], finish_reason="cancelled", stats=stats)
-            return
-        token, p_token = self._choose(logits[0], rng)
+        token, p_token = self._choose(logits[0], run.rng)
         if self.constraint is not None:
             self.constraint.settle(None, [token])
         stats.ttft_s = time.perf_counter() - self._started_at
-        verify_start = target.decode_s
-        draft_start = sum(d.decode_s for d in self.drafters)
+        run.verify_start_s = target.decode_s
+        run.draft_start_s = sum(d.decode_s for d in self.drafters)
+        return EmittedToken(token, TokenSource.TARGET, p_token, None, *self._logprobs(logits, 0, token))
 
-        round_no = 0
-        emitted = [(token, TokenSource.TARGET, p_token, None, self._logprobs(logits, 0, token))]
+    def _emit(self, run: _Run, emitted: list[EmittedToken]) -> Generator[TokenEvent, None, str | None]:
+        """Hand out one round's tokens as events (text held back while incomplete); the
+        finish reason ("stop", "length") when the generation ends among them, else None."""
         finish = None
-        while True:
-            for tok, source, p_t, p_d, lp in emitted:
-                context.append(tok)
-                stats.generated_tokens += 1
-                finish = out.add(tok, source)
-                event = TokenEvent(tok, out.take_delta(), source, round_no, p_t, p_d, *lp)
-                if event.text or finish is None:
-                    yield event
-                if finish is None and stats.generated_tokens >= params.max_tokens:
-                    finish = "length"
-                if finish:
-                    break
-            yield _ROUND_END
-            if finish is None and self._cancelled:
-                finish = "cancelled"
-            room = target.n_ctx - len(target.cache_tokens) - 1  # free cells after t
-            if finish is None and room < 1:
-                finish = "context"
-            if finish is not None:
+        for token in emitted:
+            run.context.append(token.token)
+            run.stats.generated_tokens += 1
+            finish = run.out.add(token.token, token.source)
+            event = token.event(run.out.take_delta(), run.round_no)
+            if event.text or finish is None:
+                yield event
+            if finish is None and run.stats.generated_tokens >= self.params.max_tokens:
+                finish = "length"
+            if finish:
                 break
+        return finish
 
-            round_no += 1
-            k_cap = min(params.max_tokens - stats.generated_tokens - 1, room - 1)
-            drafter, draft, draft_cost_s = self._propose(context, k_cap, draft_rng)
-            verify_before = target.decode_s
-            n_accepted, emitted = self._verify(context[-1], draft, rng, getattr(drafter, "forces", False))
-            target.trim(len(context) + n_accepted)
-            self.policy.observe(
-                drafter,
-                len(draft.tokens),
-                n_accepted,
-                draft_cost_s,
-                target.decode_s - verify_before,
-                target.last_batch_tokens,
-                draft.confidence,
-                [t for t, *_ in emitted],
-                draft.depth,
-                draft.forced,
-            )
-            stats.record_round(len(draft.tokens), n_accepted, round_label(drafter, draft), draft.forced)
-            kept = context + draft.tokens[:n_accepted]
-            for d in self.drafters:
-                d.feedback(kept, len(draft.tokens), n_accepted)
+    def _stop_reason(self) -> str | None:
+        """Why the generation must end before another round: "cancelled", "context" (no
+        free cell after the last token), or None."""
+        if self._cancelled:
+            return "cancelled"
+        return "context" if self._room() < 1 else None
 
+    def _room(self) -> int:
+        return self.target.n_ctx - len(self.target.cache_tokens) - 1  # free cells after the last token t
+
+    def _round(self, run: _Run) -> list[EmittedToken]:
+        """One round: draft, verify in one target decode, trim the rejected tokens from the
+        cache, tell the policy, the statistics and the drafters; the tokens it emits."""
+        target, context = self.target, run.context
+        run.round_no += 1
+        k_cap = min(self.params.max_tokens - run.stats.generated_tokens - 1, self._room() - 1)
+        drafter, draft, draft_s = self._propose(context, k_cap, run.draft_rng)
+        verify_before = target.decode_s
+        n_accepted, emitted = self._verify(context[-1], draft, run.rng, drafter is not None and drafter.forces)
+        target.trim(len(context) + n_accepted)
+        outcome = RoundOutcome(
+            verify_s=target.decode_s - verify_before,
+            verify_batch=target.last_batch_tokens,
+            drafter=drafter,
+            draft=draft,
+            n_accepted=n_accepted,
+            draft_s=draft_s,
+            emitted=tuple(t.token for t in emitted),
+        )
+        self.policy.observe(outcome)
+        run.stats.record_round(len(draft.tokens), n_accepted, round_label(drafter, draft), draft.forced)
+        kept = context + draft.tokens[:n_accepted]
+        for d in self.drafters:
+            d.feedback(kept, len(draft.tokens), n_accepted)
+        return emitted
+
+    def _finish(self, run: _Run, finish: str) -> Iterator[TokenEvent]:
+        """The drafters told, the timings taken, the text held back handed out, the result set."""
+        context, stats = run.context, run.stats
         for d in self.drafters:
             d.feedback(context, 0, 0)
             d.end(context, len(self.prompt_tokens))
-        stats.draft_s = sum(d.decode_s for d in self.drafters) - draft_start
-        stats.verify_s = target.decode_s - verify_start
+        stats.draft_s = sum(d.decode_s for d in self.drafters) - run.draft_start_s
+        stats.verify_s = self.target.decode_s - run.verify_start_s
         stats.total_s = time.perf_counter() - self._started_at
-        text = out.finish()
+        text = run.out.finish()
         if text:
-            yield TokenEvent(-1, text, TokenSource.TARGET, round_no)
+            yield TokenEvent(-1, text, TokenSource.TARGET, run.round_no)
+        out = run.out
         calls = split_tool_calls(out.text, self._tool_format)[1] if self._tool_format else []
         self.result = GenerationResult(
             text=out.text,
@@ -275,50 +312,57 @@ class Generation:
                 return None
         return self.target.decode(pending, [len(pending) - 1])
 
-    def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator):
+    def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator) -> tuple:
         """Ask the free drafters for drafts, the policy for (drafter, k), then draft if
         that drafter was not asked yet.  Every draft ends at its first end-of-generation
         token (a copy from the prompt runs into the chat template's ``<|im_end|>``; the
         tokens after it can never be emitted, and verifying them costs).  Returns
         (drafter, draft, cost in seconds of drafting, catching up on skipped tokens
-        excluded).  Under a grammar, the lookups' proposals are chained drafts: the forced
-        tokens, their guess after them, the forced tokens after that (:func:`chained`)."""
-        dp, sp = self.params.draft, self.params.sampling
+        excluded); drafts shorter than ``draft_min`` are dropped."""
+        draft_min = max(1, self.params.draft.draft_min)
+        proposals, costs = self._free_drafts(context, k_cap, draft_rng)
+        others = self._batcher.outlook(self.target.seq) if self._batcher is not None else (0, 0)
+        drafter, k = self.policy.plan(k_cap, proposals, len(context), others)
+        if drafter is None or k < draft_min:
+            return None, Draft.empty(), 0.0
+        if id(drafter) in proposals:
+            draft, cost_s = proposals[id(drafter)], costs[id(drafter)]
+        else:
+            start, lag = time.perf_counter(), drafter.catch_up_s
+            draft = self._cut(self._ask(drafter, context, k, draft_rng))
+            cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
+            k = self.policy.length(drafter, draft, k)
+        draft = draft.truncated(k)
+        return drafter, (draft if len(draft.tokens) >= draft_min else Draft.empty()), cost_s
+
+    def _free_drafts(self, context: list[int], k_cap: int, draft_rng: np.random.Generator) -> tuple[dict, dict]:
+        """The policy's free drafters' drafts of this round and what each cost in seconds,
+        both by id(drafter).  Under a grammar, a drafter that ``looks_ahead`` drafts a
+        chained draft: the forced tokens, its guess after them, the forced tokens after
+        that (:func:`chained`)."""
         proposals, costs, forced = {}, {}, None
         awake = self.constraint is not None and not self.constraint.dormant
         for d in self.policy.free_drafters:  # the grammar first, when there is one
             cap = min(k_cap, self.policy.cap(d))
-            if cap > 0:
-                start = time.perf_counter()
-                if forced is not None and awake and getattr(d, "looks_ahead", False):  # grammar, guess, grammar
-                    guess = lambda ahead, k, d=d: d.propose(context, k, sp, dp.p_min, draft_rng, ahead=ahead)
-                    proposals[id(d)] = chained(self.constraint, forced, guess, self._cut, cap)
-                else:
-                    proposals[id(d)] = self._cut(d.propose(context, cap, sp, dp.p_min, draft_rng))
-                forced = proposals[id(d)] if getattr(d, "forces", False) else forced
-                costs[id(d)] = time.perf_counter() - start
-        others = self._batcher.outlook(self.target.seq) if self._batcher is not None else (0, 0)
-        drafter, k = self.policy.plan(k_cap, proposals, len(context), others)
-        if drafter is None or k < max(1, dp.draft_min):
-            return None, Draft.empty(), 0.0
-        draft = proposals.get(id(drafter))
-        if draft is not None:
-            cost_s = costs[id(drafter)]
-        else:
-            start, lag = time.perf_counter(), drafter.catch_up_s
-            draft = self._cut(drafter.propose(context, k, sp, dp.p_min, draft_rng))
-            cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
-            k = self.policy.length(drafter, draft, k)
-        draft = draft.truncated(k)
-        if len(draft.tokens) < max(1, dp.draft_min):
-            return drafter, Draft.empty(), cost_s
-        return drafter, draft, cost_s
+            if cap <= 0:
+                continue
+            start = time.perf_counter()
+            if forced is not None and awake and d.looks_ahead:  # grammar, guess, grammar
+                guess = lambda ahead, k, d=d: self._ask(d, context, k, draft_rng, ahead=ahead)  # noqa: E731
+                proposals[id(d)] = chained(self.constraint, forced, guess, self._cut, cap)
+            else:
+                proposals[id(d)] = self._cut(self._ask(d, context, cap, draft_rng))
+            forced = proposals[id(d)] if d.forces else forced
+            costs[id(d)] = time.perf_counter() - start
+        return proposals, costs
+
+    def _ask(self, drafter: Drafter, context: list[int], k: int, draft_rng: np.random.Generator, **ahead) -> Draft:
+        return drafter.propose(context, k, self.params.sampling, self.params.draft.p_min, draft_rng, **ahead)
 
     def _verify(self, last: int, draft: Draft, rng: np.random.Generator, forced: bool = False):
-        """One target decode of [last, d_1..d_k]; returns (n_accepted, emitted tokens)
-        with each emitted token as (id, source, p_target, p_draft); kept draft tokens are
-        FORCED when a grammar drafted them (``forced``: all; ``draft.forced``: per token),
-        else ACCEPTED."""
+        """One target decode of [last, d_1..d_k]; returns (n_accepted, the emitted
+        :class:`EmittedToken` list); kept draft tokens are FORCED when a grammar drafted
+        them (``forced``: all; ``draft.forced``: per token), else ACCEPTED."""
         k = len(draft.tokens)
         logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
         rows = logits if self.constraint is None else self.constraint.rows(logits, draft.tokens)
@@ -332,13 +376,12 @@ class Generation:
             n, nxt = accept_sampled(draft.tokens, p, q, rng)
         kept = [TokenSource.FORCED if f else TokenSource.ACCEPTED for f in draft.forced or [forced] * k]
         emitted = [
-            (d, kept[i], _prob(p, i, d), _prob(q, i, d), self._logprobs(logits, i, d))
+            EmittedToken(d, kept[i], _prob(p, i, d), _prob(q, i, d), *self._logprobs(logits, i, d))
             for i, d in enumerate(draft.tokens[:n])
         ]
         source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
-        emitted.append(
-            (nxt, source, _prob(p, n, nxt), _prob(q, n, nxt) if n < k else None, self._logprobs(logits, n, nxt))
-        )
+        p_draft = _prob(q, n, nxt) if n < k else None
+        emitted.append(EmittedToken(nxt, source, _prob(p, n, nxt), p_draft, *self._logprobs(logits, n, nxt)))
         if self.constraint is not None:
             self.constraint.settle(rows, draft.tokens[:n] + [nxt])
         return n, emitted
@@ -372,64 +415,21 @@ class Generation:
 _ROUND_END = object()  # marks the end of one round's events inside Generation._run
 
 
+@dataclass
+class _Run:
+    """What the steps of one generation share: the context so far (prompt and emitted
+    tokens), its statistics and text, the random streams of acceptance and drafting, the
+    round number and the decode clocks as prompt eval ended."""
+
+    context: list[int]
+    stats: GenerationStats
+    out: TextAssembler
+    rng: np.random.Generator
+    draft_rng: np.random.Generator
+    round_no: int = 0
+    verify_start_s: float = 0.0
+    draft_start_s: float = 0.0
+
+
 def _prob(probs: Sequence[Candidates] | None, row: int, token: int) -> float | None:
     return None if probs is None else probs[row].prob(token)
-
-
-class _TextAssembler:
-    """Turns emitted tokens into text: complete UTF-8 only, end-of-generation tokens and
-    stop strings end it, and text that may be the start of a stop string is held back."""
-
-    def __init__(self, engine: Engine, stop: Sequence[str]):
-        self.engine = engine
-        self.stop = tuple(stop)
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.full = ""
-        self.sent = 0  # characters of `full` already handed out
-        self.end: int | None = None  # final length of the text once stopped
-        self.tokens: list[int] = []
-        self.sources: list[TokenSource] = []
-
-    @property
-    def text(self) -> str:
-        return self.full[: self.end] if self.end is not None else self.full
-
-    def add(self, token: int, source: TokenSource) -> str | None:
-        """Add one token; return "stop" when the generation must end here."""
-        if self.engine.is_eog(token):
-            self.end = len(self.full)
-            return "stop"
-        self.tokens.append(token)
-        self.sources.append(source)
-        before = len(self.full)
-        self.full += self.decoder.decode(self.engine.token_bytes(token))
-        for s in self.stop:
-            i = self.full.find(s, max(0, before - len(s) + 1))
-            if i >= 0 and (self.end is None or i < self.end):
-                self.end = i
-        return "stop" if self.end is not None else None
-
-    def take_delta(self) -> str:
-        limit = self.end if self.end is not None else len(self.full) - self._held_back()
-        delta = self.full[self.sent : limit]
-        self.sent = max(self.sent, limit)
-        return delta
-
-    def _held_back(self) -> int:
-        """Length of the longest tail of the text that is a proper prefix of a stop string."""
-        held = 0
-        for s in self.stop:
-            for n in range(min(len(s) - 1, len(self.full)), held, -1):
-                if self.full.endswith(s[:n]):
-                    held = n
-                    break
-        return held
-
-    def finish(self) -> str:
-        """Flush what is left (held-back text, an incomplete UTF-8 tail)."""
-        if self.end is None:
-            self.full += self.decoder.decode(b"", final=True)
-            self.end = len(self.full)
-        delta = self.full[self.sent : self.end]
-        self.sent = self.end
-        return delta

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from localspec.decoding.calibration import CostAverage
-from localspec.decoding.drafters import Draft, round_label
+from localspec.decoding.drafters import Draft, Drafter, round_label
 from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -164,8 +165,8 @@ def _draft_model_view(model, prompt_tokens, answer, chunk: int = 64):
 # --- replay --------------------------------------------------------------------------------
 
 
-class _Stand:
-    """A drafter as the policy sees it during replay: name, free flag, catch-up lag."""
+class _Stand(Drafter):
+    """A drafter as the policy sees it during replay: name, prior, free flag, catch-up lag."""
 
     def __init__(self, name: str, prior: float, free: bool, prior_cost_s: float):
         self.name, self.prior_acceptance, self.free, self.prior_cost_s = name, prior, free, prior_cost_s
@@ -183,6 +184,22 @@ def _policy(profile: Profile, stands: list[_Stand]) -> AdaptivePolicy:
             policy.draft_costs[id(s)] = CostAverage(profile.draft_s, weight=1.0)
             policy.prefill_costs[id(s)] = profile.draft_prefill_s
     return policy
+
+
+def _session_policy(trace: Trace, profile: Profile, policy_maker, session: dict | None) -> tuple:
+    """(policy, stands) for ``trace``'s drafters: the session's for the same drafters, else new."""
+    names = tuple(n for n in FREE_DRAFTERS if n in trace.free)
+    key = names + (("draft-model",) if trace.draft_next else ())
+    if session is not None and key in session:
+        return session[key]
+    priors = {"prompt-lookup": 0.3, "suffix": 0.5, "prediction": 0.8}
+    stands = [_Stand(n, priors[n], True, 3e-5) for n in names]
+    if trace.draft_next:
+        stands.insert(0, _Stand("draft-model", 0.7, False, profile.draft_s))
+    policy = (policy_maker or _policy)(profile, stands)
+    if session is not None:
+        session[key] = policy, stands
+    return policy, stands
 
 
 def _accepted(tokens: list[int], answer: list[int], j: int) -> int:
@@ -223,50 +240,27 @@ def replay(
     requests (one per set of drafters: calls with a prediction use their own), so what
     the policy learnt of each drafter's confidences carries from one answer to the next;
     None = a fresh policy for this answer alone."""
-    names = tuple(n for n in FREE_DRAFTERS if n in trace.free)
-    key = names + (("draft-model",) if trace.draft_next else ())
-    if session is not None and key in session:
-        policy, stands = session[key]
-    else:
-        priors = {"prompt-lookup": 0.3, "suffix": 0.5, "prediction": 0.8}
-        stands = [_Stand(n, priors[n], True, 3e-5) for n in names]
-        if trace.draft_next:
-            stands.insert(0, _Stand("draft-model", 0.7, False, profile.draft_s))
-        policy = (policy_maker or _policy)(profile, stands)
-        if session is not None:
-            session[key] = policy, stands
+    policy, stands = _session_policy(trace, profile, policy_maker, session)
     for s in stands:
         s.seen = 0  # a new prompt: the draft model has read none of it
     policy.new_generation()
     answer, j, time_s, rounds = trace.answer, 1, 0.0, {}
     while j < len(answer):
-        k_cap = len(answer) - j  # tokens left, as live (each drafter's own cap is at most MAX_K)
         n_context = trace.n_prompt + j
-        proposals = {id(s): _free_draft(trace, s.name, j) for s in stands if s.free}
-        drafter, k = policy.plan(k_cap, proposals, n_context)
-        draft, draft_s, catch_up_s = Draft([]), 0.0, 0.0
-        if drafter is not None:
-            if drafter.free:
-                draft = proposals[id(drafter)].truncated(k)
-            else:
-                draft = _draft_model_draft(trace, j, k)
-                catch_up_s = drafter.lag(n_context) * profile.draft_prefill_s
-                draft_s = len(draft.tokens) * profile.draft_s
-                draft = draft.truncated(policy.length(drafter, draft, k))
+        drafter, draft, catch_up_s, draft_s = _replayed_draft(policy, stands, trace, profile, j)
         n = _accepted(draft.tokens, answer, j)
         verify_s = profile.verify(len(draft.tokens) + 1)
         time_s += catch_up_s + draft_s + verify_s + overhead_s
-        policy.observe(
-            drafter if draft.tokens else None,
-            len(draft.tokens),
-            n,
-            draft_s,
-            verify_s,
-            len(draft.tokens) + 1,
-            draft.confidence,
-            answer[j : j + n + 1],
-            draft.depth,
+        outcome = RoundOutcome(
+            verify_s=verify_s,
+            verify_batch=len(draft.tokens) + 1,
+            drafter=drafter if draft.tokens else None,
+            draft=draft,
+            n_accepted=n,
+            draft_s=draft_s,
+            emitted=tuple(answer[j : j + n + 1]),
         )
+        policy.observe(outcome)
         if drafter is not None and not drafter.free:
             drafter.seen = n_context + n
         name = round_label(drafter, draft)
@@ -274,6 +268,23 @@ def replay(
         j += n + 1
     plain_s = (len(answer) - 1) * profile.verify(1)
     return {"time_s": time_s, "plain_s": plain_s, "speedup": plain_s / time_s if time_s else 1.0, "rounds": rounds}
+
+
+def _replayed_draft(policy, stands: list[_Stand], trace: Trace, profile: Profile, j: int) -> tuple:
+    """(drafter, draft, catch-up seconds, drafting seconds) of the round at answer[j]:
+    the policy's plan over the recorded free drafts, or the draft model's recorded view."""
+    n_context = trace.n_prompt + j
+    proposals = {id(s): _free_draft(trace, s.name, j) for s in stands if s.free}
+    k_cap = len(trace.answer) - j  # tokens left, as live (each drafter's own cap is at most MAX_K)
+    drafter, k = policy.plan(k_cap, proposals, n_context)
+    if drafter is None:
+        return None, Draft([]), 0.0, 0.0
+    if drafter.free:
+        return drafter, proposals[id(drafter)].truncated(k), 0.0, 0.0
+    draft = _draft_model_draft(trace, j, k)
+    catch_up_s = drafter.lag(n_context) * profile.draft_prefill_s
+    draft_s = len(draft.tokens) * profile.draft_s
+    return drafter, draft.truncated(policy.length(drafter, draft, k)), catch_up_s, draft_s
 
 
 def replay_fixed(trace: Trace, profile: Profile, drafter: str, k: int) -> float:

@@ -53,9 +53,9 @@ class SamplingParams:
     min_p: float = 0.05  # 0.0 = off
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "min_p"):
-            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), (int, float)):
-                raise InvalidOptionError(f"{name} must be a number, got {getattr(self, name)!r}")
+        for name, value in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InvalidOptionError(f"{name} must be a number, got {value!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
             raise InvalidOptionError(f"top_k must be an integer, got {self.top_k!r}")
         if not np.isfinite(self.temperature) or self.temperature < 0:

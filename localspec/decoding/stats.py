@@ -132,18 +132,16 @@ class GenerationStats:
                 self.accepted_at_position[i] += 1
 
     def to_dict(self) -> dict:
-        data = asdict(self)
-        for name in (
-            "prompt_eval_tokens",
-            "acceptance_rate",
-            "mean_accepted_length",
-            "accepted_per_position",
-            "overhead_s",
-            "overhead_ms_per_round",
-            "tokens_per_s",
-        ):
-            data[name] = getattr(self, name)
-        return data
+        return {
+            **asdict(self),
+            "prompt_eval_tokens": self.prompt_eval_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "accepted_per_position": self.accepted_per_position,
+            "overhead_s": self.overhead_s,
+            "overhead_ms_per_round": self.overhead_ms_per_round,
+            "tokens_per_s": self.tokens_per_s,
+        }
 
     def summary(self) -> str:
         """One line for people, e.g. for the CLI's stats line."""

@@ -149,6 +149,7 @@ class Engine:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._caches: list[list[int]] = [[] for _ in range(self.config.n_seq_max)]  # per seq: position i = token i
         self.idle_sequences: Callable[[], list[int]] = lambda: []  # seqs whose cells may be freed, oldest first
+        self.batcher = None  # what shares this engine's decodes: an EngineSequence's Batcher; none here
         self._piece_buf = ctypes.create_string_buffer(256)
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}

@@ -2,7 +2,9 @@
 
 A drafter has two verbs (as transformers' ``CandidateGenerator``): :meth:`Drafter.propose`
 returns up to k tokens with the distributions they were drawn from, and
-:meth:`Drafter.feedback` learns how the round ended, so it can trim its own state.
+:meth:`Drafter.feedback` learns how the round ended, so it can trim its own state.  What
+it can do beyond that (``free``, ``forces``, ``looks_ahead``, ...) it declares as class
+attributes of :class:`Drafter`, whose defaults its subclasses inherit.
 """
 
 from __future__ import annotations
@@ -80,11 +82,19 @@ class Draft:
 
 
 class Drafter(Protocol):
-    name: str  # "draft-model", "prompt-lookup", "suffix", "prediction"
-    decode_s: float  # seconds spent in the drafter's own model since it was created
-    catch_up_s: float  # part of decode_s spent catching up on tokens it had not seen
-    prior_acceptance: float  # a first guess of its per-token acceptance
-    free: bool  # proposing costs next to nothing (no model): the policy may ask every round
+    """What the loop and the policies ask of a drafter.  Drafters subclass it to inherit
+    the capability defaults below (a drafter with a model of its own, that proposes only
+    after the context, judged by the policy from a neutral prior) and the empty verbs."""
+
+    name: str  # "draft-model", "prompt-lookup", "suffix", "prediction", "grammar"
+    decode_s: float = 0.0  # seconds spent in the drafter's own model since it was created
+    catch_up_s: float = 0.0  # part of decode_s spent catching up on tokens it had not seen
+    free: bool = False  # proposing costs next to nothing (no model): the adaptive policy asks it every round
+    forces: bool = False  # a grammar's forced tokens: kept ones are TokenSource.FORCED
+    looks_ahead: bool = False  # propose(..., ahead=tokens) drafts after tokens not yet in the context
+    max_spec_factor: float | None = None  # a fixed-length draft is cut to this many times its match (Draft.depth[0])
+    prior_acceptance: float = 0.5  # a first guess of its per-token acceptance
+    prior_cost_s: float | None = None  # a first guess of its seconds per draft token (None: half a target step)
 
     def begin(self, prompt: Sequence[int]) -> None:
         """A generation starts from ``prompt`` (token ids)."""
@@ -94,48 +104,36 @@ class Drafter(Protocol):
 
     def lag(self, n_context: int) -> int:
         """Context tokens it must still read before it can draft (a draft model's catch-up)."""
+        return 0
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Read ``prompt`` during prompt eval, so the first draft does not pay for it."""
 
     def propose(
         self, context: Sequence[int], max_tokens: int, params: SamplingParams, p_min: float, rng: np.random.Generator
     ) -> Draft:
         """Propose up to ``max_tokens`` tokens to follow ``context`` (all ids so far,
         the last one not yet verified by the target)."""
+        return Draft.empty()
 
     def feedback(self, context: Sequence[int], n_drafted: int, n_accepted: int) -> None:
         """``context`` now holds everything emitted; ``n_accepted`` of ``n_drafted`` kept."""
 
-    def close(self) -> None: ...
-
-
-class ModelFreeDrafter:
-    """Defaults for drafters without a model of their own: free to ask, nothing to read
-    or trim, nothing to free."""
-
-    decode_s = 0.0
-    catch_up_s = 0.0
-    free = True
-
-    def feedback(self, context, n_drafted, n_accepted) -> None:
-        pass
-
-    def begin(self, prompt) -> None:
-        pass
-
-    def end(self, context, n_prompt) -> None:
-        pass
-
-    def lag(self, n_context: int) -> int:
-        return 0
-
     def close(self) -> None:
-        pass
+        """Free what the drafter holds (a model)."""
+
+
+class ModelFreeDrafter(Drafter):
+    """A drafter without a model of its own: free to ask, nothing to read, trim or free."""
+
+    free = True
 
 
 def round_label(drafter, draft: Draft) -> str:
     """Whose round it was, for the stats: the drafter's when it drafted, or when it ran a
     model of its own even if nothing of that draft was verified (its time was spent);
     else "plain"."""
-    if drafter is not None and (draft.tokens or not getattr(drafter, "free", False)):
+    if drafter is not None and (draft.tokens or not drafter.free):
         return drafter.name
     return "plain"
 

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.decoding.drafters.base import Draft
+from localspec.decoding.drafters.base import Draft, Drafter
 from localspec.decoding.sampling import Candidates, row_candidates, top_probability
 from localspec.llama.engine import Engine
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     """Drafts autoregressively with a small model of the same family.
 
     Its KV cache always holds a prefix of the context: ``feedback`` trims the rejected
@@ -23,7 +23,6 @@ class DraftModelDrafter:
 
     name = "draft-model"
     prior_acceptance = 0.7
-    free = False
 
     def __init__(self, engine: Engine, n_vocab_target: int, is_eog):
         self.engine = engine
@@ -46,7 +45,7 @@ class DraftModelDrafter:
             return self._draft(context, max_tokens, params, p_min, rng)
 
     def _shared_decodes(self):
-        batcher = getattr(self.engine, "batcher", None)
+        batcher = self.engine.batcher
         return batcher.round(self.engine.seq) if batcher is not None else contextlib.nullcontext()
 
     def _draft(self, context, max_tokens, params, p_min, rng) -> Draft:
@@ -100,9 +99,6 @@ class DraftModelDrafter:
         # Keep only what the new prompt shares with the cache (a continued conversation),
         # so lag() counts what must really be read, not a previous request's tokens.
         self.engine.reuse_prefix(prompt)
-
-    def end(self, context, n_prompt) -> None:
-        pass
 
     def _catch_up(self, context: Sequence[int]) -> np.ndarray | None:
         """Decode what the cache lacks; the logits after the last token, or None when a
