@@ -10,6 +10,7 @@ with localspec.load("qwen2.5-coder-1.5b") as model:
 
 from localspec.api import SpeculativeModel, chat, load, resolve_pair
 from localspec.decoding.loop import Generation
+from localspec.decoding.params import LoadOptions
 from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 from localspec.errors import (
     CatalogError,
@@ -30,6 +31,7 @@ __all__ = [
     "chat",
     "load",
     "resolve_pair",
+    "LoadOptions",
     "Generation",
     "GenerationResult",
     "GenerationStats",

@@ -11,13 +11,13 @@ from pathlib import Path
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.loop import Generation
-from localspec.decoding.params import DraftParams, GenerationParams, params_from_options
+from localspec.decoding.params import CallOptions, DraftParams, GenerationParams, LoadOptions, call_options
 from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.tool_calls import ToolFormat, ToolRequest, normalise_messages, tool_format, tool_request
 from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
-from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.engine import Engine
 from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
 from localspec.models.catalog import PairEntry, load_catalog
@@ -72,25 +72,27 @@ class SpeculativeModel:
 
     Use as a context manager or call :meth:`close`.  Any thread may call it: every llama.cpp
     call of the pair runs on the pair's own thread (``owner``, a
-    :class:`~localspec.llama.owner.LlamaThread`).  ``parallel`` (1 to 64, as llama-server's
-    ``-np``): how many generations run at once, each in its own sequence of one context
-    (the ``n_ctx`` cells are shared); concurrent calls from several threads are then
-    batched, their target decodes verified together (:mod:`localspec.decoding.scheduler`),
-    and a call waits while all ``parallel`` slots are busy.  With ``parallel=1`` one
-    generation runs at a time: a new call supersedes an unfinished streamed one, and
-    starting one while another is being stepped in another thread raises EngineError.
-    ``cache_ram_mib``: host memory for a prompt cache across conversations (0 = off; see
-    :mod:`localspec.llama.state_cache`), as llama-server's ``--cache-ram``.  ``draft_max`` / ``draft_min`` / ``p_min`` /
-    ``strategy`` set here are the defaults for every call; each call may override them.
-    Prompt lookup is always available as a drafter; the draft model when ``draft`` is
-    given.  ``draft_max="auto"`` lets :class:`~localspec.decoding.policy.AdaptivePolicy` pick
-    each round's drafter and length, learning costs across calls.
-    ``load_progress(role, fraction)`` reports loading: role "target" then "draft",
-    fraction 0.0 to 1.0 of that model's weights read.  ``suffix_store_tokens``: how many
-    tokens of earlier outputs the suffix drafter keeps (oldest dropped first).
+    :class:`~localspec.llama.owner.LlamaThread`).  The keyword ``options`` are those of
+    :class:`~localspec.decoding.params.LoadOptions` (``n_ctx``, ``n_gpu_layers``,
+    ``n_gpu_layers_draft``, ``n_threads``, ``draft_max``, ``draft_min``, ``p_min``,
+    ``strategy``, ``verbose``, ``suffix_store_tokens``, ``parallel``, ``cache_ram_mib``),
+    kept as ``load_options``.  ``parallel`` (1 to 64): how many generations run at once,
+    each in its own sequence of one context (the ``n_ctx`` cells are shared); concurrent
+    calls from several threads are then batched, their target decodes verified together
+    (:mod:`localspec.decoding.scheduler`), and a call waits while all ``parallel`` slots are
+    busy.  With ``parallel=1`` one generation runs at a time: a new call supersedes an
+    unfinished streamed one, and starting one while another is being stepped in another
+    thread raises EngineError.  ``cache_ram_mib``: see :mod:`localspec.llama.state_cache`.
+    ``draft_max`` / ``draft_min`` / ``p_min`` / ``strategy`` are the defaults for every
+    call (``default_draft``); each call may override them.  Prompt lookup is always
+    available as a drafter; the draft model when ``draft`` is given.  ``draft_max="auto"``
+    lets :class:`~localspec.decoding.policy.AdaptivePolicy` pick each round's drafter and
+    length, learning costs across calls.  ``load_progress(role, fraction)`` reports
+    loading: role "target" then "draft", fraction 0.0 to 1.0 of that model's weights read.
 
-    Raises ModelFileError (missing, non-GGUF or truncated file), IncompatibleDraftError
-    (the reasons are in ``.reasons``), UnsupportedModelError (a recurrent target).
+    Raises InvalidOptionError (an option out of range), ModelFileError (missing, non-GGUF
+    or truncated file), IncompatibleDraftError (the reasons are in ``.reasons``),
+    UnsupportedModelError (a recurrent target).
     """
 
     def __init__(
@@ -98,72 +100,50 @@ class SpeculativeModel:
         target: str | Path,
         draft: str | Path | None = None,
         *,
-        n_ctx: int = 4096,
-        n_gpu_layers: int = -1,
-        n_gpu_layers_draft: int = -1,
-        n_threads: int | None = None,
-        draft_max: int | str = "auto",
-        draft_min: int = 0,
-        p_min: float = 0.75,
-        strategy: str = "auto",
-        verbose: bool = False,
-        suffix_store_tokens: int = 100_000,
         load_progress: Callable[[str, float], None] | None = None,
-        parallel: int = 1,
-        cache_ram_mib: int = 0,
+        **options,
     ):
-        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or not 16 <= n_ctx <= (1 << 20):
-            raise InvalidOptionError(f"n_ctx must be an integer from 16 to {1 << 20} tokens, got {n_ctx!r}")
-        if n_threads is not None and (
-            isinstance(n_threads, bool) or not isinstance(n_threads, int) or not 1 <= n_threads <= 512
-        ):
-            raise InvalidOptionError(f"n_threads must be an integer from 1 to 512, got {n_threads!r}")
-        if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= 64:
-            raise InvalidOptionError(f"parallel must be an integer from 1 to 64, got {parallel!r}")
-        if isinstance(cache_ram_mib, bool) or not isinstance(cache_ram_mib, int) or cache_ram_mib < 0:
-            raise InvalidOptionError(f"cache_ram_mib must be an integer >= 0 (MiB; 0 = off), got {cache_ram_mib!r}")
-        self.default_draft = DraftParams(draft_max=draft_max, draft_min=draft_min, p_min=p_min, strategy=strategy)
+        self.load_options = LoadOptions(**options)
+        self.default_draft = self.load_options.draft
         self.target_path = Path(target)
         self.draft_path = Path(draft) if draft is not None else None
-        target_info = check_gguf_file(self.target_path)
-        if self.draft_path is not None:
-            verdict = check_compatibility(target_info, check_gguf_file(self.draft_path))
-            if not verdict.compatible:
-                raise IncompatibleDraftError(
-                    f"{self.draft_path.name} cannot draft for {self.target_path.name}: " + "; ".join(verdict.reasons),
-                    verdict.reasons,
-                )
+        _check_pair(self.target_path, self.draft_path)
         self.owner = LlamaThread()
+        self.target, self.draft_engine = self._load_engines(load_progress)
+        self.parallel = self.load_options.parallel
+        self.slots = SlotPool(
+            self.target,
+            self.draft_engine,
+            self.parallel,
+            self.load_options.suffix_store_tokens,
+            self.load_options.cache_ram_bytes,
+        )
+        first = self.slots.slots[0]
+        self.drafter, self.lookup, self.suffix = first.drafter, first.lookup, first.suffix
+        self.prediction, self.grammar = first.prediction, first.grammar
+        if self.parallel > 1 or (self.default_draft.adaptive and self.default_draft.strategy != "none"):
+            self._policy(DraftParams(), greedy=True, predicted=False, constrained=False)  # measure costs now
+            for slot in self.slots.slots[1:]:
+                slot.share_costs_of(first)
+        self._closed = False
+
+    def _load_engines(self, load_progress: Callable[[str, float], None] | None) -> tuple[Engine, Engine | None]:
+        """(target, draft or None) loaded on the pair's thread; on any failure the engines
+        loaded so far are freed and the thread stopped."""
         loaded = []
         try:
-            for role, path, layers in (
-                ("target", self.target_path, n_gpu_layers),
-                ("draft", self.draft_path, n_gpu_layers_draft),
-            ):
-                if path is None:
-                    continue
-                config = EngineConfig(n_ctx=n_ctx, n_gpu_layers=layers, n_threads=n_threads, n_seq_max=parallel)
-                progress = _for_role(load_progress, role)
-                loaded.append(Engine(path, config, verbose=verbose, load_progress=progress, owner=self.owner))
+            for role, path in (("target", self.target_path), ("draft", self.draft_path)):
+                if path is not None:
+                    config = self.load_options.engine_config(role)
+                    progress = _for_role(load_progress, role)
+                    verbose = self.load_options.verbose
+                    loaded.append(Engine(path, config, verbose=verbose, load_progress=progress, owner=self.owner))
         except BaseException:
             for engine in loaded:
                 engine.close()
             self.owner.stop()
             raise
-        self.target, self.draft_engine = loaded[0], loaded[1] if len(loaded) > 1 else None
-        costs = ({}, {}, {})  # measured verify, draft and prefill costs, shared by every slot's policies
-        self.slots = SlotPool(
-            self.target, self.draft_engine, parallel, costs, suffix_store_tokens, cache_ram_mib * 1024 * 1024
-        )
-        first = self.slots.slots[0]
-        self.drafter, self.lookup, self.suffix = first.drafter, first.lookup, first.suffix
-        self.prediction, self.grammar = first.prediction, first.grammar
-        self.parallel = parallel
-        if parallel > 1 or (self.default_draft.adaptive and self.default_draft.strategy != "none"):
-            self._policy(DraftParams(), greedy=True, predicted=False, constrained=False)  # calibrate now
-            for slot in self.slots.slots[1:]:
-                slot.share_costs_of(first)
-        self._closed = False
+        return loaded[0], loaded[1] if len(loaded) > 1 else None
 
     @property
     def drafters(self) -> list:
@@ -174,14 +154,14 @@ class SpeculativeModel:
 
     def _policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False, slot=None):
         """``slot``'s policy for these options (slot 0's by default); an adaptive one new
-        to the pair is calibrated first (target batches up to 17 tokens, up to 65 with
+        to the pair measures the costs first (target batches up to 17 tokens, up to 65 with
         several slots, whose verifies share one decode)."""
         slot = slot or self.slots.slots[0]
         policy = slot.policy(dp, greedy, predicted, constrained)
-        if isinstance(policy, AdaptivePolicy) and not policy.calibrated:
+        if isinstance(policy, AdaptivePolicy) and not policy.costs_measured:
             engines = {id(slot.drafter): self.draft_engine} if slot.drafter is not None else {}
             sizes = (1, 2, 3, 5, 9, 17) + ((33, 65) if self.parallel > 1 else ())
-            self.owner.run(policy.calibrate, self.target, engines, 100, sizes)
+            self.owner.run(policy.measure_costs, self.target, engines, 100, sizes)
         return policy
 
     # --- generation -------------------------------------------------------------------
@@ -191,6 +171,7 @@ class SpeculativeModel:
         See :meth:`chat` for options."""
         started = time.perf_counter()
         self._ensure_open()
+        call = call_options(options, self.default_draft, tools=False)
         if isinstance(prompt, str):
             tokens = self.target.tokenize(prompt, add_special=True, parse_special=False)
         else:
@@ -199,7 +180,7 @@ class SpeculativeModel:
             tokens = list(prompt)
             if any(not 0 <= t < self.target.n_vocab for t in tokens):
                 raise InvalidOptionError(f"token ids must be in [0, {self.target.n_vocab})")
-        return self._start(tokens, started, stream, options)
+        return self._start(tokens, started, stream, call)
 
     def infill(
         self, prefix: str, suffix: str = "", *, extra: Sequence[dict] = (), stream: bool = False, **options
@@ -211,9 +192,10 @@ class SpeculativeModel:
         InvalidOptionError for a model without FIM tokens."""
         started = time.perf_counter()
         self._ensure_open()
-        reserve = min(options.get("max_tokens") or 512, self.target.n_ctx // 2)
+        call = call_options(options, self.default_draft, tools=False)
+        reserve = min(call.params.max_tokens, self.target.n_ctx // 2)
         prompt = engine_fim_prompt(self.target, prefix, suffix, extra, reserve)
-        return self._start(prompt.tokens, started, stream, options, prompt_truncated=prompt.truncated)
+        return self._start(prompt.tokens, started, stream, call, prompt_truncated=prompt.truncated)
 
     def chat(self, messages: str | Messages, *, stream: bool = False, **options) -> GenerationResult | Generation:
         """Answer a conversation rendered with the target's own chat template.
@@ -255,9 +237,10 @@ class SpeculativeModel:
         """
         started = time.perf_counter()
         self._ensure_open()
-        tools, tool_grammar = self._tools(options)
-        tokens = self.target.chat_tokens(normalise_messages(messages), tools)
-        return self._start(tokens, started, stream, options, tool_grammar)
+        call = call_options(options, self.default_draft)
+        tools = self._tools(call)
+        tokens = self.target.chat_tokens(normalise_messages(messages), tools.tools if tools else None)
+        return self._start(tokens, started, stream, call, tools)
 
     @property
     def tool_format(self) -> ToolFormat | None:
@@ -273,29 +256,25 @@ class SpeculativeModel:
     def supports_tools(self) -> bool:
         return self.tool_format is not None
 
-    def _tools(self, options: dict) -> tuple[list[dict] | None, ToolRequest | None]:
-        """Pop ``tools`` / ``tool_choice`` / ``parallel_tool_calls``: (the tools to render,
-        the call grammar and format) — (None, None) without tools or with tool_choice "none"."""
-        request = tool_request(options, lambda: self.tool_format, self.target_path.name)
-        return (request.tools, request) if request else (None, None)
+    def _tools(self, call: CallOptions) -> ToolRequest | None:
+        """The call's tools to render, their call grammar and format; None without tools or
+        with tool_choice "none"."""
+        return tool_request(call.tool_options(), lambda: self.tool_format, self.target_path.name)
 
     def _start(
         self,
         tokens: list[int],
         started: float,
         stream: bool,
-        options: dict,
+        call: CallOptions,
         tool_grammar: ToolRequest | None = None,
         prompt_truncated: bool = False,
     ):
-        prediction = options.pop("prediction", None)
-        if prediction is not None and not isinstance(prediction, str):
-            raise InvalidOptionError(f"prediction must be a string, got {type(prediction).__name__}")
-        grammar, parse_as = response_format_grammar(options.pop("response_format", None))
+        grammar, parse_as = response_format_grammar(call.response_format)
         if grammar is not None and tool_grammar is not None:
             raise InvalidOptionError("response_format and tools cannot be combined in one request")
-        params = params_from_options(options, self.default_draft)
-        predicted = self._tokenize_prediction(prediction)
+        params = call.params
+        predicted = self._tokenize_prediction(call.prediction)
         constraint = (
             self._constraint(tool_grammar.grammar, tool_grammar.trigger) if tool_grammar else self._constraint(grammar)
         )
@@ -404,6 +383,19 @@ def check_response_format(response_format) -> None:
     response_format_grammar(response_format)
 
 
+def _check_pair(target: Path, draft: Path | None) -> None:
+    """Raise ModelFileError for a missing, non-GGUF or truncated file, IncompatibleDraftError
+    for a draft whose vocabulary does not match the target's; loads nothing."""
+    target_info = check_gguf_file(target)
+    if draft is None:
+        return
+    verdict = check_compatibility(target_info, check_gguf_file(draft))
+    if not verdict.compatible:
+        raise IncompatibleDraftError(
+            f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons), verdict.reasons
+        )
+
+
 def _for_role(load_progress: Callable[[str, float], None] | None, role: str) -> Callable[[float], None] | None:
     return None if load_progress is None else (lambda fraction: load_progress(role, fraction))
 
@@ -420,8 +412,8 @@ def load(
 
     ``target`` / ``draft`` as in :func:`resolve_pair`; the catalogue pair's recommended
     ``draft_max`` / ``draft_min`` / ``p_min`` apply unless given.  Other keyword
-    arguments go to :class:`SpeculativeModel` (``n_ctx``, ``n_gpu_layers``,
-    ``n_gpu_layers_draft``, ``n_threads``, ``verbose``).
+    arguments go to :class:`SpeculativeModel` (``load_progress`` and the fields of
+    :class:`~localspec.decoding.params.LoadOptions`: ``n_ctx``, ``n_gpu_layers``, ...).
     """
     resolved = resolve_pair(target, draft, progress, cancel)
     for key in ("draft_max", "draft_min", "p_min") if resolved.pair is not None else ():

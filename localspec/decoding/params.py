@@ -1,14 +1,18 @@
-"""What one generation is asked for: :class:`GenerationParams` (length, sampling, stop
-strings, seed, logprobs) and its :class:`DraftParams` (how it drafts), checked when made."""
+"""The options records, each checked once when made: how a pair is loaded
+(:class:`LoadOptions`), what one generation is asked for (:class:`GenerationParams`, with
+its :class:`DraftParams`), and a call's keyword options parsed once (:class:`CallOptions`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from localspec.decoding.sampling import SamplingParams
-from localspec.errors import InvalidOptionError
+from localspec.errors import InvalidOptionError, require_int
+from localspec.llama.engine_config import EngineConfig
 
 STRATEGIES = ("auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none")
+MAX_N_CTX = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -32,18 +36,62 @@ class DraftParams:
         return self.draft_max == "auto"
 
     def __post_init__(self) -> None:
-        if not self.adaptive and (
-            isinstance(self.draft_max, bool) or not isinstance(self.draft_max, int) or self.draft_max < 0
-        ):
-            raise InvalidOptionError(f"draft_max must be 'auto' or an integer >= 0, got {self.draft_max!r}")
-        if isinstance(self.draft_min, bool) or not isinstance(self.draft_min, int) or self.draft_min < 0:
-            raise InvalidOptionError(f"draft_min must be an integer >= 0, got {self.draft_min!r}")
+        if not self.adaptive:
+            require_int("draft_max", self.draft_max, 0, expected="'auto' or an integer >= 0")
+        require_int("draft_min", self.draft_min, 0)
         if not self.adaptive and self.draft_min > self.draft_max:
             raise InvalidOptionError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})")
         if isinstance(self.p_min, bool) or not isinstance(self.p_min, (int, float)) or not 0.0 <= self.p_min <= 1.0:
             raise InvalidOptionError(f"p_min must be a number in [0, 1], got {self.p_min!r}")
         if self.strategy not in STRATEGIES:
             raise InvalidOptionError(f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How :class:`~localspec.api.SpeculativeModel` loads a pair; its keyword arguments.
+
+    n_ctx: context window in tokens (16 to 2**20), shared by the ``parallel`` slots.
+    n_gpu_layers / n_gpu_layers_draft: target / draft layers offloaded to the GPU (-1 = all).
+    n_threads: CPU threads, 1 to 512 (None = all CPUs).  draft_max / draft_min / p_min /
+    strategy: every call's default :class:`DraftParams` (``.draft``); each call may override
+    them.  verbose: show llama.cpp's log.  suffix_store_tokens: how many tokens of earlier
+    outputs the suffix drafter keeps (oldest dropped first).  parallel: generations running
+    at once, 1 to 64 (llama-server's ``-np``).  cache_ram_mib: host memory for a prompt cache
+    across conversations, in MiB (0 = off; llama-server's ``--cache-ram``).
+    Raises InvalidOptionError when out of range."""
+
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1
+    n_gpu_layers_draft: int = -1
+    n_threads: int | None = None
+    draft_max: int | str = "auto"
+    draft_min: int = 0
+    p_min: float = 0.75
+    strategy: str = "auto"
+    verbose: bool = False
+    suffix_store_tokens: int = 100_000
+    parallel: int = 1
+    cache_ram_mib: int = 0
+    draft: DraftParams = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        require_int("n_ctx", self.n_ctx, 16, MAX_N_CTX, unit=" tokens")
+        if self.n_threads is not None:
+            require_int("n_threads", self.n_threads, 1, 512)
+        require_int("parallel", self.parallel, 1, 64)
+        require_int("cache_ram_mib", self.cache_ram_mib, 0, unit=" (MiB; 0 = off)")
+        draft = DraftParams(self.draft_max, self.draft_min, self.p_min, self.strategy)
+        object.__setattr__(self, "draft", draft)
+
+    @property
+    def cache_ram_bytes(self) -> int:
+        return self.cache_ram_mib * 1024 * 1024
+
+    def engine_config(self, role: str) -> EngineConfig:
+        """How to load the "target" or the "draft" model."""
+        layers = self.n_gpu_layers if role == "target" else self.n_gpu_layers_draft
+        return EngineConfig(n_ctx=self.n_ctx, n_gpu_layers=layers, n_threads=self.n_threads, n_seq_max=self.parallel)
 
 
 @dataclass(frozen=True)
@@ -62,31 +110,70 @@ class GenerationParams:
     logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise InvalidOptionError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        require_int("max_tokens", self.max_tokens, 1)
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidOptionError(f"stop strings must be non-empty strings, got {self.stop!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise InvalidOptionError(
-                f"seed must be a non-negative integer, or None / -1 for a random one, got {self.seed!r}"
-            )
-        if self.logprobs is not None and (
-            isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20
-        ):
-            raise InvalidOptionError(f"logprobs must be an integer from 0 to 20, got {self.logprobs!r}")
+        if self.seed is not None:
+            require_int("seed", self.seed, 0, expected="a non-negative integer, or None / -1 for a random one")
+        if self.logprobs is not None:
+            require_int("logprobs", self.logprobs, 0, 20)
 
 
-KNOWN_OPTIONS = frozenset(
+@dataclass(frozen=True, eq=False)
+class CallOptions:
+    """One call's keyword options, parsed once by :func:`call_options`: the generation's
+    ``params``, and what the API turns into drafters and grammars: ``prediction`` (the
+    expected output text), ``response_format`` (as given), ``tools`` / ``tool_choice`` /
+    ``parallel_tool_calls`` (as given; checked by
+    :func:`~localspec.decoding.tool_calls.tool_request`)."""
+
+    params: GenerationParams = field(default_factory=GenerationParams)
+    prediction: str | None = None
+    response_format: object = None
+    tools: list | None = None
+    tool_choice: object = None
+    parallel_tool_calls: bool = True
+
+    def tool_options(self) -> dict:
+        """The tool options as :func:`~localspec.decoding.tool_calls.tool_request` reads them."""
+        return {"tools": self.tools, "tool_choice": self.tool_choice, "parallel_tool_calls": self.parallel_tool_calls}
+
+
+GENERATION_OPTIONS = frozenset(
     "max_tokens temperature top_k top_p min_p seed stop draft_max draft_min p_min strategy logprobs".split()
 )
+TOOL_OPTIONS = frozenset("tools tool_choice parallel_tool_calls".split())
+KNOWN_OPTIONS = GENERATION_OPTIONS | TOOL_OPTIONS | {"prediction", "response_format"}
 
 
-def params_from_options(options: dict, draft: DraftParams) -> GenerationParams:
-    """The :class:`GenerationParams` of a call's keyword options (``max_tokens``,
+def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> CallOptions:
+    """The :class:`CallOptions` of a call's keyword options (see
+    :meth:`~localspec.api.SpeculativeModel.chat`), the draft options over the model's
+    defaults ``draft``; ``options`` is only read.  ``tools``: whether the tool options are
+    known (a raw-text call has none).  InvalidOptionError for an unknown option or a bad
+    value."""
+    unknown = set(options) - (KNOWN_OPTIONS if tools else KNOWN_OPTIONS - TOOL_OPTIONS)
+    if unknown:
+        raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    prediction = options.get("prediction")
+    if prediction is not None and not isinstance(prediction, str):
+        raise InvalidOptionError(f"prediction must be a string, got {type(prediction).__name__}")
+    return CallOptions(
+        params=params_from_options({k: v for k, v in options.items() if k in GENERATION_OPTIONS}, draft),
+        prediction=prediction,
+        response_format=options.get("response_format"),
+        tools=options.get("tools"),
+        tool_choice=options.get("tool_choice"),
+        parallel_tool_calls=options.get("parallel_tool_calls", True),
+    )
+
+
+def params_from_options(options: Mapping, draft: DraftParams) -> GenerationParams:
+    """The :class:`GenerationParams` of the generation options (``max_tokens``,
     ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (-1: random), ``stop``,
     ``logprobs``, and ``draft_max`` / ``draft_min`` / ``p_min`` / ``strategy`` over the
-    model's defaults ``draft``).  InvalidOptionError for an unknown option or a bad value."""
-    unknown = set(options) - KNOWN_OPTIONS
+    model's defaults ``draft``).  InvalidOptionError for any other option or a bad value."""
+    unknown = set(options) - GENERATION_OPTIONS
     if unknown:
         raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
     stop = options.get("stop")

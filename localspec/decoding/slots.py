@@ -15,6 +15,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from localspec.decoding.drafters import (
     DraftModelDrafter,
@@ -34,12 +35,25 @@ from localspec.llama.state_cache import MIN_TOKENS, PromptCache
 _DRAFT_CAP = {"draft-model": 8}  # most tokens per round by drafter name; the others 16
 
 
+class MeasuredCosts(NamedTuple):
+    """The pair's measured costs, shared by every slot's adaptive policies: target verifies,
+    drafts and prompt prefills, each a dict as :class:`AdaptivePolicy` keeps it."""
+
+    verify: dict
+    draft: dict
+    prefill: dict
+
+    @classmethod
+    def empty(cls) -> MeasuredCosts:
+        return cls({}, {}, {})
+
+
 class Slot:
     """One sequence: ``target`` (the engine itself with one slot, else an
     :class:`~localspec.llama.sequence.EngineSequence`), its drafters and policies.
-    ``costs`` is the pair's shared ``(verify_costs, draft_costs, prefill_costs)``."""
+    ``costs``: the pair's shared :class:`MeasuredCosts`."""
 
-    def __init__(self, index: int, target, draft_engine, batchers: tuple, costs: tuple, suffix: dict):
+    def __init__(self, index: int, target, draft_engine, batchers: tuple, costs: MeasuredCosts, suffix: dict):
         self.index = index
         batcher, draft_batcher = batchers
         many = batcher is not None
@@ -117,8 +131,15 @@ class SlotPool:
     the unified cache is full."""
 
     def __init__(
-        self, target, draft_engine, parallel: int, costs: tuple, suffix_store_tokens: int, cache_ram_bytes: int = 0
+        self,
+        target,
+        draft_engine,
+        parallel: int,
+        suffix_store_tokens: int,
+        cache_ram_bytes: int = 0,
+        costs: MeasuredCosts | None = None,
     ):
+        costs = MeasuredCosts.empty() if costs is None else costs
         self.batcher = Batcher(target) if parallel > 1 else None
         self.draft_batcher = Batcher(draft_engine, grace_s=0.0) if parallel > 1 and draft_engine is not None else None
         batchers = (self.batcher, self.draft_batcher)
