@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from localspec.decoding.fim import engine_fim_prompt
@@ -17,6 +17,7 @@ from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.tool_calls import ToolFormat, ToolRequest, normalise_messages, tool_format, tool_request
 from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
+from localspec.llama import backend
 from localspec.llama.engine import Engine
 from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
@@ -25,6 +26,7 @@ from localspec.models.compat import check_compatibility
 from localspec.models.discovery import ModelRef, ensure_local, model_ref, pick_draft, recommended_pair
 from localspec.models.gguf_info import check_gguf_file
 from localspec.models.hub import ProgressFn
+from localspec.models.memory import AutoContext, auto_context
 
 Messages = list[dict]
 
@@ -108,6 +110,10 @@ class SpeculativeModel:
         self.target_path = Path(target)
         self.draft_path = Path(draft) if draft is not None else None
         _check_pair(self.target_path, self.draft_path)
+        self.auto_context = None
+        if self.load_options.n_ctx == "auto":
+            self.auto_context = _auto_context(self.target_path, self.draft_path, self.load_options)
+            self.load_options = replace(self.load_options, n_ctx=self.auto_context.n_ctx)
         self.owner = LlamaThread()
         self.target, self.draft_engine = self._load_engines(load_progress)
         self.parallel = self.load_options.parallel
@@ -446,3 +452,10 @@ def chat(
             _shared = None
         _shared = (key, load(target, draft))
     return _shared[1].chat(messages, stream=stream, **options)
+
+
+def _auto_context(target: Path, draft: Path | None, options: LoadOptions) -> AutoContext:
+    """``n_ctx="auto"``: the pair's trained context, capped by the memory its layers go to
+    (VRAM when the build offloads them, else RAM)."""
+    offload = options.n_gpu_layers != 0 and backend.supports_gpu_offload()
+    return auto_context(target, draft, budget=backend.memory_budget(offload))

@@ -7,8 +7,19 @@ import argparse
 from localspec.decoding.params import STRATEGIES
 
 
-def add_model_flags(p: argparse.ArgumentParser) -> None:
-    """The "models" group: which pair, context size, GPU layers, threads, llama.cpp's log."""
+def context_size(text: str) -> int | str:
+    """``-c``'s value: a number of tokens or "auto"."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens or 'auto', got {text!r}") from None
+
+
+def add_model_flags(p: argparse.ArgumentParser, n_ctx: int | str = 4096) -> None:
+    """The "models" group: which pair, context size (default ``n_ctx``), GPU layers,
+    threads, llama.cpp's log."""
     g = p.add_argument_group("models")
     g.add_argument(
         "-m",
@@ -24,7 +35,13 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         "compatible model on disk",
     )
     g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only (--draft none)")
-    g.add_argument("-c", "--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    g.add_argument(
+        "-c",
+        "--n-ctx",
+        type=context_size,
+        default=n_ctx,
+        help=f"context size in tokens, or 'auto': the model's trained context, capped by memory (default {n_ctx})",
+    )
     g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
     g.add_argument("-ngld", "--gpu-layers-draft", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
     g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads, 1 to 512 (default: all)")

@@ -51,7 +51,8 @@ class DraftParams:
 class LoadOptions:
     """How :class:`~localspec.api.SpeculativeModel` loads a pair; its keyword arguments.
 
-    n_ctx: context window in tokens (16 to 2**20), shared by the ``parallel`` slots.
+    n_ctx: context window in tokens (16 to 2**20), shared by the ``parallel`` slots, or
+    "auto": the pair's trained context capped by memory (:func:`localspec.models.memory.auto_context`).
     n_gpu_layers / n_gpu_layers_draft: target / draft layers offloaded to the GPU (-1 = all).
     n_threads: CPU threads, 1 to 512 (None = all CPUs).  draft_max / draft_min / p_min /
     strategy: every call's default :class:`DraftParams` (``.draft``); each call may override
@@ -61,7 +62,7 @@ class LoadOptions:
     across conversations, in MiB (0 = off; llama-server's ``--cache-ram``).
     Raises InvalidOptionError when out of range."""
 
-    n_ctx: int = 4096
+    n_ctx: int | str = 4096
     n_gpu_layers: int = -1
     n_gpu_layers_draft: int = -1
     n_threads: int | None = None
@@ -76,7 +77,8 @@ class LoadOptions:
     draft: DraftParams = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        require_int("n_ctx", self.n_ctx, 16, MAX_N_CTX, unit=" tokens")
+        if self.n_ctx != "auto":
+            require_int("n_ctx", self.n_ctx, 16, MAX_N_CTX, unit=" tokens")
         if self.n_threads is not None:
             require_int("n_threads", self.n_threads, 1, 512)
         require_int("parallel", self.parallel, 1, 64)

@@ -196,3 +196,54 @@ def _remote_model_memory(ref, n_ctx: int, cache_type: str) -> ModelMemory:
 
     info, size = remote_gguf_header(ref.entry)
     return replace(model_memory(info, n_ctx, cache_type, weights=size), name=ref.name)
+
+
+AUTO_CTX_FLOOR = 4096  # what "auto" gives at the least, memory or not (llama.cpp's and LM Studio's habit)
+AUTO_CTX_STEP = 256  # "auto" sizes are a multiple of this
+
+
+@dataclass(frozen=True)
+class AutoContext:
+    """What ``n_ctx="auto"`` chose: ``n_ctx`` tokens, the ``trained`` context of the pair
+    (the smaller of the two models'), the KV cache bytes at ``n_ctx`` and why (``reason``:
+    "trained context" or "memory")."""
+
+    n_ctx: int
+    trained: int
+    kv_bytes: int
+    budget: int
+    where: str
+    reason: str
+
+    def describe(self) -> str:
+        why = "the model's trained context" if self.reason == "trained context" else "what memory leaves"
+        return (
+            f"context: {self.n_ctx} tokens ({why}; trained {self.trained}, KV caches {gib(self.kv_bytes)} "
+            f"of {gib(self.budget)} {self.where})"
+        )
+
+
+def trained_context(info: GGUFInfo) -> int | None:
+    """``<arch>.context_length`` of the header, None when absent or not a positive integer."""
+    value = info.get(f"{info.architecture}.context_length")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def auto_context(
+    target: str | Path, draft: str | Path | None, budget: tuple[int, str] | None = None, cache_type: str = "f16"
+) -> AutoContext:
+    """The context ``n_ctx="auto"`` loads: the pair's trained context, capped so that both
+    models' weights, compute buffers and KV caches leave :data:`FREE_MARGIN` of ``budget``
+    (bytes, where; RAM by default) free; never below :data:`AUTO_CTX_FLOOR` unless the
+    model was trained on less.  Raises
+    :class:`~localspec.errors.ModelFileError` for a missing or corrupt GGUF."""
+    infos = [cached_header(target)] + ([cached_header(draft)] if draft is not None else [])
+    trained = min((t for t in map(trained_context, infos) if t), default=AUTO_CTX_FLOOR)
+    available, where = budget or ram_budget()
+    at_one = [model_memory(info, 1, cache_type) for info in infos]
+    fixed = sum(m.weights + m.compute for m in at_one)
+    per_token = sum(m.kv_cache for m in at_one)
+    fits = int(((1 - FREE_MARGIN) * available - fixed) // per_token) if per_token else trained
+    n_ctx = min(trained, max(AUTO_CTX_FLOOR, fits // AUTO_CTX_STEP * AUTO_CTX_STEP))
+    reason = "trained context" if n_ctx == trained else "memory"
+    return AutoContext(n_ctx, trained, n_ctx * per_token, available, where, reason)
