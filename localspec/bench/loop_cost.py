@@ -31,7 +31,9 @@ from localspec.bench.cli import add_out
 from localspec.bench.results import Results
 from localspec.decoding.calibration import CostAverage
 from localspec.decoding.drafters import PromptLookupDrafter, SuffixDrafter
+from localspec.decoding.drafters.base import Drafter
 from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import (
     CandidateRows,
     RowArgmax,
@@ -101,7 +103,9 @@ def flush_caches() -> None:
     _eviction_buffer()[::8] += 1.0  # one write per 64-byte line
 
 
-class _DraftModelStandIn:
+class _DraftModelStandIn(Drafter):
+    """The draft model as the policy sees it (its capabilities from the Drafter protocol)."""
+
     name, prior_acceptance, free = "draft-model", 0.7, False
 
 
@@ -121,7 +125,7 @@ def plan_and_observe(policy, context, suffix, lookup) -> None:
     plain round follows, so both drafts are judged against the emitted token)."""
     proposals = {id(d): d.propose(context, 16, GREEDY, 0.0, None) for d in (suffix, lookup)}
     policy.plan(len(context), proposals, len(context))
-    policy.observe(None, 0, 0, 0.0, 0.09, 1, None, [context[-1]])
+    policy.observe(RoundOutcome(verify_s=0.09, verify_batch=1, emitted=(context[-1],)))
 
 
 def add_arguments(parser) -> None:
