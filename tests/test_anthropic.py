@@ -39,6 +39,11 @@ RAW = {
 
 
 @pytest.fixture(scope="module")
+
+def prompt_of(usage) -> int:
+    """The whole prompt, as Anthropic's usage splits it: tokens read plus tokens from the cache."""
+    return usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+
 def server(real_model):
     running = RunningServer(real_model, api_key=KEY)
     yield running
@@ -79,12 +84,12 @@ def test_a_message_equals_the_library_call_and_counts_its_prompt(server, real_mo
         real_model, [{"role": "system", "content": SYSTEM}, *ASK], direct.text, m.content[0].text, tie_tolerance
     )
     assert m.stop_reason in ("end_turn", "max_tokens") and m.stop_sequence is None
-    assert m.usage.input_tokens == direct.stats.prompt_tokens and 0 < m.usage.output_tokens <= 32
+    assert prompt_of(m.usage) == direct.stats.prompt_tokens and 0 < m.usage.output_tokens <= 32
     timings = m.model_extra["timings"]
     assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
     system_blocks = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     count = c.messages.count_tokens(model="claude-any", system=system_blocks, messages=ASK)
-    assert count.input_tokens == m.usage.input_tokens
+    assert count.input_tokens == prompt_of(m.usage)
 
 
 def test_a_stream_reassembles_to_the_whole_answer(server, real_model, tie_tolerance):
@@ -100,7 +105,7 @@ def test_a_stream_reassembles_to_the_whole_answer(server, real_model, tie_tolera
     assert "".join(e.text for e in events if e.type == "text") == text
     assert_same_greedy(real_model, ASK, whole.content[0].text, text, tie_tolerance)
     start = next(e for e in events if e.type == "message_start")
-    assert start.message.id == final.id and start.message.usage.input_tokens == whole.usage.input_tokens
+    assert start.message.id == final.id and prompt_of(start.message.usage) == prompt_of(whole.usage)
     delta = next(e for e in events if e.type == "message_delta")
     assert delta.delta.stop_reason == final.stop_reason and delta.usage.output_tokens == final.usage.output_tokens
     assert delta.model_extra["timings"]["draft_n"] >= 0
@@ -116,7 +121,7 @@ def test_a_tool_use_round_trip(server, weather_call):
     assert uses and all(u.id.startswith("toolu_") for u in uses)
     jsonschema.validate(uses[0].input, SCHEMAS[uses[0].name])
     count = c.messages.count_tokens(model="m", messages=WEATHER_ASK, tools=TOOLS, tool_choice={"type": "any"})
-    assert count.input_tokens == m.usage.input_tokens
+    assert count.input_tokens == prompt_of(m.usage)
     follow = [
         *WEATHER_ASK,
         {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
@@ -164,7 +169,7 @@ def test_a_prefill_is_continued_and_a_stop_sequence_named(server):
     m = c.messages.create(model="m", max_tokens=16, messages=messages, stop_sequences=[")"], **GREEDY)
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == ")"
     assert m.content[0].text.startswith("(") and ")" not in m.content[0].text
-    assert c.messages.count_tokens(model="m", messages=messages).input_tokens == m.usage.input_tokens
+    assert c.messages.count_tokens(model="m", messages=messages).input_tokens == prompt_of(m.usage)
 
 
 def test_errors_come_in_anthropics_shape(server, real_model):

@@ -159,7 +159,7 @@ BAD_CALL = {"type": "function_call", "call_id": "call_1", "name": "add", "argume
         (dict(input=[{"type": "item_reference", "id": "msg_1"}]), "input.0.type"),
         (dict(input=[BAD_CALL]), "input.0.arguments"),
         (dict(input=[{"type": "function_call_output", "output": "3"}]), "input.0.call_id"),
-        (dict(input="Hi", tools=[{"type": "web_search"}]), "tools.0"),
+        (dict(input="Hi", tools=[{"type": "frobnicate"}]), "tools.0"),  # hosted tools are dropped; unknown ones named
         (dict(input="Hi", tool_choice="required"), "tool_choice"),
         (dict(input="Hi", tools=TOOLS, tool_choice={"type": "function", "name": "nope"}), "tool_choice"),
         (dict(input="Hi", temperature="hot"), "temperature"),

@@ -135,7 +135,13 @@ def _add_serve_parser(sub) -> None:
     )
     g.add_argument("--queue", type=int, default=16, help="requests that may wait for a slot (default 16)")
     g.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
-    add_model_flags(serve)
+    g.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="one line per request on stderr: text (default) or json (one object per line)",
+    )
+    add_model_flags(serve, n_ctx="auto")  # agents send 6-12 k-token prompts
     add_generation_flags(serve, max_tokens=None)
     serve.set_defaults(func=_cmd_serve)
 

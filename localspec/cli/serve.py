@@ -6,6 +6,8 @@ import sys
 
 from localspec.errors import InvalidOptionError, require_int
 
+GRACE_S = 3  # seconds open connections get to finish once the server is told to stop
+
 
 def _server_class():
     import uvicorn
@@ -58,8 +60,10 @@ def serve(args, load, defaults: dict) -> int:
     ``defaults`` are the generation options for fields a request leaves out."""
     import uvicorn
 
+    from localspec.server import access_log
     from localspec.server.app import LOOPBACK_HOSTS, ServerConfig, check_port_free, create_app
 
+    access_log.configure(getattr(args, "log_format", "text"))
     check_port_free(args.host, args.port)
     _Server = _server_class()
     if args.host not in LOOPBACK_HOSTS:
@@ -83,17 +87,24 @@ def serve(args, load, defaults: dict) -> int:
         app = create_app(model, config)
         host = f"[{args.host}]" if ":" in args.host else args.host
         base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}"
+        if model.auto_context is not None:
+            print(f"localspec: {model.auto_context.describe()}; -c N sets another", file=sys.stderr)
         print(
             f"localspec: serving {name} on {base}/v1 (Ctrl-C stops)\n{examples(base, name, args.api_key)}",
             file=sys.stderr,
             flush=True,
         )
-        # No grace timeout: Ctrl-C cancels the running answer, which then ends within one
-        # round (or one prompt batch) and its stream closes cleanly; the models are freed
-        # only after the model thread has stopped.
+        # Ctrl-C / SIGTERM cancels what runs (a prompt being read stops within one batch),
+        # so its stream closes cleanly; connections still open after GRACE_S are closed.
+        # The models are freed only after the model thread has stopped.
         server = _Server(
             uvicorn.Config(
-                app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=None, lifespan="on"
+                app,
+                host=args.host,
+                port=args.port,
+                log_level="warning",
+                timeout_graceful_shutdown=GRACE_S,
+                lifespan="on",
             ),
             on_exit=app.state.localspec.worker.cancel_all,
         )

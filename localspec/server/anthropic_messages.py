@@ -1,22 +1,30 @@
 """Anthropic's Messages API, ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``,
 for the anthropic SDK and Claude Code.
 
-Request: ``model`` (any name), ``system`` (a string or text blocks), ``messages`` (content a
-string or ``text`` / ``tool_use`` / ``tool_result`` blocks, a tool_result's content a string
-or text blocks; ``thinking`` blocks are dropped; a final assistant message is a prefill the
-answer continues), ``max_tokens`` (required; lowered to the server's limit, as Claude Code
-asks for 32000), ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``, ``tools``
-(``[{name, description, input_schema}]``), ``tool_choice`` (``{"type": "auto" | "any" |
-"tool" | "none", "name", "disable_parallel_tool_use"}``), ``stream``.  Other fields
-(``metadata``, ``thinking``, ``cache_control``, ...) are ignored; images, documents and
-server tools get a 400.
+Request (also with a query string: Claude Code calls ``/v1/messages?beta=true``): ``model``
+(any name), ``system`` (a string or text blocks), ``messages`` (content a string or ``text``
+/ ``tool_use`` / ``tool_result`` blocks, a tool_result's content a string or text blocks;
+``thinking`` blocks are dropped; ``role: "system"`` messages anywhere, as Claude Code sends
+them mid-conversation, are system turns where the chat template writes them, else folded
+into the nearest user turn; a final assistant message is a prefill the answer continues),
+``max_tokens`` (required; lowered to the server's limit, as Claude Code asks for 32000),
+``stop_sequences``, ``temperature``, ``top_p``, ``top_k``, ``tools`` (``[{name,
+description, input_schema}]``, any name without control characters), ``tool_choice``
+(``{"type": "auto" | "any" | "tool" | "none", "name", "disable_parallel_tool_use"}``),
+``stream``.  ``thinking`` (``{"type": "enabled" | "adaptive" | "disabled"}``) and
+``output_config.effort`` are kept on the request for reasoning models; other fields
+(``metadata``, ``context_management``, ``cache_control`` on any block, ``defer_loading`` on
+tools, ``anthropic-beta`` headers, ...) are ignored; images, documents and server tools get
+a 400.
 
 Response: ``{"id": "msg_…", "type": "message", "role": "assistant", "model", "content": [a
 text block, tool_use blocks {"id": "toolu_…", "name", "input"}], "stop_reason" (end_turn,
 max_tokens, stop_sequence, tool_use, model_context_window_exceeded), "stop_sequence",
-"usage": {"input_tokens", "output_tokens"}}`` plus llama.cpp's ``timings``.  ``input_tokens``
-is the whole prompt (the reused KV prefix is ``timings.cache_n``, not Anthropic's separately
-counted ``cache_read_input_tokens``).  A stream: ``message_start``, ``ping``, per block
+"usage": {"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+"output_tokens"}}`` plus llama.cpp's ``timings``.  As Anthropic counts them, ``input_tokens``
+are the prompt tokens read, ``cache_read_input_tokens`` those reused from the prompt cache
+(their sum is the prompt), ``cache_creation_input_tokens`` 0.  A stream sends ``ping`` events
+every :data:`~localspec.server.state.KEEPALIVE_S` while the prompt is read.  A stream: ``message_start``, ``ping``, per block
 ``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``) /
 ``content_block_stop``, then ``message_delta`` (stop_reason, usage, timings), ``message_stop``.
 ``count_tokens`` answers ``{"input_tokens": N}`` (the template rendered on the model's thread).
@@ -90,16 +98,16 @@ class Block(BaseModel):
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
 
 class Tool(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     type: str | None = None
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1)
     description: str | None = None
-    input_schema: dict | None = None
+    input_schema: dict | None = None  # defer_loading, cache_control, ...: ignored
 
 
 class ToolChoice(BaseModel):
@@ -116,6 +124,8 @@ class CountTokensRequest(BaseModel):
     system: str | list[Block] | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
+    thinking: dict | None = None  # {"type": "enabled" | "adaptive" | "disabled", "budget_tokens", "display"}
+    output_config: dict | None = None  # {"effort": "low" | "medium" | "high" | "max", ...}
 
 
 class MessagesRequest(CountTokensRequest):
@@ -149,6 +159,8 @@ def _turn(message: Message, path: FieldPath) -> list[dict]:
     ``tool_calls``; a user's tool_result blocks as ``tool`` messages, then its text (if any)."""
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
+    if message.role == "system":
+        return [{"role": "system", "content": _text(message.content, path)}]
     texts, calls, replies = [], [], []
     for j, block in enumerate(message.content):
         at, kind = path + (j,), (message.role, block.type)
@@ -223,6 +235,7 @@ def messages_request(body: CountTokensRequest) -> GenerationRequest:
     tools = {"tools": _tools(body), "tool_choice": _choice(choice), "parallel_tool_calls": parallel}
     if not isinstance(body, MessagesRequest):
         return GenerationRequest("anthropic.messages", messages=tuple(messages), prefill=prefill, **tools)
+    thinking, effort = _reasoning(body)
     return GenerationRequest(
         "anthropic.messages",
         messages=tuple(messages),
@@ -232,8 +245,28 @@ def messages_request(body: CountTokensRequest) -> GenerationRequest:
         max_tokens=body.max_tokens,
         clip_max_tokens=True,
         stream=body.stream,
+        thinking=thinking,
+        effort=effort,
         **tools,
     )
+
+
+def _reasoning(body: CountTokensRequest) -> tuple[str | None, str | None]:
+    """(``thinking.type``, ``output_config.effort``), each None when not a string."""
+    kind = (body.thinking or {}).get("type")
+    effort = (body.output_config or {}).get("effort")
+    return (kind if isinstance(kind, str) else None), (effort if isinstance(effort, str) else None)
+
+
+def usage(result: GenerationResult) -> dict:
+    """Anthropic's usage: the prompt tokens read, those reused from the prompt cache, the answer's."""
+    s = result.stats
+    return {
+        "input_tokens": s.prompt_tokens - s.prompt_cached_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": s.prompt_cached_tokens,
+        "output_tokens": len(result.tokens),
+    }
 
 
 # --- response ----------------------------------------------------------------------------
@@ -286,29 +319,33 @@ class MessagesShape(StreamedTextAndCalls):
     def whole(self, pieces: list, result: GenerationResult) -> dict:
         text = result.content if result.tool_calls else result.text
         content = ([{"type": "text", "text": text}] if text else []) + [_tool_use(c) for c in result.tool_calls or []]
-        usage = {"input_tokens": result.stats.prompt_tokens, "output_tokens": len(result.tokens)}
-        return {**self._message(content, self.stop_reason(result), usage), "timings": timings(result)}
+        return {**self._message(content, self.stop_reason(result), usage(result)), "timings": timings(result)}
 
     # --- streaming ---
 
     def stream_start(self) -> list[str]:
-        start = self._message([], (None, None), {"input_tokens": self.input_tokens, "output_tokens": 0})
+        counts = {"input_tokens": self.input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        start = self._message([], (None, None), {**counts, "output_tokens": 0})
         return [
             sse.event("message_start", {"type": "message_start", "message": start}),
             sse.event("ping", {"type": "ping"}),
         ]
 
     def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
-        out = self.held_back(result.text)
+        out = self.held_back(result.text, result.tool_calls)
         out += self._close()
         reason, sequence = self.stop_reason(result)
-        usage = {"input_tokens": result.stats.prompt_tokens, "output_tokens": len(result.tokens)}
-        delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage}
+        stop = {"stop_reason": reason, "stop_sequence": sequence}
+        delta = {"type": "message_delta", "delta": stop, "usage": usage(result)}
         delta["timings"] = timings(result)
         return out + [sse.event("message_delta", delta), sse.event("message_stop", {"type": "message_stop"})]
 
-    def stream_error(self) -> list[str]:
-        error = {"type": "error", "error": {"type": "api_error", "message": "internal server error"}}
+    def keep_alive(self, progress: dict | None) -> list[str]:
+        """A ``ping`` while the prompt is read (with llama-server's ``prompt_progress``)."""
+        return [sse.event("ping", {"type": "ping", **({"prompt_progress": progress} if progress else {})})]
+
+    def stream_error(self, message: str = "internal server error") -> list[str]:
+        error = {"type": "error", "error": {"type": "api_error", "message": message}}
         return [sse.event("error", error)]
 
     def _text(self, text: str) -> list[str]:
@@ -375,6 +412,6 @@ def routes(state) -> list[Route]:
         return JSONResponse({"input_tokens": len(tokens)})
 
     return [
-        state.route("/v1/messages", answer, render=error_response),
-        state.route("/v1/messages/count_tokens", count, render=error_response),
+        state.route("/v1/messages", answer, render=error_response, protocol="anthropic.messages"),
+        state.route("/v1/messages/count_tokens", count, render=error_response, protocol="anthropic.count_tokens"),
     ]

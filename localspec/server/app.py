@@ -115,8 +115,13 @@ def _routes(state: ServerState) -> list[Route]:
         """The loaded pair under any id, as every request is served by it."""
         return JSONResponse(model_object(request.path_params["model_id"]))
 
+    async def hello(_):
+        """Claude Code's connectivity probe (``HEAD /api/hello``): an empty 200."""
+        return Response(status_code=200)
+
     return [
         Route("/health", health, methods=["GET"]),  # no key: a load balancer's probe
+        Route("/api/hello", hello, methods=["HEAD", "GET"]),  # no key: Claude Code probes without one
         state.route("/metrics", metrics, methods=["GET"]),
         state.route("/v1/models", models, methods=["GET"]),
         state.route("/v1/models/{model_id:path}", model_by_id, methods=["GET"]),

@@ -87,8 +87,8 @@ class InfillShape:
     def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
         return [sse.data(self._obj("", result))]
 
-    def stream_error(self) -> list[str]:
-        return [sse.data({"error": {"code": 500, "message": "internal server error", "type": "server_error"}})]
+    def stream_error(self, message: str = "internal server error") -> list[str]:
+        return [sse.data({"error": {"code": 500, "message": message, "type": "server_error"}})]
 
     def whole(self, pieces: list, result: GenerationResult) -> dict:
         return self._obj(result.text, result)
@@ -123,4 +123,4 @@ def routes(state) -> list[Route]:
         options = state.options(request)
         return await state.run(http, request, options, InfillShape(state.config.model_name))
 
-    return [state.route("/infill", answer)]
+    return [state.route("/infill", answer, protocol="llama.infill")]

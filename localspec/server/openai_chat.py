@@ -89,4 +89,7 @@ def routes(state) -> list[Route]:
             http, request, options, CompletionShape(state.config.model_name, body.logprobs is not None)
         )
 
-    return [state.route("/v1/chat/completions", chat), state.route("/v1/completions", completions)]
+    return [
+        state.route("/v1/chat/completions", chat, protocol="openai.chat"),
+        state.route("/v1/completions", completions, protocol="openai.completions"),
+    ]

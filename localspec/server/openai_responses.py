@@ -1,11 +1,15 @@
 """OpenAI's Responses API, ``POST /v1/responses`` and ``GET`` / ``DELETE /v1/responses/{id}``,
 for the openai SDK's ``client.responses`` and the OpenAI Agents SDK (docs/server.md).
 
-Requests: ``input`` (a string, or message items with text content, ``function_call`` and
-``function_call_output`` items; ``reasoning`` items are dropped), ``instructions``, function
-``tools``, ``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens``, ``temperature``,
-``top_p``, ``text.format``, ``stream``, ``store`` (default true), ``previous_response_id``
-and our ``speculative``; other fields are ignored.  Images, files, built-in tools,
+Requests: ``input`` (a string, or message items with text content (``developer`` ones are
+system turns), ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` items and
+their ``*_output`` items, an output a string or text parts; ``reasoning`` items and hosted
+tools' items are dropped), ``instructions``, ``tools`` (function, namespace, custom,
+local_shell; hosted ones dropped: :mod:`.responses_tools`), ``tool_choice``,
+``parallel_tool_calls``, ``max_output_tokens``, ``temperature``, ``top_p``, ``text.format``,
+``stream``, ``store`` (default true), ``previous_response_id`` and our ``speculative``;
+``reasoning.effort`` and ``prompt_cache_key`` are kept on the request; other fields
+(``include``, ``client_metadata``, ``text.verbosity``, ...) are ignored.  Images, files,
 ``conversation``, ``prompt`` and ``background`` get a 400 naming the param.
 
 Responses: ``{"id": "resp_…", "object": "response", "status": "completed" | "incomplete",
@@ -36,6 +40,7 @@ from localspec.server.errors import APIError, FieldPath, RequestError, dotted
 from localspec.server.openai_shapes import timings
 from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
 from localspec.server.request import FieldPaths, GenerationRequest, Sampling
+from localspec.server.responses_tools import Toolset, call_arguments, output_item, toolset
 from localspec.server.schemas import SpeculativeOptions
 
 STORE_SIZE = 256
@@ -62,14 +67,17 @@ class Item(BaseModel):
     name: str | None = None
     arguments: str | None = None
     output: str | list[Part] | None = None
+    input: str | None = None  # a custom_tool_call's freeform text
+    namespace: str | None = None  # a function_call of a namespace tool's function
 
 
 class Function(BaseModel):
-    """A function tool, or a ``tool_choice`` naming one (built-in ones are refused when translating)."""
+    """A tool (function, namespace, custom, local_shell, hosted: :mod:`.responses_tools`), or
+    a ``tool_choice`` naming one."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True)  # a namespace's tools, a custom tool's format
     type: str
-    name: str | None = Field(None, min_length=1, max_length=64)
+    name: str | None = Field(None, min_length=1)
     description: str | None = None
     parameters: dict | None = None
     strict: bool | None = None
@@ -133,12 +141,35 @@ def _function_call(item: Item, path: FieldPath) -> dict:
     return {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
 
 
-def messages_from(items: str | list[Item]) -> list[dict]:
-    """``input`` as chat messages for :meth:`SpeculativeModel.chat`: a function_call joins the
-    assistant message before it (or starts one), a function_call_output is a ``tool``
-    message; RequestError (400) naming ``input.N`` for what cannot be translated."""
+_CALLS = ("function_call", "custom_tool_call", "local_shell_call")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+_DROPPED = ("reasoning", "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call")
+_DROPPED += ("computer_call", "computer_call_output", "tool_search_call", "tool_search_output", "mcp_list_tools")
+
+
+def _call(item: Item, at: FieldPath, tools: Toolset) -> dict:
+    """A call item (function, custom or local shell) as a chat ``tool_calls`` entry."""
+    if item.type == "function_call":
+        call = _function_call(item, at)
+        call["function"]["name"] = tools.model_name(item.name, item.namespace)
+        return call
+    _need(item, at, "call_id")
+    name = "local_shell" if item.type == "local_shell_call" else item.name
+    if name is None:
+        raise RequestError(f"{dotted(at)}: a {item.type} item needs name", at + ("name",))
+    function = {"name": tools.model_name(name), "arguments": call_arguments(item.type, item)}
+    return {"id": item.call_id, "type": "function", "function": function}
+
+
+def messages_from(items: str | list[Item], tools: Toolset | None = None) -> list[dict]:
+    """``input`` as chat messages for :meth:`SpeculativeModel.chat`: a call item (function,
+    custom, local shell) joins the assistant message before it (or starts one), a call's
+    output is a ``tool`` message; ``developer`` messages are system turns; reasoning and
+    hosted tools' items are dropped; RequestError (400) naming ``input.N`` for what cannot
+    be translated."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
+    tools = tools or Toolset()
     out: list[dict] = []
     for i, item in enumerate(items):
         at = ("input", i)
@@ -146,39 +177,29 @@ def messages_from(items: str | list[Item]) -> list[dict]:
             _need(item, at, "role")
             role = "system" if item.role == "developer" else item.role
             out.append({"role": role, "content": _text(item.content, at + ("content",))})
-        elif item.type == "function_call":
-            call = _function_call(item, at)
+        elif item.type in _CALLS:
+            call = _call(item, at, tools)
             if out and out[-1]["role"] == "assistant":
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif item.type == "function_call_output":
+        elif item.type in _OUTPUTS:
             _need(item, at, "call_id", "output")
             out.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output, at + ("output",))})
-        elif item.type != "reasoning":
+        elif item.type not in _DROPPED:
             message = f"{dotted(at)}: input items of type {item.type!r} are not supported"
             raise RequestError(message, at + ("type",))
     return out
 
 
-def _chat_tool(tool: Function, path: FieldPath) -> dict:
-    if tool.type != "function":
-        raise RequestError(f"{dotted(path)}: built-in tool {tool.type!r} is not supported (only function tools)", path)
-    if tool.name is None:
-        raise RequestError(f"{dotted(path)}: a function tool needs name", path + ("name",))
-    return {
-        "type": "function",
-        "function": tool.model_dump(include={"name", "description", "parameters"}, exclude_none=True),
-    }
-
-
-def _choice(choice: str | Function | None) -> str | dict | None:
+def _choice(choice: str | Function | None, tools: Toolset) -> str | dict | None:
     """``tool_choice`` as chat's; RequestError for a built-in tool."""
     if not isinstance(choice, Function):
         return choice
-    if choice.type != "function" or not choice.name:
+    if choice.type not in ("function", "custom") or not choice.name:
         raise RequestError(f"tool_choice {choice.type!r} is not supported (only functions)", ("tool_choice",))
-    return {"type": "function", "function": {"name": choice.name}}
+    namespace = (choice.model_extra or {}).get("namespace")
+    return {"type": "function", "function": {"name": tools.model_name(choice.name, namespace)}}
 
 
 def _format(body: ResponsesRequest) -> dict | None:
@@ -197,24 +218,33 @@ def responses_request(body: ResponsesRequest, history: list[dict] = ()) -> Gener
     for name in _REFUSED:
         if (body.model_extra or {}).get(name):
             raise RequestError(f"{name} is not supported by localspec serve", (name,))
-    conversation = [*history, *messages_from(body.input)]
+    tools = tools_of(body)
+    conversation = [*history, *messages_from(body.input, tools)]
     if not conversation:
         raise RequestError("input is empty", ("input",))
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    choice = _choice(body.tool_choice)
+    choice = _choice(body.tool_choice, tools)
+    effort = (body.model_extra or {}).get("reasoning") or {}
     return GenerationRequest(
         "openai.responses",
         messages=(*system, *conversation),
-        tools=tuple(_chat_tool(t, ("tools", i)) for i, t in enumerate(body.tools)) if body.tools else None,
-        tool_choice=choice,
+        tools=tuple(tools.tools) or None,
+        tool_choice=None if not tools.tools and choice == "auto" else choice,
         parallel_tool_calls=body.parallel_tool_calls,
         response_format=_format(body),
         sampling=Sampling.of(body),
         speculative=SpeculativeOptions.of(body.speculative),
         max_tokens=body.max_output_tokens,
         stream=bool(body.stream),
+        effort=effort.get("effort") if isinstance(effort, dict) and isinstance(effort.get("effort"), str) else None,
+        cache_key=key if isinstance(key := (body.model_extra or {}).get("prompt_cache_key"), str) else None,
         paths=FieldPaths(max_tokens=("max_output_tokens",), response_format=("text", "format"), prompt=("input",)),
     )
+
+
+def tools_of(body: ResponsesRequest) -> Toolset:
+    """The request's tools as the model is offered them (:func:`~.responses_tools.toolset`)."""
+    return toolset(body.tools or [])
 
 
 def _echo(state, body: ResponsesRequest, options: dict) -> dict:
@@ -252,19 +282,12 @@ def _message_item(text: str, status: str) -> dict:
     return {**item, "status": status, "content": [_part(text)]}
 
 
-def _call_item(call_id: str, name: str, arguments: str, status: str) -> dict:
-    item = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:24]}", "call_id": call_id, "name": name}
-    return {**item, "arguments": arguments, "status": status}
-
-
-def assistant_message(output: list[dict]) -> dict:
-    """A response's output items as one chat assistant message (its finished calls as ``tool_calls``)."""
+def assistant_message(output: list[dict], tools: Toolset | None = None) -> dict:
+    """A response's output items as one chat assistant message (its finished calls as
+    ``tool_calls``, under the names the model knows them by)."""
     text = "".join(p["text"] for item in output if item["type"] == "message" for p in item["content"])
-    calls = [
-        {"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}
-        for i in output
-        if i["type"] == "function_call" and i["status"] == "completed"
-    ]
+    items = [Item.model_validate(i, strict=False) for i in output if i["type"] in _CALLS and i["status"] == "completed"]
+    calls = [_call(item, ("output", i), tools or Toolset()) for i, item in enumerate(items)]
     return {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}
 
 
@@ -278,9 +301,10 @@ class ResponseShape(StreamedTextAndCalls):
     ``.done``; then ``response.completed`` / ``response.incomplete`` with the whole response
     (``response.failed`` on an internal error)."""
 
-    def __init__(self, echo: dict, tool_format, done):
+    def __init__(self, echo: dict, tool_format, done, tools: Toolset | None = None):
         self.id, self.created = f"resp_{uuid.uuid4().hex[:24]}", int(time.time())
-        self.echo, self.done = echo, done
+        self.echo, self.done, self.tools = echo, done, tools or Toolset()
+        self.call_name, self.arguments = "", ""  # the open call's model-facing name and arguments so far
         self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
         self.seq, self.items, self.open, self.sent, self.calls = 0, [], None, "", 0
 
@@ -305,7 +329,8 @@ class ResponseShape(StreamedTextAndCalls):
         text = result.content if result.tool_calls else result.text
         output = [_message_item(text, status)] if text or not result.tool_calls else []
         for call in result.tool_calls or []:
-            output.append(_call_item(call["id"], call["function"]["name"], call["function"]["arguments"], "completed"))
+            function = call["function"]
+            output.append(output_item(self.tools, call["id"], function["name"], function["arguments"], "completed"))
         return self._finish(output, result)
 
     # --- streaming ---
@@ -322,16 +347,21 @@ class ResponseShape(StreamedTextAndCalls):
         return [self._event(kind, response=skeleton) for kind in ("response.created", "response.in_progress")]
 
     def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
-        out = self.held_back(result.text)
+        out = self.held_back(result.text, result.tool_calls)
         if not self.items:
             out += self._open_message()
         status = _status(result)
         out += self._close(status)
         return out + [self._event(f"response.{status}", response=self._finish(self.items, result))]
 
-    def stream_error(self) -> list[str]:
+    def keep_alive(self, progress: dict | None) -> list[str]:
+        """``response.in_progress`` again while the prompt is read (with llama-server's ``prompt_progress``)."""
+        extra = {"prompt_progress": progress} if progress else {}
+        return [self._event("response.in_progress", response=self._response("in_progress", []), **extra)]
+
+    def stream_error(self, message: str = "internal server error") -> list[str]:
         response = self._response("failed", self.items)
-        response["error"] = {"code": "server_error", "message": "internal server error"}
+        response["error"] = {"code": "server_error", "message": message}
         return [self._event("response.failed", response=response)]
 
     def _add(self, item: dict) -> list[str]:
@@ -359,11 +389,14 @@ class ResponseShape(StreamedTextAndCalls):
         out = []
         if "id" in delta:
             self.calls += 1
-            out += self._add(_call_item(delta["id"], delta["function"]["name"], "", "in_progress"))
+            self.call_name, self.arguments = delta["function"]["name"], ""
+            out += self._add(output_item(self.tools, delta["id"], self.call_name, "", "in_progress"))
         piece = delta["function"].get("arguments")
         if piece:
-            self.open["arguments"] += piece
-            out.append(self._event("response.function_call_arguments.delta", **self._at(), delta=piece))
+            self.arguments += piece
+            if self.open["type"] == "function_call":  # a custom or shell call's item is whole at its end
+                self.open["arguments"] += piece
+                out.append(self._event("response.function_call_arguments.delta", **self._at(), delta=piece))
         return out
 
     def _close(self, status: str = "completed") -> list[str]:
@@ -376,9 +409,17 @@ class ResponseShape(StreamedTextAndCalls):
             part, at = item["content"][0], {**at, "content_index": 0}
             out = [self._event("response.output_text.done", **at, text=part["text"], logprobs=[])]
             out.append(self._event("response.content_part.done", **at, part=part))
-        else:
+        elif item["type"] == "function_call":
             args = {"name": item["name"], "arguments": item["arguments"]}
             out = [self._event("response.function_call_arguments.done", **at, **args)]
+        else:  # the custom / local shell call, now that its arguments are whole
+            whole = output_item(self.tools, item["call_id"], self.call_name, self.arguments, status)
+            item.update({k: v for k, v in whole.items() if k != "id"})
+            out = (
+                [self._event("response.custom_tool_call_input.done", **at, input=item["input"])]
+                if "input" in item
+                else []
+            )
         return out + [self._event("response.output_item.done", output_index=at["output_index"], item=item)]
 
 
@@ -403,16 +444,17 @@ def routes(state) -> list[Route]:
         body = await state.read_body(http, ResponsesRequest)
         history = stored(body.previous_response_id, "previous_response_id")[1] if body.previous_response_id else []
         request = responses_request(body, history)
+        tools = tools_of(body)
         conversation = list(request.messages[1:] if body.instructions else request.messages)
         options = state.options(request)
 
         def done(response: dict) -> None:
             if body.store is not False:
-                store[response["id"]] = (response, conversation + [assistant_message(response["output"])])
+                store[response["id"]] = (response, conversation + [assistant_message(response["output"], tools)])
                 while len(store) > STORE_SIZE:
                     store.popitem(last=False)
 
-        shape = ResponseShape(_echo(state, body, options), state.call_format(options), done)
+        shape = ResponseShape(_echo(state, body, options), state.call_format(options), done, tools)
         return await state.run(http, request, options, shape)
 
     async def look_up(http: Request) -> Response:
@@ -424,6 +466,6 @@ def routes(state) -> list[Route]:
         return JSONResponse(response)
 
     return [
-        state.route("/v1/responses", answer),
-        state.route("/v1/responses/{response_id}", look_up, methods=("GET", "DELETE")),
+        state.route("/v1/responses", answer, protocol="openai.responses"),
+        state.route("/v1/responses/{response_id}", look_up, methods=("GET", "DELETE"), protocol="openai.responses"),
     ]

@@ -9,7 +9,7 @@ import uuid
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.tool_calls import visible_content
 from localspec.server import sse
-from localspec.server.openai_tools import tool_call_stream
+from localspec.server.openai_tools import end_calls, tool_call_stream
 
 
 def usage(result: GenerationResult) -> dict:
@@ -75,8 +75,8 @@ class _OpenAIStream:
             out.append(sse.data(self.usage_chunk(result)))
         return out + ["data: [DONE]\n\n"]
 
-    def stream_error(self) -> list[str]:
-        error = {"message": "internal server error", "type": "server_error", "param": None, "code": None}
+    def stream_error(self, message: str = "internal server error") -> list[str]:
+        error = {"message": message, "type": "server_error", "param": None, "code": None}
         return [sse.data({"error": error})]
 
 
@@ -118,6 +118,31 @@ class ChatShape(_OpenAIStream):
             if not content and not calls and not entries:
                 return None
         return self._chunk([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
+
+    def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
+        """The held-back end of the answer (fallback calls, or text that proved not to be
+        one), then OpenAI's end of stream."""
+        return self._held_back(result) + super().stream_end(result, include_usage)
+
+    def _held_back(self, result: GenerationResult) -> list[str]:
+        if self.tool_stream is None:
+            return []
+        calls = end_calls(self.tool_stream, result.tool_calls)
+        if calls:
+            return [
+                sse.data(
+                    self._chunk([{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}])
+                )
+            ]
+        held = getattr(self.tool_stream, "content", "")[getattr(self.tool_stream, "released", 0) :]
+        if held and not self.tool_stream.calls:
+            self.tool_stream.released += len(held)
+            return [
+                sse.data(
+                    self._chunk([{"index": 0, "delta": {"content": held}, "logprobs": None, "finish_reason": None}])
+                )
+            ]
+        return []
 
     def final_chunk(self, result: GenerationResult) -> dict:
         chunk = self._chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(result)}])

@@ -16,14 +16,56 @@ import re
 import uuid
 
 from localspec.decoding.tool_calls import ToolFormat
+from localspec.decoding.tool_fallback import fallback_calls, undecided_from
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _HEADER = re.compile(r'\s*\{"name": "((?:[^"\\]|\\.)*)", "arguments": ')
 _END = "}\n" + CLOSE  # what follows a call's arguments
 
 
-def tool_call_stream(fmt: ToolFormat) -> ToolCallStream | JsonCallStream:
-    return ToolCallStream() if fmt.open_token is not None else JsonCallStream(fmt.arguments_key)
+def tool_call_stream(fmt: ToolFormat) -> ToolCallStream | JsonCallStream | FallbackHold:
+    """The reader for ``fmt``'s calls; with declared names (``fmt.tools``), text that may be a
+    fallback call (fenced or bare JSON) is held back until the answer shows it is not."""
+    reader = ToolCallStream() if fmt.open_token is not None else JsonCallStream(fmt.arguments_key)
+    return FallbackHold(reader, fmt.tools) if fmt.tools and fmt.open_token is not None else reader
+
+
+class FallbackHold:
+    """A Hermes reader whose content is held back from where it may turn out to be a fallback
+    call to one of ``names`` (:func:`~localspec.decoding.tool_fallback.undecided_from`), or
+    from a complete one on: such calls are sent at the end, from the finished answer's
+    ``tool_calls`` (:func:`end_calls`)."""
+
+    def __init__(self, reader: ToolCallStream, names: tuple[str, ...]):
+        self.reader, self.names = reader, names
+        self.content, self.released = "", 0
+
+    @property
+    def calls(self) -> int:
+        return self.reader.calls
+
+    def feed(self, delta: str) -> tuple[str, list[dict]]:
+        content, calls = self.reader.feed(delta)
+        self.content += content
+        cut = undecided_from(self.content, self.names)
+        spans = fallback_calls(self.content, self.names)
+        cut = max(self.released, min([cut, *(start for start, _, _ in spans)]))
+        out, self.released = self.content[self.released : cut], cut
+        return out, calls
+
+
+def end_calls(reader, tool_calls: list[dict] | None) -> list[dict]:
+    """The deltas of the finished answer's calls that ``reader`` did not stream (fallback
+    calls, parsed from the whole answer): each call's header then its whole arguments."""
+    if not isinstance(reader, FallbackHold) or reader.calls or not tool_calls:
+        return []
+    out = []
+    for i, call in enumerate(tool_calls):
+        header = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"]}}
+        out += [{**header, "function": {**header["function"], "arguments": ""}}]
+        out.append({"index": i, "function": {"arguments": call["function"]["arguments"]}})
+    reader.reader.calls = len(tool_calls)
+    return out
 
 
 def _header(index: int, name: str) -> dict:
@@ -133,9 +175,16 @@ class StreamedTextAndCalls:
             out += self._call(delta)
         return out
 
-    def held_back(self, full_text: str) -> list[str]:
+    def held_back(self, full_text: str, tool_calls: list[dict] | None = None) -> list[str]:
         """The events for text the tool-call reader held back (it may have begun a call)
-        when the answer ended with no call."""
+        when the answer ended with no call, or for the answer's fallback calls
+        (``tool_calls``: the finished answer's) the reader held back."""
+        deltas = end_calls(self.tool_stream, tool_calls)
+        if deltas:
+            out = []
+            for delta in deltas:
+                out += self._call(delta)
+            return out
         if not self.calls and full_text.startswith(self.sent):
             return self._text(full_text[len(self.sent) :])
         return []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 
 from localspec.api import check_response_format
 from localspec.decoding.tool_calls import check_tools, normalise_messages
-from localspec.errors import LocalspecError
+from localspec.errors import InvalidOptionError, LocalspecError
 from localspec.server.errors import FieldPath, RequestError, dotted, path_of
 
 NO_FIM = "{} has no fill-in-the-middle tokens (suffix and /infill need a model trained for FIM, e.g. Qwen2.5-Coder)"
@@ -79,7 +79,10 @@ class GenerationRequest:
     in OpenAI's chat form.  ``max_tokens``: None for the server's default; over the
     server's limit it is refused, or lowered when ``clip_max_tokens``.  ``logprobs``: how
     many alternatives per token (None: no logprobs).  ``include_usage``: a stream ends with
-    usage (OpenAI's ``stream_options``)."""
+    usage (OpenAI's ``stream_options``).  ``thinking`` ("enabled", "adaptive", "disabled";
+    None: not asked) and ``effort`` ("low" … "max"): what the client asked of the model's
+    reasoning, kept for reasoning models (not used yet); ``cache_key``: the client's
+    conversation key (Responses' ``prompt_cache_key``), a hint for the prompt cache."""
 
     protocol: str
     messages: tuple[dict, ...] = ()
@@ -99,6 +102,9 @@ class GenerationRequest:
     logprobs: int | None = None
     stream: bool = False
     include_usage: bool = False
+    thinking: str | None = None
+    effort: str | None = None
+    cache_key: str | None = None
     paths: FieldPaths = field(default_factory=FieldPaths)
 
 
@@ -203,14 +209,56 @@ def prompt_tokens(target, messages, prefill: str | None, tools: list[dict] | Non
     return tokens + (target.tokenize(prefill, add_special=False) if prefill else [])
 
 
+def fold_late_system(messages) -> list[dict]:
+    """``messages`` with every system message after the first turn folded into the nearest
+    user turn (the next one, else the one before), for chat templates that accept a system
+    message only first.  One with no user turn to join becomes a user turn."""
+    out, waiting = [], []  # waiting: late system texts for the next user turn
+    for i, message in enumerate(messages):
+        if message["role"] == "system" and i > 0:
+            waiting.append(message["content"])
+        elif message["role"] == "user" and waiting:
+            out.append({**message, "content": "\n\n".join([*waiting, message["content"]])})
+            waiting = []
+        else:
+            out.append(dict(message))
+    if waiting:
+        users = [j for j, m in enumerate(out) if m["role"] == "user"]
+        if users:
+            last = out[users[-1]]
+            last["content"] = "\n\n".join([last["content"], *waiting])
+        else:
+            out.append({"role": "user", "content": "\n\n".join(waiting)})
+    return out
+
+
+def _has_late_system(messages) -> bool:
+    return any(m["role"] == "system" for m in list(messages)[1:])
+
+
 def start_generation(model, request: GenerationRequest, options: dict):
     """Start ``request`` on ``model`` with ``options`` (:func:`model_options`): a streaming
-    :class:`~localspec.decoding.loop.Generation`.  Runs on the model's thread."""
-    if request.prompt is None and request.prefill is None:
-        return model.chat(list(request.messages), stream=True, **options)
-    if request.prompt is None:
-        tokens = prompt_tokens(model.target, request.messages, request.prefill, None)
-        return model.generate(tokens, stream=True, **options)
+    :class:`~localspec.decoding.loop.Generation`.  System messages after the first turn are
+    rendered as the chat template writes them; a template that refuses them gets them folded
+    into the nearest user turn (:func:`fold_late_system`).  Runs on the model's thread."""
+    if request.prompt is not None:
+        return _start_plain(model, request, options)
+    try:
+        return _start_chat(model, request.messages, request.prefill, options)
+    except InvalidOptionError:  # the template rejected the messages
+        if not _has_late_system(request.messages):
+            raise
+    return _start_chat(model, fold_late_system(request.messages), request.prefill, options)
+
+
+def _start_chat(model, messages, prefill: str | None, options: dict):
+    if prefill is None:
+        return model.chat(list(messages), stream=True, **options)
+    tokens = prompt_tokens(model.target, messages, prefill, None)
+    return model.generate(tokens, stream=True, **options)
+
+
+def _start_plain(model, request: GenerationRequest, options: dict):
     if request.suffix is None:
         return model.generate(request.prompt, stream=True, **options)
     return model.infill(request.prompt, request.suffix, extra=list(request.extra), stream=True, **options)

@@ -12,3 +12,8 @@ def data(payload: dict) -> str:
 
 def event(name: str, payload: dict) -> str:
     return f"event: {name}\n{data(payload)}"
+
+
+def comment(text: str) -> str:
+    """An SSE comment line (clients skip it): a keep-alive that any protocol's stream may carry."""
+    return f": {text}\n\n"

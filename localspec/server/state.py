@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
@@ -20,6 +21,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localspec.errors import LocalspecError
+from localspec.server import sse
+from localspec.server.access_log import RequestRecord, log_request
 from localspec.server.errors import APIError, from_localspec_error, from_validation_error
 from localspec.server.metrics import Metrics
 from localspec.server.request import GenerationRequest, Limits, model_options, start_generation
@@ -28,6 +31,8 @@ from localspec.server.worker import DEFAULT_QUEUE, Job, ModelWorker
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 BODY_TIMEOUT_S = 60.0  # a body announced but never sent does not hold a connection forever
 _POLL_S = 0.1  # how often a waiting handler checks that its client is still there
+KEEPALIVE_S = 10.0  # a stream sends its protocol's keep-alive after this long with nothing sent
+_WAITING = object()  # _next's answer when nothing came within its wait
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -93,8 +98,11 @@ class ServerState:
         return model_options(request, self.limits())
 
     def call_format(self, options: dict):
-        """The tool-call format the answer's calls come in (None: a request without tools)."""
-        return self.tool_format if "tools" in options else None
+        """The tool-call format the answer's calls come in, with the request's tool names
+        (calls written as fenced or bare JSON are read too); None: a request without tools."""
+        if "tools" not in options or self.tool_format is None:
+            return None
+        return replace(self.tool_format, tools=tuple(t["function"]["name"] for t in options["tools"]))
 
     # --- plumbing --------------------------------------------------------------------------
 
@@ -149,20 +157,36 @@ class ServerState:
         except ValidationError as exc:
             raise from_validation_error(exc) from None
 
-    async def handle(self, request: Request, handler, render=APIError.response) -> Response:
+    async def handle(
+        self, request: Request, handler, render=APIError.response, protocol: str | None = None
+    ) -> Response:
         """``await handler(request)`` after the key check; an APIError (a RequestError too)
-        is answered by ``render(error)`` (a protocol's own error shape; OpenAI's by default)."""
+        is answered by ``render(error)`` (a protocol's own error shape; OpenAI's by default).
+        Each request's log line (:mod:`.access_log`) is written when its answer is done."""
+        ua = request.headers.get("user-agent")
+        record = request.state.localspec_record = RequestRecord(request.method, request.url.path, ua, protocol)
         try:
             self.check_key(request)
-            return await handler(request)
+            response = await handler(request)
         except APIError as exc:
-            return render(exc)
+            response = render(exc)
+            record.error = exc.message
+        except Exception as exc:
+            record.status, record.error = 500, f"internal server error: {exc!r}"
+            log_request(record)
+            raise
+        record.status = response.status_code
+        if not record.streaming:
+            log_request(record)
+        return response
 
-    def route(self, path: str, handler, methods=("POST",), render=APIError.response) -> Route:
+    def route(
+        self, path: str, handler, methods=("POST",), render=APIError.response, protocol: str | None = None
+    ) -> Route:
         """A route answering ``path`` with ``handler(request)`` through :meth:`handle`."""
 
         async def endpoint(request: Request) -> Response:
-            return await self.handle(request, handler, render)
+            return await self.handle(request, handler, render, protocol)
 
         return Route(path, endpoint, methods=list(methods))
 
@@ -174,9 +198,12 @@ class ServerState:
         """Queue ``request`` (with its :meth:`options`) and answer in ``shape``'s protocol: a
         stream of its events when ``request.stream``, else its whole response.  ``shape``
         gives ``stream_start()``, ``stream_events(events)``, ``stream_end(result,
-        include_usage)``, ``stream_error()`` (lists of SSE text) and ``whole(pieces,
-        result)`` (a JSON body).  ``on_start(generation)`` is called on the model's thread
-        once the prompt is rendered."""
+        include_usage)``, ``stream_error(message)`` (lists of SSE text), ``whole(pieces,
+        result)`` (a JSON body) and optionally ``keep_alive(progress)`` (default: an SSE
+        comment).  ``on_start(generation)`` is called on the model's thread once the prompt
+        is rendered.  A stream starts once the prompt is rendered, or after
+        :data:`KEEPALIVE_S` in the queue; from then on it carries a keep-alive whenever
+        nothing else was sent for KEEPALIVE_S (the prompt is being read)."""
 
         def start(model):
             generation = start_generation(model, request, options)
@@ -184,67 +211,124 @@ class ServerState:
                 on_start(generation)
             return generation
 
+        record = _record(http)
+        record.protocol = request.protocol
         job = Job(start, asyncio.get_running_loop(), logprobs=options.get("logprobs"))
         self.worker.submit(job)
-        first = await _next(job, http)
+        first = await _next(job, http, KEEPALIVE_S if request.stream else None)
         if first is None:  # the client left while the request waited
             self.worker.withdraw(job)
+            record.cancelled = True
             return Response(status_code=499)
-        _raise_for_start(first, request)
+        if first is not _WAITING:
+            _raise_for_start(first, request)
         if request.stream:
+            record.streaming = True
             return StreamingResponse(
-                self._sse(http, job, shape, request.include_usage),
+                self._sse(http, job, shape, request, record),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        return await _whole(http, job, shape)
+        return await _whole(http, job, shape, record)
 
-    async def _sse(self, http: Request, job: Job, shape, include_usage: bool) -> AsyncIterator[str]:
+    async def _sse(self, http: Request, job: Job, shape, request: GenerationRequest, record) -> AsyncIterator[str]:
         try:
             for text in shape.stream_start():
                 yield text
-            while True:
-                item = await _next(job, http)
-                if item is None or await http.is_disconnected():
-                    return
-                batch = [item]
-                while not job.events.empty() and batch[-1][0] == "event":  # one chunk per round, or so
-                    batch.append(job.events.get_nowait())
-                events = [v for k, v in batch if k == "event"]
-                for text in shape.stream_events(events) if events else ():
-                    yield text
-                end = batch[-1]
-                if end[0] in ("done", "error"):
-                    for text in shape.stream_end(end[1], include_usage) if end[0] == "done" else shape.stream_error():
+            async for batch in _batches(job, http):
+                if batch is None:
+                    for text in _keep_alive(shape, job.prompt_progress()):
                         yield text
-                    return
+                    continue
+                for text in _stream_texts(shape, batch, request, record):
+                    yield text
         finally:
             job.cancel()  # the client left mid-stream (or the stream ended): stop within one round
+            record.cancelled = record.cancelled or not job.finished
+            log_request(record)
+
+
+def _record(http: Request) -> RequestRecord:
+    record = getattr(http.state, "localspec_record", None)
+    if record is None:  # a handler called without ServerState.handle (tests)
+        record = http.state.localspec_record = RequestRecord(http.method, http.url.path)
+    return record
+
+
+async def _batches(job: Job, http: Request) -> AsyncIterator[list | None]:
+    """The job's items, one batch per round or so, up to its end; None after KEEPALIVE_S of
+    nothing; stops when the client is gone."""
+    while True:
+        item = await _next(job, http, KEEPALIVE_S)
+        if item is _WAITING:
+            yield None
+            continue
+        if item is None or await http.is_disconnected():
+            return
+        batch = [item]
+        while not job.events.empty() and batch[-1][0] == "event":
+            batch.append(job.events.get_nowait())
+        yield batch
+        if batch[-1][0] in ("done", "error", "skipped"):
+            return
+
+
+def _stream_texts(shape, batch: list, request: GenerationRequest, record) -> list[str]:
+    """A batch of job items as the stream's texts: events, then the end (or an error event)."""
+    events = [v for k, v in batch if k == "event"]
+    out = shape.stream_events(events) if events else []
+    kind, value = batch[-1]
+    if kind == "done":
+        record.observe(value)
+        return out + shape.stream_end(value, request.include_usage)
+    if kind in ("error", "skipped"):
+        error = _start_error(batch[-1], request)
+        record.error = error.message
+        return out + shape.stream_error(error.message)
+    return out
+
+
+def _keep_alive(shape, progress: dict | None) -> list[str]:
+    keep_alive = getattr(shape, "keep_alive", None)
+    if keep_alive is not None:
+        return keep_alive(progress)
+    return [sse.comment("keep-alive" + (f" prompt_progress={json.dumps(progress)}" if progress else ""))]
 
 
 def _internal() -> APIError:
     return APIError(500, "internal server error", type="server_error", retry=True)
 
 
+def _start_error(item: tuple, request: GenerationRequest) -> APIError | None:
+    """The error a job's item means for the request (None: not an error)."""
+    kind, value = item
+    if kind == "error":
+        return from_localspec_error(value, request.paths.prompt) if isinstance(value, LocalspecError) else _internal()
+    if kind == "skipped":
+        return APIError(503, "the server is shutting down", type="server_error", retry=True)
+    return None
+
+
 def _raise_for_start(first: tuple, request: GenerationRequest) -> None:
     """The job's first item: an error before any token is the request's answer."""
-    kind, value = first
-    if kind == "error":
-        raise from_localspec_error(value, request.paths.prompt) if isinstance(value, LocalspecError) else _internal()
-    if kind == "skipped":
-        raise APIError(503, "the server is shutting down", type="server_error", retry=True)
+    error = _start_error(first, request)
+    if error is not None:
+        raise error
 
 
-async def _whole(http: Request, job: Job, shape) -> Response:
+async def _whole(http: Request, job: Job, shape, record) -> Response:
+    """The whole answer; a client that leaves first cancels the job (499)."""
     pieces: list = []
     while True:
         item = await _next(job, http)
         if item is None:
+            record.cancelled = True
             return Response(status_code=499)
         kind, value = item
         if kind == "event":
             pieces.append(value)
         elif kind == "done":
+            record.observe(value)
             return JSONResponse(shape.whole(pieces, value))
         elif kind == "error":
             raise _internal()
@@ -260,8 +344,10 @@ async def _read(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _next(job: Job, request: Request):
-    """The job's next item, or None (and the job cancelled) once the client is gone."""
+async def _next(job: Job, request: Request, wait_s: float | None = None):
+    """The job's next item; None (and the job cancelled) once the client is gone;
+    ``_WAITING`` when ``wait_s`` passed with no item."""
+    waited = 0.0
     while True:
         try:
             return await asyncio.wait_for(job.events.get(), _POLL_S)
@@ -269,3 +355,6 @@ async def _next(job: Job, request: Request):
             if await request.is_disconnected():
                 job.cancel()
                 return None
+            waited += _POLL_S
+            if wait_s is not None and waited >= wait_s:
+                return _WAITING

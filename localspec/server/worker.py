@@ -6,6 +6,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,15 +24,20 @@ class Job:
     """One request for the model thread.  ``start(model)`` returns a streaming
     :class:`~localspec.decoding.loop.Generation`; items come back on ``events``:
     ("started", None), ("event", (TokenEvent, logprobs entry or None)), ("done", GenerationResult),
-    ("error", exception) or ("skipped", None)."""
+    ("error", exception) or ("skipped", None).  ``generation``: the running one, once started
+    (:meth:`cancel` reaches it at once, so a prompt being read stops within one batch)."""
 
     start: Any
     loop: asyncio.AbstractEventLoop
     logprobs: int | None = None
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    generation: Any = None
+    finished: bool = False  # its "done" (or "error") was posted
+    started_at: float = field(default_factory=time.perf_counter)
 
     def post(self, kind: str, value: Any = None) -> None:
+        self.finished = self.finished or kind in ("done", "error", "skipped")
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
         except RuntimeError:  # the event loop is gone (server shutting down)
@@ -39,6 +45,25 @@ class Job:
 
     def cancel(self) -> None:
         self.cancelled.set()
+        generation = self.generation
+        if generation is not None:
+            generation.cancel()
+
+    def prompt_progress(self) -> dict | None:
+        """llama-server's ``prompt_progress``: ``{"total", "processed", "time_ms"}``
+        (tokens of the prompt, and of its prefix the KV cache holds so far), or None before
+        the prompt is rendered.  Read from another thread while the prompt is decoded."""
+        generation = self.generation
+        if generation is None:
+            return None
+        prompt = generation.prompt_tokens
+        try:
+            cached = list(generation.target.cache_tokens)
+        except Exception:  # a sequence without a readable cache
+            cached = []
+        done = next((i for i, (a, b) in enumerate(zip(prompt, cached)) if a != b), min(len(prompt), len(cached)))
+        time_ms = round((time.perf_counter() - self.started_at) * 1000)
+        return {"total": len(prompt), "processed": done, "time_ms": time_ms}
 
 
 class ModelWorker:
@@ -173,7 +198,9 @@ class ModelWorker:
 
     def _generate(self, job: Job) -> None:
         try:
-            generation = job.start(self.model)
+            generation = job.generation = job.start(self.model)
+            if job.cancelled.is_set():
+                generation.cancel()
             job.post("started")
             for event in generation:
                 if job.cancelled.is_set():
