@@ -38,12 +38,12 @@ RAW = {
 }
 
 
-@pytest.fixture(scope="module")
-
 def prompt_of(usage) -> int:
     """The whole prompt, as Anthropic's usage splits it: tokens read plus tokens from the cache."""
     return usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
 
+
+@pytest.fixture(scope="module")
 def server(real_model):
     running = RunningServer(real_model, api_key=KEY)
     yield running
