@@ -10,6 +10,7 @@ from pathlib import Path
 
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
+from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.loop import Generation
 from localspec.decoding.params import CallOptions, DraftParams, GenerationParams, LoadOptions, call_options
 from localspec.decoding.policy import AdaptivePolicy
@@ -127,6 +128,7 @@ class SpeculativeModel:
         first = self.slots.slots[0]
         self.drafter, self.lookup, self.suffix = first.drafter, first.lookup, first.suffix
         self.prediction, self.grammar = first.prediction, first.grammar
+        self.learned = LearnedState.of_load(self.target_path, self.draft_path, self.load_options)
         if self.parallel > 1 or (self.default_draft.adaptive and self.default_draft.strategy != "none"):
             self._policy(DraftParams(), greedy=True, predicted=False, constrained=False)  # measure costs now
             for slot in self.slots.slots[1:]:
@@ -159,16 +161,26 @@ class SpeculativeModel:
         return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar) if d is not None]
 
     def _policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False, slot=None):
-        """``slot``'s policy for these options (slot 0's by default); an adaptive one new
-        to the pair measures the costs first (target batches up to 17 tokens, up to 65 with
-        several slots, whose verifies share one decode)."""
+        """``slot``'s policy for these options (slot 0's by default); the pair's first adaptive
+        one loads the costs stored for this machine (:attr:`learned`) and measures the rest
+        (target batches up to 17 tokens, 65 with several slots); each starts from the
+        acceptance stored for its kind of request."""
         slot = slot or self.slots.slots[0]
         policy = slot.policy(dp, greedy, predicted, constrained)
         if isinstance(policy, AdaptivePolicy) and not policy.costs_measured:
-            engines = {id(slot.drafter): self.draft_engine} if slot.drafter is not None else {}
             sizes = (1, 2, 3, 5, 9, 17) + ((33, 65) if self.parallel > 1 else ())
-            self.owner.run(policy.measure_costs, self.target, engines, 100, sizes)
+            missing, draft_missing = self.learned.load_costs(policy, slot.drafter, sizes)
+            if missing or draft_missing:
+                engines = {id(slot.drafter): self.draft_engine} if draft_missing else {}
+                self.owner.run(policy.measure_costs, self.target, engines, 100, missing)
+                self.learned.save_slots(self.slots.slots, force=True)
+        if isinstance(policy, AdaptivePolicy):
+            self.learned.seed(policy, kind_name(dp.strategy, greedy, predicted, constrained))
         return policy
+
+    def _generation_ended(self, generation: Generation) -> None:
+        self.slots.release(generation)
+        self.learned.save_slots(self.slots.slots)  # at most every few seconds
 
     # --- generation -------------------------------------------------------------------
 
@@ -325,7 +337,7 @@ class SpeculativeModel:
                 lock=slot.step_lock,
                 owner=self.owner,
                 batcher=slot.batcher,
-                on_end=self.slots.release,
+                on_end=self._generation_ended,
                 **options,
             )
             self.slots.occupy(slot, generation)
@@ -367,6 +379,7 @@ class SpeculativeModel:
         if self._closed:
             return
         self._closed = True
+        self.learned.save_slots(self.slots.slots, force=True)
         for slot in self.slots.slots:
             running = slot.generation() if slot.generation is not None else None
             if running is not None:

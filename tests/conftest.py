@@ -14,7 +14,7 @@ from localspec.llama.synthetic import write_model  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def isolated_user_paths(tmp_path, monkeypatch):
-    """Keep tests away from the user's Hugging Face cache and config.  The real model
+    """Keep tests away from the user's Hugging Face cache, config and learned store.  The real model
     pair is resolved once per session (before this runs) from the real caches."""
     from huggingface_hub import constants
 
@@ -25,6 +25,7 @@ def isolated_user_paths(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # e.g. the GUI's conversations
+    monkeypatch.setenv("LOCALSPEC_STORE", str(tmp_path / "store"))  # what a machine taught: per test
 
 
 @pytest.fixture

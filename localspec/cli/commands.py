@@ -177,6 +177,11 @@ def _add_doctor_parser(sub) -> None:
     """``localspec doctor``: the llama.cpp build and what to fix."""
     doctor = sub.add_parser("doctor", help="the llama.cpp build, backends, AMX, caches and what to fix")
     doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
+    doctor.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="forget the costs and acceptance learnt on this machine (measured again at the next load)",
+    )
     doctor.set_defaults(func=_cmd_doctor)
 
 
@@ -211,6 +216,12 @@ def _cmd_serve(args) -> int:
 def _cmd_doctor(args) -> int:
     from localspec.llama.report import format_report, report
 
+    if args.recalibrate:
+        from localspec.llama.machine_store import MachineStore
+
+        store = MachineStore()
+        print(f"forgot {store.forget()} learned record(s) in {store.directory}")
+        return 0
     r = report()
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0

@@ -190,3 +190,67 @@ class Calibration:
             g, b = self._cell(c, depth[i] if depth and i < len(depth) else 0)
             self.accepted[g][b] = self.DECAY * self.accepted[g][b] + (1.0 if i < n_accepted else 0.0)
             self.reached[g][b] = self.DECAY * self.reached[g][b] + 1.0
+
+
+LEARNT_DECAY = 0.995  # per trial: what a drafter's lifetime acceptance remembers (about 200 tokens)
+LEARNT_PRIOR_TRIALS = 2.0  # trials' worth of the drafter's fixed prior mixed into a learnt one
+
+
+@dataclass
+class LearntAcceptance:
+    """A drafter's acceptance over all the texts of one kind, slowly decayed (unlike
+    :class:`DrafterAcceptance`, not pulled back at each new text): what a later process
+    starts from (:mod:`localspec.decoding.learned`).  Empty until the drafter is judged."""
+
+    successes: float = 0.0
+    trials: float = 0.0
+
+    def observe(self, n_judged: int, n_accepted: int) -> None:
+        if n_judged == 0:
+            return
+        self.successes = LEARNT_DECAY * self.successes + n_accepted
+        self.trials = LEARNT_DECAY * self.trials + n_accepted + (1 if n_accepted < n_judged else 0)
+
+    def prior(self, fixed: float) -> float:
+        """The acceptance a new text starts from: what was learnt, with ``fixed`` (the
+        drafter's own prior) worth ``LEARNT_PRIOR_TRIALS`` trials."""
+        return (self.successes + LEARNT_PRIOR_TRIALS * fixed) / (self.trials + LEARNT_PRIOR_TRIALS)
+
+
+def verify_costs_record(verify_costs: dict) -> dict:
+    """The measured verify costs as JSON: ``{"<batch size>": seconds}`` (priors left out)."""
+    return {str(b): a.value for b, a in sorted(verify_costs.items()) if a.weight > 0 and 0.0 < a.value < math.inf}
+
+
+def load_verify_costs(record: dict, verify_costs: dict) -> None:
+    """Put a :func:`verify_costs_record` into ``verify_costs`` (batch size -> :class:`CostAverage`),
+    each as one measurement; entries that are not a positive batch size and a finite
+    positive time are skipped."""
+    for batch, seconds in record.items():
+        value = _positive(seconds)
+        if str(batch).isdigit() and int(batch) > 0 and value is not None:
+            verify_costs[int(batch)] = CostAverage(value, weight=1.0)
+
+
+def _positive(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and 0.0 < x < math.inf else None
+
+
+def draft_cost_record(cost: CostAverage | None, prefill_s: float | None) -> dict:
+    """A draft model's ``{"per_token": s, "prefill": s per prompt token}``, what is known of it."""
+    out = {}
+    if cost is not None and cost.weight > 0 and _positive(cost.value) is not None:
+        out["per_token"] = cost.value
+    if _positive(prefill_s) is not None:
+        out["prefill"] = prefill_s
+    return out
+
+
+def load_draft_cost(record: dict, key, draft_costs: dict, prefill_costs: dict) -> bool:
+    """Put a :func:`draft_cost_record` under ``key``; True when both parts were there."""
+    per_token, prefill = _positive(record.get("per_token")), _positive(record.get("prefill"))
+    if per_token is not None:
+        draft_costs[key] = CostAverage(per_token, weight=1.0)
+    if prefill is not None:
+        prefill_costs[key] = prefill
+    return per_token is not None and prefill is not None

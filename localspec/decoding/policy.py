@@ -22,6 +22,7 @@ from localspec.decoding.calibration import (
     Calibration,
     CostAverage,
     DrafterAcceptance,
+    LearntAcceptance,
     TextTrust,
     measure_costs,
     padded_depths,
@@ -192,6 +193,8 @@ class AdaptivePolicy:
     draft_costs: dict = field(default_factory=dict)  # id(drafter) -> CostAverage of seconds per token
     prefill_costs: dict = field(default_factory=dict)  # id(drafter) -> seconds per prompt token read
     _acceptance: dict = field(default_factory=dict)  # id(drafter) -> DrafterAcceptance
+    _learnt: dict = field(default_factory=dict)  # id(drafter) -> LearntAcceptance over all texts
+    _prior: dict = field(default_factory=dict)  # id(drafter) -> the acceptance each new text starts from
     _confidences: dict = field(default_factory=dict)  # id(drafter) -> Calibration of its confidences
     _trust: dict = field(default_factory=dict)  # id(drafter) -> TextTrust of the current text
     _step_s: float = 0.03  # prior for c_verify(1) until measured
@@ -205,7 +208,9 @@ class AdaptivePolicy:
         for d in self.drafters:
             prior_cost_s = d.prior_cost_s if d.prior_cost_s is not None else 0.5 * self._step_s
             self.draft_costs.setdefault(id(d), CostAverage(prior_cost_s))
+            self._prior[id(d)] = d.prior_acceptance
             self._acceptance[id(d)] = DrafterAcceptance(successes=2.0 * d.prior_acceptance, trials=2.0)
+            self._learnt[id(d)] = LearntAcceptance()
             self._confidences[id(d)] = Calibration()
 
     @property
@@ -241,8 +246,32 @@ class AdaptivePolicy:
         self._trust = {}
         for d in self.drafters:
             model = self._acceptance[id(d)]
-            model.successes = _NEW_TEXT_KEEP * model.successes + d.prior_acceptance
+            model.successes = _NEW_TEXT_KEEP * model.successes + self._prior[id(d)]
             model.trials = _NEW_TEXT_KEEP * model.trials + 1.0
+
+    def learnt_priors(self) -> dict:
+        """``{drafter name: {"successes", "trials"}}``: each judged drafter's acceptance over
+        all texts so far (:class:`~localspec.decoding.calibration.LearntAcceptance`), for
+        :meth:`start_from` in a later process."""
+        return {
+            d.name: {"successes": a.successes, "trials": a.trials}
+            for d in self.drafters
+            if (a := self._learnt[id(d)]).trials > 0
+        }
+
+    def start_from(self, priors: Mapping) -> None:
+        """Start from what an earlier process learnt (:meth:`learnt_priors`; unknown names
+        and malformed entries are skipped): each drafter's acceptance, and the prior every
+        new text is pulled back to, become that learnt acceptance (with the drafter's own
+        prior worth two trials), instead of the fixed prior."""
+        for d in self.drafters:
+            entry = priors.get(d.name)
+            learnt = _learnt_from(entry)
+            if learnt is None:
+                continue
+            self._learnt[id(d)] = learnt
+            prior = self._prior[id(d)] = learnt.prior(d.prior_acceptance)
+            self._acceptance[id(d)] = DrafterAcceptance(successes=2.0 * prior, trials=2.0)
 
     def pricing(self) -> RoundPricing:
         """The round being planned priced as the costs stand now (a policy sharing them
@@ -399,6 +428,7 @@ class AdaptivePolicy:
             self.draft_costs[id(drafter)].add(outcome.draft_s / n_drafted)
         if drafter is not None and n_drafted > 0:
             self._acceptance[id(drafter)].observe(n_drafted, outcome.n_accepted)
+            self._learnt[id(drafter)].observe(n_drafted, outcome.n_accepted)
             if draft.confidence:
                 confidence = draft.confidence[:n_drafted]
                 self._learn_confidences(drafter, confidence, draft.depth, outcome.n_accepted, draft.forced)
@@ -438,6 +468,7 @@ class AdaptivePolicy:
             self.draft_costs[id(drafter)].add(draft_s / len(made.tokens))
         elif n_verified == 0:
             self._acceptance[id(drafter)].observe_judged(1, 0)
+            self._learnt[id(drafter)].observe(1, 0)
 
     def _judge_unverified(self, verified: tuple, emitted: list[int]) -> None:
         for d in self.drafters:
@@ -447,5 +478,16 @@ class AdaptivePolicy:
             judged = min(len(draft.tokens), len(emitted))
             matched = next((i for i in range(judged) if draft.tokens[i] != emitted[i]), judged)
             self._acceptance[id(d)].observe_judged(judged, matched)
+            self._learnt[id(d)].observe(judged, matched)
             if draft.confidence:
                 self._learn_confidences(d, draft.confidence[:judged], draft.depth, matched, draft.forced, False)
+
+
+def _learnt_from(entry) -> LearntAcceptance | None:
+    """A stored ``{"successes", "trials"}`` as a LearntAcceptance; None unless 0 <= successes <= trials."""
+    if not isinstance(entry, Mapping):
+        return None
+    s, t = entry.get("successes"), entry.get("trials")
+    if not all(isinstance(x, (int, float)) and x == x for x in (s, t)) or not 0 <= s <= t or t <= 0 or t > 1e6:
+        return None
+    return LearntAcceptance(float(s), float(t))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import platform
 import sys
+import time
 
 from localspec import machine
 from localspec.llama import amx_probe, backend
 from localspec.llama.engine import default_threads
+from localspec.llama.machine_store import MachineStore
 from localspec.models import hub
 
 _warned = False
@@ -119,6 +121,7 @@ def report() -> dict:
             "huggingface": str(constants.HF_HUB_CACHE),
             "amx_probe": str(amx_probe.cache_file()),
         },
+        "learned": learned_report(),
         "default_pair": {
             "name": pair.name,
             **{
@@ -164,6 +167,65 @@ def format_report(r: dict) -> str:
         entry = pair[role]
         state = entry["path"] or f"not downloaded ({entry['size_bytes'] / 1e9:.2f} GB; `localspec pull {pair['name']}`)"
         lines.append(f"default {role:<10} {entry['name']}: {state}")
+    lines += format_learned(r["learned"])
     if r["gpu_warning"]:
         lines += ["", f"warning: {r['gpu_warning']}"]
     return "\n".join(lines)
+
+
+def learned_report(store: MachineStore | None = None) -> dict:
+    """What the store keeps (:mod:`localspec.llama.machine_store`): ``{"folder", "entries"}``,
+    an entry per key with the pair's file names (None where not recorded), threads,
+    offload, hardware, when updated (seconds since the epoch), c(1) and c(17) in seconds
+    (None where not measured) and ``acceptance``: kind of request -> drafter -> estimate."""
+    store = store or MachineStore()
+    entries = []
+    for e in store.entries():
+        key, record = e["key"], e["record"] if isinstance(e["record"], dict) else {}
+        pair = _mapping(record.get("pair"))
+        verify = _mapping(_mapping(record.get("costs")).get("verify"))
+        entries.append(
+            {
+                "file": e["path"],
+                "target": pair.get("target"),
+                "draft": pair.get("draft"),
+                "threads": key.get("threads"),
+                "offload": key.get("offload"),
+                "hardware": key.get("hardware"),
+                "updated": e["updated"],
+                "c1_s": verify.get("1"),
+                "c17_s": verify.get("17"),
+                "acceptance": {kind: _alphas(p) for kind, p in _mapping(record.get("priors")).items()},
+            }
+        )
+    return {"folder": str(store.directory), "entries": entries}
+
+
+def _mapping(x) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def _alphas(priors) -> dict:
+    out = {}
+    for name, p in _mapping(priors).items():
+        s, t = _mapping(p).get("successes"), _mapping(p).get("trials")
+        if isinstance(s, (int, float)) and isinstance(t, (int, float)) and t > 0:
+            out[name] = round(s / t, 3)
+    return out
+
+
+def format_learned(learned: dict) -> list[str]:
+    """:func:`learned_report` as text lines."""
+    lines = [
+        f"learned store      {learned['folder']} ({len(learned['entries'])} pair(s); `doctor --recalibrate` forgets)"
+    ]
+    for e in learned["entries"]:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["updated"])) if e["updated"] else "?"
+        costs = ", ".join(f"{n} {v * 1e3:.1f} ms" for n, v in (("c(1)", e["c1_s"]), ("c(17)", e["c17_s"])) if v)
+        lines.append(
+            f"  {e['target'] or '?'} + {e['draft'] or 'no draft'}: {e['threads']} threads, updated {when}; "
+            f"{costs or 'no costs'}"
+        )
+        for kind, alphas in e["acceptance"].items():
+            lines.append(f"    {kind}: " + ", ".join(f"{name} {a:.2f}" for name, a in alphas.items()))
+    return lines

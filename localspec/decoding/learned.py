@@ -1,0 +1,187 @@
+"""What the adaptive policy learnt on this machine, kept between processes.
+
+A loaded pair's :class:`LearnedState` reads the :class:`~localspec.llama.machine_store.MachineStore`
+record of its key (machine, threads, llama.cpp build, offload, the two GGUFs' sha256) and
+writes back what its policies learn:
+
+- ``costs``: the target's verify cost per batch size (seconds, ``{"<b>": s}``) and the
+  draft model's ``{"per_token", "prefill"}`` (:mod:`localspec.decoding.calibration`); loaded
+  instead of measured at the first adaptive call, so a known pair has no calibration pause;
+- ``priors``: per kind of request (:func:`kind_name`), each drafter's acceptance over all
+  texts (:meth:`AdaptivePolicy.learnt_priors`), which a new policy starts from
+  (:meth:`AdaptivePolicy.start_from`) instead of the drafter's fixed prior;
+- ``pair``: the two GGUFs' file names, for ``localspec doctor``.
+
+Writes happen when a generation ends, at most once every ``SAVE_EVERY_S`` seconds per
+process, and at close.  Merging with what another process wrote meanwhile: **newest wins,
+per field** (per batch size, per draft cost, per kind and drafter); fields only the other
+process knows are kept.  Not a weighted mean, because both processes started from the same
+stored values and each estimate is a moving average already weighted toward its recent
+readings: averaging two of them would count the shared record twice and lag the machine's
+current state.  A store that cannot be read or written costs one log line, never a load.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from localspec.decoding.calibration import (
+    draft_cost_record,
+    load_draft_cost,
+    load_verify_costs,
+    verify_costs_record,
+)
+from localspec.decoding.params import LoadOptions
+from localspec.decoding.policy import AdaptivePolicy
+from localspec.llama import backend
+from localspec.llama.engine_config import default_threads
+from localspec.llama.machine_store import MachineStore, StoreKey, this_machine_key
+
+SAVE_EVERY_S = 5.0  # at most one write per this many seconds per process (but at close)
+log = logging.getLogger("localspec.store")
+
+
+def kind_name(strategy: str, greedy: bool, predicted: bool, constrained: bool) -> str:
+    """The stored name of a kind of request: ``"auto|greedy"``, ``"auto|sampled|predicted"``…"""
+    parts = [strategy, "greedy" if greedy else "sampled"]
+    parts += ["predicted"] if predicted else []
+    parts += ["constrained"] if constrained else []
+    return "|".join(parts)
+
+
+class LearnedState:
+    """The stored record of one loaded pair (``target`` / ``draft`` paths; ``threads`` and
+    ``offload`` as the engines run).  The key (which hashes each GGUF once, memoised) is
+    computed on first use; with an unreadable file or store the state is empty and
+    nothing is written."""
+
+    def __init__(
+        self, target: Path, draft: Path | None, threads: int, offload: bool, store: MachineStore | None = None
+    ):
+        self._pair = (Path(target), Path(draft) if draft is not None else None, threads, offload)
+        self.store = store or MachineStore()
+        self._key: StoreKey | None = None
+        self._record: dict | None = None
+        self._loaded = False
+        self._seeded: set[int] = set()
+        self._last_save = 0.0
+        self._saving = threading.Lock()
+
+    @classmethod
+    def of_load(cls, target: Path, draft: Path | None, options: LoadOptions) -> LearnedState:
+        """The state of a pair loaded with these :class:`LoadOptions` (threads, offload)."""
+        offload = backend.supports_gpu_offload() and options.n_gpu_layers != 0
+        return cls(target, draft, options.n_threads or default_threads(), offload)
+
+    @property
+    def key(self) -> StoreKey | None:
+        if self._key is None and not self._loaded:
+            try:
+                self._key = this_machine_key(*self._pair)
+            except OSError as exc:
+                log.warning("localspec: not keeping what this pair learns (%s)", exc)
+        return self._key
+
+    @property
+    def record(self) -> dict:
+        """The record as loaded ({} when none, or unreadable)."""
+        if not self._loaded:
+            key = self.key
+            self._loaded = True
+            try:
+                self._record = self.store.load(key) if key is not None else None
+            except OSError as exc:
+                log.warning("localspec: could not read the learned store (%s)", exc)
+        return self._record or {}
+
+    def load_costs(self, policy: AdaptivePolicy, drafter, sizes: Sequence[int]) -> tuple[tuple[int, ...], bool]:
+        """Put the stored costs into ``policy``'s (shared) cost dicts; returns the batch sizes
+        of ``sizes`` still unmeasured and whether ``drafter`` (the draft model, or None)
+        still needs measuring."""
+        costs = self.record.get("costs")
+        costs = costs if isinstance(costs, dict) else {}
+        verify = costs.get("verify")
+        if isinstance(verify, dict):
+            load_verify_costs(verify, policy.verify_costs)
+        draft_known = drafter is None
+        if drafter is not None and isinstance(costs.get("draft"), dict):
+            draft_known = load_draft_cost(costs["draft"], id(drafter), policy.draft_costs, policy.prefill_costs)
+        return tuple(b for b in sizes if b not in policy.verify_costs), not draft_known
+
+    def seed(self, policy: AdaptivePolicy, kind: str) -> None:
+        """Start a policy new to this process from the stored priors of its kind (once)."""
+        if id(policy) in self._seeded:
+            return
+        self._seeded.add(id(policy))
+        priors = self.record.get("priors")
+        stored = priors.get(kind) if isinstance(priors, dict) else None
+        if isinstance(stored, dict):
+            policy.start_from(stored)
+
+    def save_slots(self, slots: Sequence, force: bool = False) -> bool:
+        """:meth:`save` what the adaptive policies of these :class:`~localspec.decoding.slots.Slot`
+        learnt (their shared costs, slot 0's draft model); False when they have none."""
+        policies = [(kind_name(*key), policy) for slot in slots for key, policy in slot.adaptive.items()]
+        return bool(policies) and self.save(slots[0].costs, slots[0].drafter, policies, force)
+
+    def save(self, costs, drafter, policies: Iterable[tuple[str, AdaptivePolicy]], force: bool = False) -> bool:
+        """Write the current estimates (``costs``: the pair's shared (verify, draft, prefill)
+        dicts; ``drafter``: the draft model whose costs they hold, or None; ``policies``:
+        (kind name, policy) of every slot), merged with the stored record.  Skipped (False)
+        within ``SAVE_EVERY_S`` of the last write unless ``force``, while another thread
+        writes, or without a key."""
+        now = time.monotonic()
+        if (not force and now - self._last_save < SAVE_EVERY_S) or self.key is None:
+            return False
+        if not self._saving.acquire(blocking=False):
+            return False
+        try:
+            self._last_save = now
+            try:
+                mine = self._current(costs, drafter, policies)
+            except RuntimeError:  # a cost dict grew under us (another slot's round): next time
+                return False
+            try:
+                self._record = self.store.update(self.key, lambda old: _merged(old or {}, mine))
+            except (OSError, TimeoutError) as exc:
+                log.warning("localspec: could not write the learned store (%s)", exc)
+                return False
+            return True
+        finally:
+            self._saving.release()
+
+    def _current(self, costs, drafter, policies) -> dict:
+        verify, draft, prefill = costs
+        target, draft_path = self._pair[0], self._pair[1]
+        draft_record = draft_cost_record(draft.get(id(drafter)), prefill.get(id(drafter))) if drafter else {}
+        priors: dict = {}
+        for kind, policy in list(policies):
+            mine = priors.setdefault(kind, {})
+            for name, entry in policy.learnt_priors().items():  # several slots: the most judged wins
+                if name not in mine or entry["trials"] > mine[name]["trials"]:
+                    mine[name] = entry
+        return {
+            "pair": {"target": target.name, "draft": draft_path.name if draft_path else None},
+            "costs": {"verify": verify_costs_record(dict(verify)), "draft": draft_record},
+            "priors": {k: v for k, v in priors.items() if v},
+        }
+
+
+def _merged(old: dict, new: dict) -> dict:
+    """``new`` over ``old``, field by field (module docstring: newest wins)."""
+    old_costs = old.get("costs") if isinstance(old.get("costs"), dict) else {}
+    costs = {part: {**_dict(old_costs.get(part)), **new["costs"][part]} for part in ("verify", "draft")}
+    old_priors = _dict(old.get("priors"))
+    priors = {
+        kind: {**_dict(old_priors.get(kind)), **_dict(new["priors"].get(kind))}
+        for kind in {*old_priors, *new["priors"]}
+    }
+    return {**old, "pair": new["pair"], "costs": costs, "priors": priors}
+
+
+def _dict(x) -> dict:
+    return x if isinstance(x, dict) else {}

@@ -1,0 +1,197 @@
+"""What the machine taught, kept between loads: costs loaded instead of measured, priors
+carried over, doctor's listing and --recalibrate; and plain decoding where nothing pays."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localspec.api import SpeculativeModel
+from localspec.decoding.calibration import CostAverage
+from localspec.decoding.drafters import Draft, Drafter
+from localspec.decoding.learned import LearnedState, kind_name
+from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.rounds import RoundOutcome
+from localspec.llama.machine_store import MachineStore
+
+
+class FakeDrafter(Drafter):
+    def __init__(self, name, prior, free=False):
+        self.name, self.prior_acceptance, self.free = name, prior, free
+
+
+def _costs(model) -> dict:
+    verify, draft, prefill = model.slots.slots[0].costs
+    key = id(model.drafter)
+    return {
+        "verify": {b: a.value for b, a in verify.items()},
+        "draft": draft[key].value,
+        "prefill": prefill[key],
+    }
+
+
+@pytest.fixture
+def count_measures(monkeypatch):
+    calls = []
+    original = AdaptivePolicy.measure_costs
+
+    def counting(self, target, engines, token=100, sizes=(1, 2, 3, 5, 9, 17)):
+        calls.append((tuple(sizes), len(engines)))
+        return original(self, target, engines, token, sizes)
+
+    monkeypatch.setattr(AdaptivePolicy, "measure_costs", counting)
+    return calls
+
+
+def test_a_second_load_with_the_same_key_measures_nothing_and_has_the_first_loads_costs(target_gguf, monkeypatch):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as first:
+        measured = _costs(first)
+    assert set(measured["verify"]) >= {1, 2, 3, 5, 9, 17}
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("costs measured although the store has them")
+
+    monkeypatch.setattr(AdaptivePolicy, "measure_costs", no_measuring)
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as second:
+        assert _costs(second) == measured  # JSON keeps floats exactly
+        second.generate("a b c", max_tokens=4, temperature=0.0)  # runs on the loaded costs
+
+
+def test_another_gguf_starts_fresh_and_a_corrupt_store_still_loads(target_gguf, other_gguf, count_measures):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512):
+        pass
+    assert len(count_measures) == 1
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512):
+        pass
+    assert len(count_measures) == 2  # another draft GGUF: another key, measured again
+    store = MachineStore()
+    records = [p for p in store.directory.glob("*.json") if p.name != "digests.json"]
+    assert len(records) == 2
+    for path in records:
+        path.write_text("{not json")
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512):
+        pass
+    assert len(count_measures) == 3  # ignored, measured, written again
+    assert len(store.entries()) == 1
+
+
+def test_a_generation_that_ends_writes_what_it_learnt(target_gguf, monkeypatch):
+    from localspec.decoding import learned
+
+    monkeypatch.setattr(learned, "SAVE_EVERY_S", 0.0)
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as model:
+        model.generate("one two three four", max_tokens=24, temperature=0.0, strategy="auto")
+        verify = {str(b): a.value for b, a in model.slots.slots[0].costs.verify.items() if a.weight > 0}
+        (entry,) = MachineStore().entries()  # written when the generation ended, before close
+        assert entry["record"]["costs"]["verify"] == pytest.approx(verify)
+        assert entry["record"]["pair"] == {"target": target_gguf.name, "draft": target_gguf.name}
+
+
+def _state(target_gguf, other_gguf) -> LearnedState:
+    return LearnedState(target_gguf, other_gguf, threads=2, offload=False)
+
+
+def _cheap_machine(policy):
+    """A verify of 17 costs little more than one, a draft token 1 ms: the draft model pays
+    from an acceptance of about 0.1 on."""
+    policy.verify_costs.update({b: CostAverage(0.030 + 0.0002 * (b - 1), weight=1.0) for b in (1, 2, 3, 5, 9, 17)})
+    policy.draft_costs[id(policy.drafters[0])] = CostAverage(0.001, weight=1.0)
+    policy.prefill_costs[id(policy.drafters[0])] = 0.0
+
+
+def _steep_machine(policy):
+    """c(b) grows 20 ms a token from 30 ms: the draft model pays only when almost always right."""
+    policy.verify_costs.update({b: CostAverage(0.030 + 0.020 * (b - 1), weight=1.0) for b in (1, 2, 3, 5, 9, 17)})
+    policy.draft_costs[id(policy.drafters[0])] = CostAverage(0.002, weight=1.0)
+    policy.prefill_costs[id(policy.drafters[0])] = 0.0
+
+
+def _taught(target_gguf, other_gguf, accepted: bool) -> None:
+    """A first process: the draft model is always (or never) right for 60 rounds, then stored."""
+    d = FakeDrafter("draft-model", 0.7)
+    policy = AdaptivePolicy([d], max_k={id(d): 8})
+    _cheap_machine(policy)
+    for _ in range(60):
+        policy.observe(RoundOutcome(0.031, 5, d, Draft([0] * 4), n_accepted=4 if accepted else 0, draft_s=0.004))
+    costs = (policy.verify_costs, policy.draft_costs, policy.prefill_costs)
+    assert _state(target_gguf, other_gguf).save(costs, d, [(kind_name("auto", True, False, False), policy)], True)
+
+
+def _first_choice(target_gguf, other_gguf, machine, seeded: bool):
+    d = FakeDrafter("draft-model", 0.7)
+    policy = AdaptivePolicy([d], max_k={id(d): 8})
+    machine(policy)
+    if seeded:
+        _state(target_gguf, other_gguf).seed(policy, "auto|greedy")
+    policy.new_generation()
+    chosen, k = policy.plan(8, n_context=50)
+    return chosen is d and k > 0
+
+
+def test_a_draft_model_never_right_before_is_not_bet_on_in_a_fresh_process(target_gguf, other_gguf):
+    _taught(target_gguf, other_gguf, accepted=False)
+    assert _first_choice(target_gguf, other_gguf, _cheap_machine, seeded=False)  # the fixed prior bets
+    assert not _first_choice(target_gguf, other_gguf, _cheap_machine, seeded=True)
+
+
+def test_a_draft_model_always_right_before_is_bet_on_where_the_fixed_prior_would_not(target_gguf, other_gguf):
+    _taught(target_gguf, other_gguf, accepted=True)
+    assert not _first_choice(target_gguf, other_gguf, _steep_machine, seeded=False)
+    assert _first_choice(target_gguf, other_gguf, _steep_machine, seeded=True)
+
+
+def test_two_processes_writing_merge_newest_wins_per_field(target_gguf, other_gguf):
+    a, b = _state(target_gguf, other_gguf), _state(target_gguf, other_gguf)
+    da, db = FakeDrafter("draft-model", 0.7), FakeDrafter("draft-model", 0.7)
+    pa, pb = AdaptivePolicy([da]), AdaptivePolicy([db])
+    pa.verify_costs.update({1: CostAverage(0.03, 1.0), 17: CostAverage(0.2, 1.0)})
+    pb.verify_costs.update({1: CostAverage(0.04, 1.0), 33: CostAverage(0.4, 1.0)})
+    a.save((pa.verify_costs, pa.draft_costs, pa.prefill_costs), da, [("auto|greedy", pa)], force=True)
+    b.save((pb.verify_costs, pb.draft_costs, pb.prefill_costs), db, [("auto|sampled", pb)], force=True)
+    (entry,) = MachineStore().entries()
+    assert entry["record"]["costs"]["verify"] == {"1": 0.04, "17": 0.2, "33": 0.4}
+
+
+def test_a_save_within_a_few_seconds_of_the_last_is_skipped(target_gguf, other_gguf):
+    state, d = _state(target_gguf, other_gguf), FakeDrafter("draft-model", 0.7)
+    policy = AdaptivePolicy([d])
+    costs = (policy.verify_costs, policy.draft_costs, policy.prefill_costs)
+    assert state.save(costs, d, [("auto|greedy", policy)], force=True)
+    assert not state.save(costs, d, [("auto|greedy", policy)])
+
+
+def test_doctor_lists_what_is_stored_and_recalibrate_forgets_it(target_gguf, other_gguf, capsys):
+    from localspec.cli.commands import main
+    from localspec.llama.report import format_learned, learned_report
+
+    _taught(target_gguf, other_gguf, accepted=False)
+    learned = learned_report()
+    (entry,) = learned["entries"]
+    assert (entry["target"], entry["draft"], entry["threads"]) == (target_gguf.name, other_gguf.name, 2)
+    assert entry["c1_s"] == pytest.approx(0.030, rel=0.1) and entry["c17_s"] == pytest.approx(0.0332, rel=0.1)
+    assert entry["acceptance"]["auto|greedy"]["draft-model"] == 0.0
+    text = "\n".join(format_learned(learned))
+    assert target_gguf.name in text and "c(17)" in text and "draft-model 0.00" in text
+    json.dumps(learned)  # doctor --json prints it
+    assert main(["doctor", "--recalibrate"]) == 0
+    assert "forgot 1" in capsys.readouterr().out
+    assert learned_report()["entries"] == []
+
+
+def test_a_batch_of_fresh_sequences_where_drafting_cannot_pay_runs_plain():
+    """A verify costs its length (c(b) = b c(1)): no draft, however likely, beats plain,
+    alone or sharing the verify with three other sequences."""
+    verify = {b: CostAverage(0.03 * b, weight=1.0) for b in (1, 2, 3, 5, 9, 17, 33, 65)}
+    draft_costs, prefill = {}, {}
+    policies = []
+    for _ in range(4):  # one per slot, the costs shared as SpeculativeModel shares them
+        model, lookup = FakeDrafter("draft-model", 0.7), FakeDrafter("prompt-lookup", 0.3, free=True)
+        p = AdaptivePolicy([model, lookup], verify_costs=verify, draft_costs=draft_costs, prefill_costs=prefill)
+        draft_costs[id(model)] = CostAverage(0.001, weight=1.0)
+        p.new_generation()
+        policies.append((p, lookup))
+    sure = Draft([1] * 8, confidence=[0.99] * 8)
+    for p, lookup in policies:
+        for others in ((0, 0), (1, 1), (3, 3)):  # alone, or beside fresh sequences verifying one token each
+            assert p.plan(16, {id(lookup): sure}, n_context=100, others=others) == (None, 0)
