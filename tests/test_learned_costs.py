@@ -188,10 +188,25 @@ def test_a_batch_of_fresh_sequences_where_drafting_cannot_pay_runs_plain():
     for _ in range(4):  # one per slot, the costs shared as SpeculativeModel shares them
         model, lookup = FakeDrafter("draft-model", 0.7), FakeDrafter("prompt-lookup", 0.3, free=True)
         p = AdaptivePolicy([model, lookup], verify_costs=verify, draft_costs=draft_costs, prefill_costs=prefill)
-        draft_costs[id(model)] = CostAverage(0.001, weight=1.0)
+        draft_costs.update({id(model): CostAverage(0.001, weight=1.0), id(lookup): CostAverage(2e-5, weight=1.0)})
         p.new_generation()
         policies.append((p, lookup))
     sure = Draft([1] * 8, confidence=[0.99] * 8)
     for p, lookup in policies:
-        for others in ((0, 0), (1, 1), (3, 3)):  # alone, or beside fresh sequences verifying one token each
+        # alone; beside fresh sequences verifying one token each; beside drafts and a prompt being read
+        for others in ((0, 0), (1, 1), (3, 3), (12, 3), (131, 3)):
             assert p.plan(16, {id(lookup): sure}, n_context=100, others=others) == (None, 0)
+
+
+def test_beside_a_prompt_being_read_a_draft_pays_only_for_its_own_rows():
+    """Where a verify costs the same at any size (a GPU), a sure draft beside another
+    sequence's 128-token prompt chunk still pays; where it costs its length, it does not."""
+    model, lookup = FakeDrafter("draft-model", 0.7), FakeDrafter("prompt-lookup", 0.3, free=True)
+    sure = Draft([1] * 8, confidence=[0.99] * 8)
+    for cost, drafts in ((lambda b: 0.03, True), (lambda b: 0.03 * b, False)):
+        verify = {b: CostAverage(cost(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17, 33, 65, 129, 257)}
+        p = AdaptivePolicy([model, lookup], verify_costs=verify)
+        p.draft_costs.update({id(model): CostAverage(0.03, weight=1.0), id(lookup): CostAverage(2e-5, weight=1.0)})
+        p.new_generation()
+        chosen, k = p.plan(16, {id(lookup): sure}, n_context=100, others=(129, 2))
+        assert (chosen is lookup and k > 0) == drafts

@@ -65,6 +65,7 @@ class LearnedState:
         self._pair = (Path(target), Path(draft) if draft is not None else None, threads, offload)
         self.store = store or MachineStore()
         self._key: StoreKey | None = None
+        self._key_tried = False
         self._record: dict | None = None
         self._loaded = False
         self._seeded: set[int] = set()
@@ -79,7 +80,8 @@ class LearnedState:
 
     @property
     def key(self) -> StoreKey | None:
-        if self._key is None and not self._loaded:
+        if self._key is None and not self._key_tried:
+            self._key_tried = True  # an unreadable GGUF is said once, not at every write
             try:
                 self._key = this_machine_key(*self._pair)
             except OSError as exc:

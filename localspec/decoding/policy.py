@@ -142,8 +142,15 @@ class RoundPricing:
     def rate(self, expected: float, extra_s: float, k: int) -> float:
         """Tokens per second of the batch this round's verify joins, drafting k tokens that
         yield ``expected`` at ``extra_s`` seconds of drafting: the other sequences (one token
-        each at least) share the decode, so a draft must pay for its rows in all of them."""
-        return (self.sequences + expected) / (extra_s + self.verify_s(self.tokens + k + 1))
+        each) share the decode, so a draft must pay for its rows in all of them.  The time
+        is what the batch takes with every sequence plain, c(S + 1), plus this draft's own
+        rows at the batch's size, c(T + k + 1) - c(T + 1): the others' rows beyond one each
+        (drafts, a prompt being read) are theirs to pay for, and must not make this draft
+        look cheap beside them.  With T = S (the others plain) that is c(S + k + 1)."""
+        if self.tokens <= self.sequences:
+            return (self.sequences + expected) / (extra_s + self.verify_s(self.tokens + k + 1))
+        own = max(0.0, self.verify_s(self.tokens + k + 1) - self.verify_s(self.tokens + 1))
+        return (self.sequences + expected) / (extra_s + self.verify_s(self.sequences + 1) + own)
 
     def verify_s(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
