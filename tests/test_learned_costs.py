@@ -210,3 +210,18 @@ def test_beside_a_prompt_being_read_a_draft_pays_only_for_its_own_rows():
         p.new_generation()
         chosen, k = p.plan(16, {id(lookup): sure}, n_context=100, others=(129, 2))
         assert (chosen is lookup and k > 0) == drafts
+
+
+def test_a_draft_model_not_expected_to_draft_reads_no_prompt(target_gguf, other_gguf):
+    """The adaptive policy prefills no draft model up front: one that a learnt prior says
+    never pays is not chosen, so it decodes nothing, prompt included (its catch-up is
+    charged when it is chosen: test_a_draft_models_catch_up_is_charged_over_the_tokens_left)."""
+    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512) as model:
+        policy = model._policy(model.default_draft, greedy=True, predicted=False)
+        assert policy.prefill_drafters == ()
+        policy.start_from({"draft-model": {"successes": 0.0, "trials": 1000.0}})
+        before = model.draft_engine.decode_s
+        result = model.generate("one two three four five six seven", max_tokens=16, temperature=0.0)
+        assert result.stats.generated_tokens == 16
+        assert model.draft_engine.decode_s == before
+        assert result.stats.drafted_by_drafter.get("draft-model", 0) == 0
