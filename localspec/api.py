@@ -16,6 +16,7 @@ from localspec.decoding.params import CallOptions, DraftParams, GenerationParams
 from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
+from localspec.decoding.thinking import ChatReasoning, read_chat_template
 from localspec.decoding.tool_calls import ToolFormat, ToolRequest, normalise_messages, tool_format, tool_request
 from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
 from localspec.llama import backend
@@ -111,12 +112,17 @@ class SpeculativeModel:
         self.target_path = Path(target)
         self.draft_path = Path(draft) if draft is not None else None
         _check_pair(self.target_path, self.draft_path)
+        chat_template = read_chat_template(self.load_options.chat_template)
         self.auto_context = None
         if self.load_options.n_ctx == "auto":
             self.auto_context = _auto_context(self.target_path, self.draft_path, self.load_options)
             self.load_options = replace(self.load_options, n_ctx=self.auto_context.n_ctx)
         self.owner = LlamaThread()
         self.target, self.draft_engine = self._load_engines(load_progress)
+        self.target.chat_template_override = chat_template
+        self.reasoning = ChatReasoning(
+            self.target, self.load_options.reasoning_format, self.load_options.reasoning_budget
+        )
         self.parallel = self.load_options.parallel
         self.slots = SlotPool(
             self.target,
@@ -248,6 +254,8 @@ class SpeculativeModel:
                 "tool_calls"; ``result.content`` is the text before it.  Messages may
                 hold an assistant's ``tool_calls`` and ``{"role": "tool", "content"}``
                 replies.  InvalidOptionError for a template without a call format.
+                Thinking models: ``reasoning_budget``, ``enable_thinking``, ``chat_template_kwargs``,
+                ``reasoning_format``; ``result.reasoning`` (docs/reasoning.md, :class:`ChatReasoning`).
 
         The KV cache prefix shared with the previous call is reused, so a multi-turn
         chat only evaluates the new tokens.  Raises InvalidOptionError for bad messages or
@@ -257,15 +265,15 @@ class SpeculativeModel:
         self._ensure_open()
         call = call_options(options, self.default_draft)
         tools = self._tools(call)
-        tokens = self.target.chat_tokens(normalise_messages(messages), tools.tools if tools else None)
-        return self._start(tokens, started, stream, call, tools)
+        tokens, thinking = self.reasoning.chat_prompt(normalise_messages(messages), tools, call, self._constraint)
+        return self._start(tokens, started, stream, call, tools, thinking=thinking)
 
     @property
     def tool_format(self) -> ToolFormat | None:
         """The target's tool-call format (None: its chat template has none localspec knows)."""
         if not hasattr(self, "_tool_format"):
             self._tool_format = tool_format(
-                self.target.info.chat_template,
+                self.target.chat_template,
                 lambda text: self.target.tokenize(text, add_special=False, parse_special=True),
             )
         return self._tool_format
@@ -287,6 +295,7 @@ class SpeculativeModel:
         call: CallOptions,
         tool_grammar: ToolRequest | None = None,
         prompt_truncated: bool = False,
+        thinking=None,
     ):
         grammar, parse_as = response_format_grammar(call.response_format)
         if grammar is not None and tool_grammar is not None:
@@ -310,6 +319,7 @@ class SpeculativeModel:
                 parse=parse_as.model_validate_json if parse_as is not None else None,
                 tool_format=tool_grammar.format if tool_grammar else None,
                 prompt_truncated=prompt_truncated,
+                thinking=thinking,
             )
         except BaseException:
             self.slots.unreserve(slot)

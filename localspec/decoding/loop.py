@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from localspec.decoding.drafters.grammar import chained
 from localspec.decoding.grammar import Constraint
 from localspec.decoding.params import GenerationParams
 from localspec.decoding.policy import Policy
+from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.decoding.rounds import EmittedToken, RoundOutcome
 from localspec.decoding.sampling import (
     CandidateRows,
@@ -37,7 +38,8 @@ from localspec.decoding.sampling import (
     token_logprobs,
 )
 from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
-from localspec.decoding.text import TextAssembler
+from localspec.decoding.text import ChannelAssembler, TextAssembler
+from localspec.decoding.thinking import UNLIMITED, ThinkingBudget, ThinkingPlan
 from localspec.decoding.tool_calls import ToolFormat, split_tool_calls
 from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
@@ -59,7 +61,12 @@ class Generation:
     thread pays one hand-off per round.  With a ``batcher``
     (:class:`~localspec.decoding.scheduler.Batcher`; ``target`` is then one sequence of a
     shared context) the round runs on the caller's thread and its target decode is shared
-    with the other sequences' rounds.  ``on_end(generation)`` is called once when it ends."""
+    with the other sequences' rounds.  ``on_end(generation)`` is called once when it ends.
+
+    With a ``thinking`` plan (:class:`~localspec.decoding.reasoning.ThinkingPlan`) each
+    token is labelled with its channel, the answer and the thinking are kept apart, stop
+    strings apply to the answer only, and a spent thinking budget forces the close as a
+    grammar whose forced tokens are drafted for free (see :meth:`_steer_thinking`)."""
 
     def __init__(
         self,
@@ -77,6 +84,7 @@ class Generation:
         batcher=None,
         on_end: Callable[[Generation], None] | None = None,
         prompt_truncated: bool = False,
+        thinking: ThinkingPlan | None = None,
     ):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
@@ -102,11 +110,18 @@ class Generation:
         self._batcher = batcher  # shares the target's decodes with other sequences (scheduler.Batcher)
         self._on_end = on_end  # told once when the generation ends (its slot is free again)
         self._prompt_truncated = prompt_truncated  # the caller cut the prompt to fit (a FIM prompt)
+        self._thinking = thinking  # how the output splits into thinking and answer (None: all answer)
+        if thinking is not None and constraint is not None and thinking.budget >= 0:
+            raise InvalidOptionError("a thinking budget cannot be combined with response_format or tools")
         self._events = self._run()
         self._ready: deque[TokenEvent] = deque()
 
     def cancel(self) -> None:
         self._cancelled = True
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
 
     def supersede(self) -> None:
         self._superseded = True
@@ -161,10 +176,11 @@ class Generation:
     def _run(self) -> Iterator[TokenEvent]:
         """The generation's events, round by round, each round's closed by ``_ROUND_END``."""
         run = self._start()
+        self._steer_thinking(run)  # a budget of 0 with the block opened by the prompt: close at once
         first = self._read_prompt(run)
         if first is None:  # cancelled while reading the prompt
             run.stats.total_s = time.perf_counter() - self._started_at
-            self.result = GenerationResult(text="", tokens=[], sources=[], finish_reason="cancelled", stats=run.stats)
+            self.result = GenerationResult("", [], [], "cancelled", run.stats, reasoning=run.out.reasoning)
             return
         emitted = [first]
         while True:
@@ -185,10 +201,18 @@ class Generation:
         return _Run(
             context=list(self.prompt_tokens),
             stats=GenerationStats(prompt_tokens=len(self.prompt_tokens), prompt_truncated=self._prompt_truncated),
-            out=TextAssembler(self.target, self.params.stop),
+            out=self._assembler(),
             rng=np.random.default_rng(seeds[0]),
             draft_rng=np.random.default_rng(seeds[1]),
+            budget=ThinkingBudget(self._thinking)
+            if self._thinking is not None and self._thinking.budget >= 0
+            else None,
         )
+
+    def _assembler(self) -> TextAssembler | ChannelAssembler:
+        if self._thinking is None:
+            return TextAssembler(self.target, self.params.stop)
+        return ChannelAssembler(self.target, self.params.stop, self._thinking.splitter())
 
     def _read_prompt(self, run: _Run) -> EmittedToken | None:
         """Prompt eval: reuse the cached prefix, decode the rest (and let the policy's
@@ -224,14 +248,25 @@ class Generation:
             run.context.append(token.token)
             run.stats.generated_tokens += 1
             finish = run.out.add(token.token, token.source)
-            event = token.event(run.out.take_delta(), run.round_no)
-            if event.text or finish is None:
+            if self._thinking is not None:
+                run.stats.count_token(run.out.label)
+            event = token.event(run.out.take_delta(), run.round_no, run.out.label, run.out.take_reasoning())
+            if event.text or event.reasoning or finish is None:
                 yield event
             if finish is None and run.stats.generated_tokens >= self.params.max_tokens:
                 finish = "length"
             if finish:
                 break
+        if finish is None:
+            self._steer_thinking(run)
         return finish
+
+    def _steer_thinking(self, run: _Run) -> None:
+        """Between rounds: once the thinking budget is spent, force the close as a grammar
+        (its forced tokens drafted by :meth:`_forced_draft`, verified like any draft, the
+        rest chosen by the target under the mask); drop it once the close is out."""
+        if run.budget is not None:
+            self.constraint = run.budget.steer(run.out, run.stats, self.constraint, run.context)
 
     def _stop_reason(self) -> str | None:
         """Why the generation must end before another round: "cancelled", "context" (no
@@ -248,8 +283,14 @@ class Generation:
         cache, tell the policy, the statistics and the drafters; the tokens it emits."""
         target, context = self.target, run.context
         run.round_no += 1
+        started, channel = time.perf_counter(), run.out.channel
         k_cap = min(self.params.max_tokens - run.stats.generated_tokens - 1, self._room() - 1)
-        drafter, draft, draft_s = self._propose(context, k_cap, run.draft_rng)
+        if self._forcing(run):
+            drafter, draft, draft_s = None, self._forced_draft(run, k_cap), 0.0
+        else:
+            if channel == REASONING:  # a round never runs past the thinking budget
+                k_cap = max(0, min(k_cap, (run.budget.left(run.stats) if run.budget else UNLIMITED) - 1))
+            drafter, draft, draft_s = self._propose(context, k_cap, run.draft_rng)
         verify_before = target.decode_s
         n_accepted, emitted = self._verify(context[-1], draft, run.rng, drafter is not None and drafter.forces)
         target.trim(len(context) + n_accepted)
@@ -262,12 +303,27 @@ class Generation:
             draft_s=draft_s,
             emitted=tuple(t.token for t in emitted),
         )
-        self.policy.observe(outcome)
-        run.stats.record_round(len(draft.tokens), n_accepted, round_label(drafter, draft), draft.forced)
+        forcing = self._forcing(run) and bool(draft.tokens)
+        self.policy.observe(replace(outcome, draft=Draft.empty(), n_accepted=0, emitted=()) if forcing else outcome)
+        label = "grammar" if forcing else round_label(drafter, draft)
+        run.stats.record_round(len(draft.tokens), n_accepted, label, draft.forced)
+        if self._thinking is not None:
+            n_forced = sum((draft.forced or [])[:n_accepted])
+            run.stats.record_channel_round(
+                channel, len(draft.tokens), n_accepted, n_forced, time.perf_counter() - started
+            )
         kept = context + draft.tokens[:n_accepted]
         for d in self.drafters:
             d.feedback(kept, len(draft.tokens), n_accepted)
         return emitted
+
+    def _forcing(self, run: _Run) -> bool:
+        return run.budget is not None and run.budget.closing is not None
+
+    def _forced_draft(self, run: _Run, k_cap: int) -> Draft:
+        """The close's next tokens (up to ``k_cap``), as a draft of forced tokens."""
+        tokens = self._cut(Draft(run.budget.forced_tokens(run.context, k_cap))).tokens
+        return Draft(tokens=tokens, confidence=[1.0] * len(tokens), forced=[True] * len(tokens))
 
     def _finish(self, run: _Run, finish: str) -> Iterator[TokenEvent]:
         """The drafters told, the timings taken, the text held back handed out, the result set."""
@@ -279,8 +335,10 @@ class Generation:
         stats.verify_s = self.target.decode_s - run.verify_start_s
         stats.total_s = time.perf_counter() - self._started_at
         text = run.out.finish()
-        if text:
-            yield TokenEvent(-1, text, TokenSource.TARGET, run.round_no)
+        reasoning = run.out.take_reasoning()
+        if text or reasoning:
+            channel = CONTENT if text else REASONING
+            yield TokenEvent(-1, text, TokenSource.TARGET, run.round_no, channel=channel, reasoning=reasoning)
         out = run.out
         calls = split_tool_calls(out.text, self._tool_format)[1] if self._tool_format else []
         self.result = GenerationResult(
@@ -291,6 +349,7 @@ class Generation:
             stats=stats,
             parsed=self._parsed(out.text, finish),
             tool_calls=calls or None,
+            reasoning=out.reasoning,
         )
 
     def _parsed(self, text: str, finish: str) -> Any:
@@ -429,6 +488,7 @@ class _Run:
     round_no: int = 0
     verify_start_s: float = 0.0
     draft_start_s: float = 0.0
+    budget: ThinkingBudget | None = None  # the thinking budget (None: no reasoning format or no budget)
 
 
 def _prob(probs: Sequence[Candidates] | None, row: int, token: int) -> float | None:

@@ -60,6 +60,12 @@ class LoadOptions:
     outputs the suffix drafter keeps (oldest dropped first).  parallel: generations running
     at once, 1 to 64 (llama-server's ``-np``).  cache_ram_mib: host memory for a prompt cache
     across conversations, in MiB (0 = off; llama-server's ``--cache-ram``).
+    chat_template: a Jinja chat template (its text, or the path of a file holding it) used
+    instead of the GGUF's ``tokenizer.chat_template`` (llama-server's ``--chat-template-file``).
+    reasoning_format: "auto" (split the thinking from the answer when the template has a
+    reasoning format) or "none" (everything is answer text; llama-server's ``--reasoning-format``).
+    reasoning_budget: every chat call's default thinking budget in tokens (-1 = unlimited,
+    0 = no thinking; llama-server's ``--reasoning-budget``).
     Raises InvalidOptionError when out of range."""
 
     n_ctx: int | str = 4096
@@ -74,6 +80,9 @@ class LoadOptions:
     suffix_store_tokens: int = 100_000
     parallel: int = 1
     cache_ram_mib: int = 0
+    chat_template: str | None = None
+    reasoning_format: str = "auto"
+    reasoning_budget: int = -1
     draft: DraftParams = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +92,11 @@ class LoadOptions:
             require_int("n_threads", self.n_threads, 1, 512)
         require_int("parallel", self.parallel, 1, 64)
         require_int("cache_ram_mib", self.cache_ram_mib, 0, unit=" (MiB; 0 = off)")
+        check_reasoning_options(self.reasoning_format, self.reasoning_budget)
+        if self.chat_template is not None and not isinstance(self.chat_template, str):
+            raise InvalidOptionError(
+                f"chat_template must be a string (a template or a path), got {self.chat_template!r}"
+            )
         draft = DraftParams(self.draft_max, self.draft_min, self.p_min, self.strategy)
         object.__setattr__(self, "draft", draft)
 
@@ -135,6 +149,10 @@ class CallOptions:
     tools: list | None = None
     tool_choice: object = None
     parallel_tool_calls: bool = True
+    reasoning_budget: int | None = None
+    reasoning_format: str | None = None
+    enable_thinking: bool | None = None
+    chat_template_kwargs: dict | None = None
 
     def tool_options(self) -> dict:
         """The tool options as :func:`~localspec.decoding.tool_calls.tool_request` reads them."""
@@ -145,21 +163,38 @@ GENERATION_OPTIONS = frozenset(
     "max_tokens temperature top_k top_p min_p seed stop draft_max draft_min p_min strategy logprobs".split()
 )
 TOOL_OPTIONS = frozenset("tools tool_choice parallel_tool_calls".split())
-KNOWN_OPTIONS = GENERATION_OPTIONS | TOOL_OPTIONS | {"prediction", "response_format"}
+REASONING_OPTIONS = frozenset("reasoning_budget reasoning_format enable_thinking chat_template_kwargs".split())
+KNOWN_OPTIONS = GENERATION_OPTIONS | TOOL_OPTIONS | REASONING_OPTIONS | {"prediction", "response_format"}
+REASONING_FORMATS = ("auto", "none")
+
+
+def check_reasoning_options(reasoning_format: str | None, budget: int | None) -> None:
+    """InvalidOptionError unless ``reasoning_format`` is "auto" / "none" / None and
+    ``budget`` an integer >= -1 or None."""
+    if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
+        raise InvalidOptionError(f"reasoning_format must be 'auto' or 'none', got {reasoning_format!r}")
+    if budget is not None:
+        require_int("reasoning_budget", budget, -1, expected="an integer >= -1 (-1 = unlimited, 0 = no thinking)")
 
 
 def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> CallOptions:
     """The :class:`CallOptions` of a call's keyword options (see
     :meth:`~localspec.api.SpeculativeModel.chat`), the draft options over the model's
     defaults ``draft``; ``options`` is only read.  ``tools``: whether the tool options are
-    known (a raw-text call has none).  InvalidOptionError for an unknown option or a bad
-    value."""
-    unknown = set(options) - (KNOWN_OPTIONS if tools else KNOWN_OPTIONS - TOOL_OPTIONS)
+    known (a raw-text call has none, nor the reasoning options).  InvalidOptionError for an
+    unknown option or a bad value."""
+    unknown = set(options) - (KNOWN_OPTIONS if tools else KNOWN_OPTIONS - TOOL_OPTIONS - REASONING_OPTIONS)
     if unknown:
         raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
     prediction = options.get("prediction")
     if prediction is not None and not isinstance(prediction, str):
         raise InvalidOptionError(f"prediction must be a string, got {type(prediction).__name__}")
+    thinking, kwargs = options.get("enable_thinking"), options.get("chat_template_kwargs")
+    if thinking is not None and not isinstance(thinking, bool):
+        raise InvalidOptionError(f"enable_thinking must be True or False, got {thinking!r}")
+    if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
+        raise InvalidOptionError(f"chat_template_kwargs must be a dict with string keys, got {kwargs!r}")
+    check_reasoning_options(options.get("reasoning_format"), options.get("reasoning_budget"))
     return CallOptions(
         params=params_from_options({k: v for k, v in options.items() if k in GENERATION_OPTIONS}, draft),
         prediction=prediction,
@@ -167,6 +202,10 @@ def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> Ca
         tools=options.get("tools"),
         tool_choice=options.get("tool_choice"),
         parallel_tool_calls=options.get("parallel_tool_calls", True),
+        reasoning_budget=options.get("reasoning_budget"),
+        reasoning_format=options.get("reasoning_format"),
+        enable_thinking=thinking,
+        chat_template_kwargs=dict(kwargs) if kwargs is not None else None,
     )
 
 

@@ -30,6 +30,11 @@ class TokenEvent:
     have started a stop string).  With ``logprobs`` asked for, ``logprob`` is the
     token's natural-log probability under the target's raw distribution (its own verify
     row) and ``top_logprobs`` the most likely ``(token id, logprob)`` pairs, best first.
+
+    With a reasoning format (:mod:`localspec.decoding.reasoning`), ``channel`` is
+    ``"reasoning"``, ``"content"`` or ``"marker"`` (a token of the format's own tags, part
+    of neither text), ``text`` the new answer text and ``reasoning`` the new thinking text
+    (one token may release both); without one, ``channel`` is always ``"content"``.
     """
 
     token: int
@@ -40,6 +45,55 @@ class TokenEvent:
     p_draft: float | None = None
     logprob: float | None = None
     top_logprobs: tuple[tuple[int, float], ...] | None = None
+    channel: str = "content"
+    reasoning: str = ""
+
+
+@dataclass
+class ChannelStats:
+    """The speculation of one channel (``reasoning`` or ``content``).  A round belongs to
+    the channel in force when it starts; ``tokens`` counts the tokens labelled with this
+    channel (marker tokens are counted apart, in ``GenerationStats.marker_tokens``);
+    ``forced_tokens``: tokens a grammar forced (the thinking budget's close); ``time_s``:
+    wall seconds of this channel's rounds (draft, verify, bookkeeping)."""
+
+    tokens: int = 0
+    rounds: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    forced_tokens: int = 0
+    time_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per target decode in this channel's rounds."""
+        return (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens emitted by this channel's rounds per second of them."""
+        return (self.accepted_tokens + self.rounds) / self.time_s if self.time_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            **asdict(self),
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+    def summary(self) -> str:
+        line = f"{self.tokens} tokens, {self.tokens_per_s:.1f} t/s"
+        if self.drafted_tokens:
+            line += (
+                f", accepted {self.accepted_tokens}/{self.drafted_tokens} ({100 * self.acceptance_rate:.1f} %), "
+                f"mean accepted length {self.mean_accepted_length:.2f}"
+            )
+        return line + (f", {self.forced_tokens} forced" if self.forced_tokens else "")
 
 
 @dataclass
@@ -54,7 +108,9 @@ class GenerationStats:
     accepted there.  ``draft_s`` and ``verify_s`` are time inside llama_decode for the
     draft and the target after prompt eval; ``overhead_s`` is the rest of the time
     after the first token (sampling, bookkeeping, Python).  ``tokens_per_s`` is
-    (generated_tokens - 1) / (total_s - ttft_s).
+    (generated_tokens - 1) / (total_s - ttft_s).  With a reasoning format, ``channels``
+    holds a :class:`ChannelStats` for ``"reasoning"`` and ``"content"`` and
+    ``marker_tokens`` counts the tokens of the format's tags; both are empty / 0 without one.
     """
 
     prompt_tokens: int = 0
@@ -74,6 +130,8 @@ class GenerationStats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     total_s: float = 0.0
+    channels: dict[str, ChannelStats] = field(default_factory=dict)
+    marker_tokens: int = 0
 
     @property
     def prompt_eval_tokens(self) -> int:
@@ -141,7 +199,29 @@ class GenerationStats:
             "overhead_s": self.overhead_s,
             "overhead_ms_per_round": self.overhead_ms_per_round,
             "tokens_per_s": self.tokens_per_s,
+            "channels": {name: ch.to_dict() for name, ch in self.channels.items()},
         }
+
+    def record_channel_round(self, channel: str, n_drafted: int, n_accepted: int, n_forced: int, time_s: float) -> None:
+        """One round of ``channel`` (the channel in force as it started)."""
+        ch = self.channels.setdefault(channel, ChannelStats())
+        ch.rounds += 1
+        ch.drafted_tokens += n_drafted
+        ch.accepted_tokens += n_accepted
+        ch.forced_tokens += n_forced
+        ch.time_s += time_s
+
+    def count_token(self, channel: str) -> None:
+        """One emitted token labelled ``channel`` (``"marker"`` counted apart)."""
+        if channel == "marker":
+            self.marker_tokens += 1
+        else:
+            self.channels.setdefault(channel, ChannelStats()).tokens += 1
+
+    def channel_summary(self) -> str:
+        """Per channel, e.g. ``thinking: 120 tokens, 30.1 t/s, ... | answer: ...``; "" without channels."""
+        names = (("reasoning", "thinking"), ("content", "answer"))
+        return " | ".join(f"{label}: {self.channels[n].summary()}" for n, label in names if n in self.channels)
 
     def summary(self) -> str:
         """One line for people, e.g. for the CLI's stats line."""
@@ -165,7 +245,8 @@ class GenerationStats:
             f"verify {self.verify_s:.2f} s, overhead {self.overhead_s:.2f} s "
             f"({self.overhead_ms_per_round:.2f} ms per round)"
         )
-        return line
+        by_channel = self.channel_summary()
+        return line + (f" | {by_channel}" if by_channel else "")
 
 
 @dataclass
@@ -174,7 +255,9 @@ class GenerationResult:
     stop string), "length" (max_tokens) or "context" (n_ctx full).  ``parsed``: with
     ``response_format=`` a pydantic model class, the answer validated into it (None when
     the answer was cut short before the JSON ended).  ``tool_calls``: with ``tools=``,
-    the calls the answer made, in OpenAI's shape (finish_reason "tool_calls")."""
+    the calls the answer made, in OpenAI's shape (finish_reason "tool_calls").  With a
+    reasoning format, ``text`` is the answer only and ``reasoning`` the thinking's text
+    ("" when the model did not think); None without a reasoning format."""
 
     text: str
     tokens: list[int]
@@ -183,6 +266,7 @@ class GenerationResult:
     stats: GenerationStats
     parsed: Any = None
     tool_calls: list[dict] | None = None
+    reasoning: str | None = None
 
     @property
     def content(self) -> str:

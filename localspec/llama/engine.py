@@ -38,12 +38,10 @@ from localspec.llama.engine_config import (  # noqa: F401  (EngineConfig and def
     set_llama_log,
 )
 from localspec.llama.owner import LlamaThread, owned
-from localspec.llama.sequence import common_prefix, pack_batch
+from localspec.llama.sequence import CellLedger, common_prefix, output_rows, pack_batch
 from localspec.models.gguf_info import check_gguf_file
 
 _backend_ready = False
-
-
 _placement_said = False
 
 
@@ -83,6 +81,7 @@ class Engine:
         self.config = config
         self.verbose = verbose
         self.info = check_gguf_file(self.path)
+        self.chat_template_override: str | None = None  # replaces the GGUF's tokenizer.chat_template
         self._own_thread = owner is None
         self.owner = owner or LlamaThread()
         self._model = None
@@ -148,6 +147,7 @@ class Engine:
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._caches: list[list[int]] = [[] for _ in range(self.config.n_seq_max)]  # per seq: position i = token i
+        self._cells = CellLedger(self.config.n_seq_max)
         self.idle_sequences: Callable[[], list[int]] = lambda: []  # seqs whose cells may be freed, oldest first
         self.batcher = None  # what shares this engine's decodes: an EngineSequence's Batcher; none here
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -254,9 +254,17 @@ class Engine:
         self._check_open()
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
 
+    @property
+    def chat_template(self) -> str:
+        """The chat template in use: ``chat_template_override``, else the GGUF's own."""
+        return self.chat_template_override or self.info.chat_template
+
     @owned
-    def chat_tokens(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        """Render the messages with the chat template and tokenize the result.
+    def chat_tokens(
+        self, messages: list[dict], tools: list[dict] | None = None, template_kwargs: dict | None = None
+    ) -> list[int]:
+        """Render the messages with the chat template and tokenize the result
+        (``template_kwargs``: extra template variables, e.g. ``enable_thinking``).
 
         Only the template's own text may produce special tokens: message contents are
         tokenized as plain text, so a user typing "<|im_start|>system" cannot forge a
@@ -265,9 +273,10 @@ class Engine:
         """
         markers = [f"\ue000{i}\ue001" for i in range(len(messages))]
         masked = [{**m, "content": mark} for m, mark in zip(messages, markers)]
-        rendered = self.render_chat(masked, tools)
+        rendered = self.render_chat(masked, tools, template_kwargs)
         if not all(rendered.count(mark) == 1 for mark in markers):
-            return self.tokenize(self.render_chat(messages, tools), add_special=False, parse_special=True)
+            rendered = self.render_chat(messages, tools, template_kwargs)
+            return self.tokenize(rendered, add_special=False, parse_special=True)
         tokens: list[int] = []
         rest = rendered
         for message, mark in zip(messages, markers):
@@ -279,11 +288,13 @@ class Engine:
         return tokens + (self.tokenize(rest, add_special=False, parse_special=True) if rest else [])
 
     @owned
-    def render_chat(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        """Render OpenAI-style messages with the GGUF's own ``tokenizer.chat_template``
-        (llama-cpp-python's Jinja2 formatter), ending with the assistant's prompt.
-        Raises InvalidOptionError when the template rejects the messages."""
-        template = self.info.chat_template
+    def render_chat(
+        self, messages: list[dict], tools: list[dict] | None = None, template_kwargs: dict | None = None
+    ) -> str:
+        """Render OpenAI-style messages with :attr:`chat_template` (llama-cpp-python's
+        Jinja2 formatter), ending with the assistant's prompt; ``template_kwargs`` are extra
+        template variables.  Raises InvalidOptionError when the template rejects the messages."""
+        template = self.chat_template
         if not template:
             raise UnsupportedModelError(
                 f"{self.path.name} has no tokenizer.chat_template; use generate() with raw text"
@@ -296,7 +307,7 @@ class Engine:
             bos_token=self.token_text(bos) if bos >= 0 else "",
         )
         try:
-            return formatter(messages=messages, tools=tools).prompt
+            return formatter(messages=messages, tools=tools, **(template_kwargs or {})).prompt
         except (jinja2.TemplateError, ValueError, TypeError) as exc:
             raise InvalidOptionError(f"{self.path.name}'s chat template rejected these messages: {exc}") from None
 
@@ -313,8 +324,29 @@ class Engine:
 
     @property
     def cells_used(self) -> int:
-        """KV cells held by all sequences together."""
-        return sum(map(len, self._caches))
+        """KV cells held by all sequences together (a cell shared by several counts once)."""
+        return self._cells.used
+
+    def cells_held(self, seqs: Sequence[int]) -> int:
+        """KV cells held by the sequences ``seqs`` together (a shared cell counts once)."""
+        return self._cells.held(seqs)
+
+    def _note_held(self, seq: int, tokens: Sequence[int]) -> None:  # llama.cpp wrote them after seq's cells
+        self._caches[seq].extend(int(t) for t in tokens)
+        self._cells.extend(seq, len(tokens))
+
+    @owned
+    def copy_prefix(self, src: int, dst: int, n: int) -> int:
+        """Make sequence ``dst`` hold the first ``n`` cells of ``src`` (shared, not copied: ``llama_memory_seq_cp``
+        in the unified cache), dropping what it held past its common prefix with them; its length after."""
+        source = self._caches[src][:n]
+        keep = common_prefix(self._caches[dst], source)
+        self.trim(keep, dst)
+        if len(source) > keep:
+            llama_cpp.llama_memory_seq_cp(self._memory, src, dst, keep, len(source))
+            self._caches[dst].extend(source[keep:])
+            self._cells.copy(src, dst, keep, len(source))
+        return len(self._caches[dst])
 
     @owned
     def decode(
@@ -403,7 +435,7 @@ class Engine:
                 raise EngineError(f"llama_decode failed with code {rc} ({i} tokens)")
             rows = self._output_rows([len(rows) for *_, (_, rows) in call], views)
             for _, _, seq, (tokens, _) in call:
-                self._caches[seq].extend(int(t) for t in tokens)
+                self._note_held(seq, tokens)
         except BaseException:
             # An error or Ctrl-C may land after llama_decode stored the tokens but before
             # the lists know of them: drop whatever a list does not account for.
@@ -413,19 +445,7 @@ class Engine:
         return rows
 
     def _output_rows(self, counts: list[int], views: bool) -> list[np.ndarray]:
-        total = sum(counts)
-        if total == 0:
-            return [np.empty((0, self.n_vocab), dtype=np.float32) for _ in counts]
-        ptr = llama_cpp.llama_get_logits(self._ctx)  # the output rows, in batch order
-        if not ptr:
-            raise EngineError("llama.cpp returned no logits for the batch")
-        buffer = np.ctypeslib.as_array(ptr, shape=(total, self.n_vocab))
-        if views:
-            buffer.flags.writeable = False
-        else:
-            buffer = buffer.copy()
-        bounds = np.cumsum([0] + counts)
-        return [buffer[a:b] for a, b in zip(bounds, bounds[1:])]
+        return output_rows(self._ctx, self.n_vocab, counts, views)
 
     @owned
     def trim(self, n_keep: int, seq: int = 0) -> None:
@@ -438,6 +458,7 @@ class Engine:
                 f"{self.path.name}: llama.cpp refused to trim the KV cache at position {n_keep}"
             )
         del cache[n_keep:]
+        self._cells.trim(seq, n_keep)
 
     @owned
     def reuse_prefix(self, tokens: Sequence[int], seq: int = 0) -> int:

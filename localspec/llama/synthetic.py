@@ -72,22 +72,31 @@ def write_model(
     n_embd: int = N_EMBD,
     n_ff: int = N_FF,
     chat_template: str | None = None,
+    added_tokens: tuple[str, ...] = (),
 ) -> Path:
     """Write a 2-layer llama with random float32 weights; returns ``path``.  ``size_label``
     is the parameter count the header claims (compatibility compares it); ``architecture``
     and ``tokenizer_model`` only change the header (such files are for metadata checks).
     ``n_embd`` / ``n_ff``: hidden and feed-forward sizes (multiples of 256 let llama.cpp
     quantize the weights to K-quants).  ``chat_template``: the Jinja template to store
-    (default: a one-line ``role: content`` template)."""
+    (default: a one-line ``role: content`` template).  ``added_tokens``: strings appended to
+    the vocabulary as user-defined tokens (one token each, as ``<think>`` / ``</think>`` in
+    Qwen3's vocabulary); such a vocabulary adds no space prefix to text."""
     tokens, scores, types = vocabulary(extra_words)
     if vocab_override is not None:
         tokens = vocab_override
+    if added_tokens:
+        tokens = list(tokens) + list(added_tokens)
+        scores = list(scores) + [0.0] * len(added_tokens)
+        types = list(types) + [int(TokenType.USER_DEFINED)] * len(added_tokens)
     writer = GGUFWriter(str(path), architecture)
     writer.add_name(f"synthetic-{seed}")
     writer.add_basename(basename)
     writer.add_size_label(size_label)
     _add_shape(writer, n_embd, n_ff)
     _add_tokenizer(writer, tokenizer_model, (tokens, scores, types), bos_id)
+    if added_tokens:  # text tokenizes as a BPE vocabulary's does, without a leading "▁"
+        writer.add_add_space_prefix(False)
     writer.add_chat_template(
         chat_template
         or "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

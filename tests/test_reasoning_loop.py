@@ -1,0 +1,210 @@
+"""Reasoning models through the loop and the API: the chat template overridden, detected and
+rendered with ``enable_thinking``; every emitted token labelled with its channel; the
+thinking budget's forced close drafted for free; per-channel statistics (docs/reasoning.md).
+
+Synthetic GGUFs carry the real templates of tests/data/templates/ and ``<think>`` /
+``</think>`` as single tokens; the real default pair runs with a thinking-style template
+(its generation prompt opens ``<think>``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_real_pair import top2_gap_of_plain_step
+
+from localspec.api import SpeculativeModel
+from localspec.decoding.reasoning import CONTENT, MARKER, REASONING, THINK_TAGS
+from localspec.decoding.stats import TokenSource
+from localspec.decoding.thinking import ChatReasoning
+from localspec.errors import InvalidOptionError
+from localspec.llama.synthetic import write_model
+
+TEMPLATES = Path(__file__).parent / "data" / "templates"
+QWEN3 = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()
+R1_DISTILL = (TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja").read_text()
+THINK_TOKENS = ("<think>", "</think>")
+QUESTION = "hello world"
+
+
+@pytest.fixture(scope="module")
+def thinking_pair(tmp_path_factory):
+    """A synthetic target and a same-seed draft whose vocabulary holds ``<think>`` / ``</think>``."""
+    folder = tmp_path_factory.mktemp("thinking")
+    target = write_model(folder / "target.gguf", seed=1, added_tokens=THINK_TOKENS)
+    draft = write_model(folder / "draft.gguf", seed=1, added_tokens=THINK_TOKENS)
+    return target, draft
+
+
+@pytest.fixture(scope="module")
+def r1_model(thinking_pair):
+    """DeepSeek-R1-Distill's template: the generation prompt opens ``<think>\\n``."""
+    with SpeculativeModel(*thinking_pair, n_ctx=512, chat_template=R1_DISTILL, draft_max=4, p_min=0.0) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def qwen3_model(thinking_pair, tmp_path_factory):
+    """Qwen3's template, given as a file path (``--chat-template-file``)."""
+    path = tmp_path_factory.mktemp("template") / "qwen3.jinja"
+    path.write_text(QWEN3)
+    with SpeculativeModel(thinking_pair[0], n_ctx=512, chat_template=str(path), draft_max=4) as model:
+        yield model
+
+
+# --- the template: overridden, detected, rendered ---------------------------------------------
+
+
+def test_a_chat_template_file_overrides_the_ggufs_and_is_detected(qwen3_model):
+    fmt = qwen3_model.reasoning.format
+    assert qwen3_model.target.chat_template == QWEN3
+    assert (fmt.kind, fmt.reads_enable_thinking, fmt.opens_in_prompt) == (THINK_TAGS, True, False)
+
+
+def test_enable_thinking_reaches_the_template(qwen3_model):
+    messages = [{"role": "user", "content": QUESTION}]
+    off = qwen3_model.target.render_chat(messages, template_kwargs={"enable_thinking": False})
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert qwen3_model.target.render_chat(messages).endswith("<|im_start|>assistant\n")
+    for options in ({"enable_thinking": False}, {"chat_template_kwargs": {"enable_thinking": False}}):
+        result = qwen3_model.chat(QUESTION, max_tokens=8, **options)
+        assert result.reasoning == "" and result.stats.channels.get(REASONING) is None
+        prompt = qwen3_model.target.chat_tokens(messages, template_kwargs={"enable_thinking": False})
+        assert result.stats.prompt_tokens == len(prompt)
+
+
+def test_a_model_that_does_not_open_a_block_writes_only_answer(qwen3_model):
+    result = qwen3_model.chat(QUESTION, max_tokens=12)
+    assert result.reasoning == "" and result.text  # random weights never write <think>
+    assert result.stats.channels[CONTENT].tokens == 12
+
+
+def test_without_a_reasoning_format_nothing_changes(target_gguf):
+    with SpeculativeModel(target_gguf, n_ctx=256, draft_max=4) as model:
+        result = model.chat(QUESTION, max_tokens=10)
+        events = list(model.chat(QUESTION, max_tokens=10, stream=True))
+    assert result.reasoning is None and result.stats.channels == {} and "thinking" not in result.stats.summary()
+    assert {e.channel for e in events} == {CONTENT} and not any(e.reasoning for e in events)
+
+
+# --- channels through the loop ----------------------------------------------------------------
+
+
+def test_every_token_is_labelled_and_the_texts_are_kept_apart(r1_model):
+    generation = r1_model.chat(QUESTION, max_tokens=30, reasoning_budget=6, stream=True)
+    events = list(generation)
+    result = generation.result
+    assert "".join(e.reasoning for e in events) == result.reasoning and result.reasoning
+    assert "".join(e.text for e in events) == result.text and result.text
+    channels = [e.channel for e in events if e.token >= 0]
+    first_marker, first_content = channels.index(MARKER), channels.index(CONTENT)
+    assert set(channels[:first_marker]) == {REASONING} and set(channels[first_content:]) == {CONTENT}
+    stats = result.stats
+    assert stats.channels[REASONING].tokens + stats.channels[CONTENT].tokens + stats.marker_tokens == len(channels)
+    assert "</think>" not in result.text and "</think>" not in result.reasoning
+
+
+def test_reasoning_format_none_keeps_everything_as_answer(r1_model):
+    result = r1_model.chat(QUESTION, max_tokens=20, reasoning_budget=4, reasoning_format="none")
+    assert result.reasoning is None  # no split, so no budget either: nothing forced
+    assert TokenSource.FORCED not in result.sources
+
+
+def test_stop_strings_apply_to_the_answer_not_to_the_thinking(r1_model):
+    free = r1_model.chat(QUESTION, max_tokens=30, reasoning_budget=8)
+    in_thinking = next(
+        free.reasoning[i : i + 2] for i in range(len(free.reasoning) - 1) if free.reasoning[i : i + 2] not in free.text
+    )
+    kept = r1_model.chat(QUESTION, max_tokens=30, reasoning_budget=8, stop=[in_thinking])
+    assert (kept.reasoning, kept.text, kept.finish_reason) == (free.reasoning, free.text, free.finish_reason)
+    cut = r1_model.chat(QUESTION, max_tokens=30, reasoning_budget=8, stop=[free.text[3:5]])
+    assert cut.finish_reason == "stop" and cut.text == free.text[: free.text.find(free.text[3:5])]
+    assert cut.reasoning == free.reasoning
+
+
+# --- the thinking budget ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [0, 3, 9])
+def test_the_budget_forces_the_close_in_one_verify(r1_model, budget):
+    result = r1_model.chat(QUESTION, max_tokens=40, reasoning_budget=budget)
+    thinking = result.stats.channels[REASONING]
+    forced = thinking.forced_tokens
+    assert forced >= 3  # "</think>", "\n", "\n" (and a "\n" before it after text)
+    assert thinking.tokens - (1 if budget else 0) == budget  # a forced newline is held as thinking
+    assert result.sources.count(TokenSource.FORCED) == forced
+    assert result.stats.drafted_by_drafter["grammar"] == result.stats.accepted_by_drafter["grammar"] == forced
+    assert result.stats.rounds_by_drafter["grammar"] == 1  # the whole close in one target step
+    assert result.stats.rounds < result.stats.generated_tokens
+    assert result.text and "</think>" not in result.reasoning
+    assert "thinking:" in result.stats.summary() and "forced" in result.stats.summary()
+
+
+def test_the_budget_is_a_load_option_and_enable_thinking_false_means_zero(thinking_pair):
+    with SpeculativeModel(thinking_pair[0], n_ctx=512, chat_template=R1_DISTILL, reasoning_budget=2) as model:
+        assert model.chat(QUESTION, max_tokens=20).stats.channels[REASONING].tokens == 3
+        off = model.chat(QUESTION, max_tokens=20, enable_thinking=False)
+        assert off.reasoning == "" and off.stats.channels[REASONING].forced_tokens >= 3
+        assert model.chat(QUESTION, max_tokens=20, reasoning_budget=-1).stats.channels.get(CONTENT) is None
+
+
+@pytest.mark.parametrize("budget", [0, 4, 11, -1])
+def test_greedy_speculative_equals_greedy_plain_on_both_channels(r1_model, budget):
+    spec = r1_model.chat(QUESTION, max_tokens=40, reasoning_budget=budget)
+    plain = r1_model.chat(QUESTION, max_tokens=40, reasoning_budget=budget, strategy="none")
+    assert (spec.tokens, spec.reasoning, spec.text) == (plain.tokens, plain.reasoning, plain.text)
+    assert spec.stats.rounds < plain.stats.rounds
+
+
+def test_options_a_thinking_model_cannot_combine_are_refused(r1_model):
+    with pytest.raises(InvalidOptionError, match="response_format"):
+        r1_model.chat(QUESTION, response_format={"type": "json_object"})
+    with pytest.raises(InvalidOptionError, match="reasoning_budget"):
+        r1_model.chat(QUESTION, reasoning_budget=-2)
+    with pytest.raises(InvalidOptionError, match="enable_thinking"):
+        r1_model.chat(QUESTION, enable_thinking="no")
+    with pytest.raises(InvalidOptionError, match="reasoning_format"):
+        SpeculativeModel("missing.gguf", reasoning_format="deepseek")
+
+
+# --- the real default pair with a thinking-style template --------------------------------------
+
+
+def thinking_style(template: str) -> str:
+    """The Qwen2.5-Coder template with a generation prompt that opens ``<think>``."""
+    opened = template.replace(
+        "{{- '<|im_start|>assistant\\n' }}\n{%- endif %}", "{{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}"
+    )
+    assert opened != template
+    return opened + "{%- if false %}</think>{% endif %}"
+
+
+@pytest.fixture
+def thinking_real(real_model):
+    """The session's real pair with the thinking-style template, restored afterwards."""
+    target = real_model.target
+    before, reasoning = target.chat_template_override, real_model.reasoning
+    target.chat_template_override = thinking_style(target.info.chat_template)
+    real_model.reasoning = ChatReasoning(target)
+    yield real_model
+    target.chat_template_override, real_model.reasoning = before, reasoning
+
+
+@pytest.mark.real_pair
+def test_real_pair_budget_forces_the_close_and_speculation_keeps_plain_greedy(thinking_real, tie_tolerance):
+    model = thinking_real
+    messages = [{"role": "user", "content": "Write a Python function that reverses a string."}]
+    assert model.reasoning.format.opens_in_prompt
+    spec = model.chat(messages, max_tokens=64, reasoning_budget=24)
+    plain = model.chat(messages, max_tokens=64, reasoning_budget=24, strategy="none")
+    thinking = spec.stats.channels[REASONING]
+    print("\n" + spec.stats.summary())
+    assert spec.reasoning and "</think>" not in spec.text
+    assert thinking.forced_tokens >= 2 and spec.stats.rounds_by_drafter.get("grammar", 0) <= 2
+    assert spec.stats.rounds < spec.stats.generated_tokens
+    if spec.tokens != plain.tokens:
+        prompt = model.target.chat_tokens(messages)
+        diverge = next(i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens)) if a != b)
+        assert top2_gap_of_plain_step(model, prompt, plain.tokens, diverge) < tie_tolerance
+    else:
+        assert (spec.reasoning, spec.text) == (plain.reasoning, plain.text)
