@@ -208,3 +208,22 @@ def test_real_pair_budget_forces_the_close_and_speculation_keeps_plain_greedy(th
         assert top2_gap_of_plain_step(model, prompt, plain.tokens, diverge) < tie_tolerance
     else:
         assert (spec.reasoning, spec.text) == (plain.reasoning, plain.text)
+
+
+# --- the CLI ----------------------------------------------------------------------------------
+
+
+def test_cli_run_prints_the_thinking_apart_and_the_stats_per_channel(thinking_pair, tmp_path, capsys):
+    from localspec.cli import commands
+
+    template = tmp_path / "r1.jinja"
+    template.write_text(R1_DISTILL)
+    argv = ["run", QUESTION, "-m", str(thinking_pair[0]), "--no-draft", "-c", "512", "-n", "20"]
+    argv += ["--chat-template-file", str(template), "--reasoning-budget", "4", "--no-color"]
+    assert commands.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("<think>\n") and "\n</think>\n\n" in out  # no colour: the tags show where it ends
+    assert "thinking: 5 tokens" in err and "answer:" in err
+    assert commands.main(argv + ["--json"]) == 0
+    assert '"reasoning"' in capsys.readouterr().out
+    assert commands.main(argv[:-5] + ["--reasoning-budget", "-5"]) == 2

@@ -15,14 +15,15 @@ import sys
 from collections.abc import Sequence
 
 from localspec.api import load
-from localspec.cli.flags import add_generation_flags, add_model_flags
-from localspec.decoding.params import DraftParams, GenerationParams
+from localspec.cli.flags import add_generation_flags, add_model_flags, add_thinking_flags
+from localspec.decoding.params import DraftParams, GenerationParams, check_reasoning_options
 from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.stats import GenerationResult, TokenSource
 from localspec.errors import InvalidOptionError, LocalspecError
 
 _COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m", TokenSource.FORCED: "\x1b[36m"}
 _RESET = "\x1b[0m"
+_DIM = "\x1b[2m"  # a reasoning model's thinking
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,6 +91,7 @@ def _add_run_parser(sub) -> None:
     )
     add_model_flags(run)
     add_generation_flags(run)
+    add_thinking_flags(run)
     run.set_defaults(func=_cmd_run)
 
 
@@ -98,6 +100,7 @@ def _add_chat_parser(sub) -> None:
     chat = sub.add_parser("chat", help="interactive chat; the KV cache prefix is kept between turns")
     add_model_flags(chat)
     add_generation_flags(chat)
+    add_thinking_flags(chat)
     chat.set_defaults(func=_cmd_chat)
 
 
@@ -249,6 +252,8 @@ def check_args(args) -> None:
     nothing.  Raises :class:`~localspec.errors.InvalidOptionError`."""
     if hasattr(args, "temp"):
         _check_generation_options(args)
+    if hasattr(args, "think"):  # run / chat
+        check_reasoning_options(args.reasoning_format, args.reasoning_budget)
     if args.command == "serve":
         from localspec.cli.serve import check_server_args
 
@@ -290,6 +295,8 @@ def _load(args):
         if value is not None:
             kwargs[key] = value
     kwargs["strategy"] = "none" if args.no_draft else args.draft
+    if getattr(args, "chat_template_file", None):  # run / chat
+        kwargs["chat_template"] = args.chat_template_file
     with _ctrl_c_deferred():
         model = load(args.model, draft, **kwargs)
     if model.drafter is None and not no_draft_model:
@@ -313,11 +320,31 @@ def _options(args) -> dict:
     )
 
 
+def _thinking_options(args) -> dict:
+    """run / chat's reasoning options (``--think`` / ``--no-think``, ``--reasoning-budget``,
+    ``--reasoning-format``), only those given."""
+    given = {
+        "enable_thinking": args.think,
+        "reasoning_budget": args.reasoning_budget,
+        "reasoning_format": args.reasoning_format,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
 def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> GenerationResult:
-    generation = model.chat(messages, stream=True, **_options(args), **(extra or {}))
+    generation = model.chat(messages, stream=True, **_options(args), **_thinking_options(args), **(extra or {}))
+    thinking = False  # thinking text printed and not yet closed
     for event in generation:
-        code = _COLOURS.get(event.source) if colour else None
-        sys.stdout.write(f"{code}{event.text}{_RESET}" if code and event.text else event.text)
+        if event.reasoning:
+            opening = "" if thinking else ("" if colour else "<think>\n")
+            sys.stdout.write(f"{_DIM}{event.reasoning}{_RESET}" if colour else opening + event.reasoning)
+            thinking = True
+        if event.text:
+            if thinking:
+                sys.stdout.write("\n\n" if colour else "\n</think>\n\n")
+                thinking = False
+            code = _COLOURS.get(event.source) if colour else None
+            sys.stdout.write(f"{code}{event.text}{_RESET}" if code else event.text)
         sys.stdout.flush()
     sys.stdout.write("\n")
     return generation.result
@@ -367,10 +394,16 @@ def _cmd_run(args) -> int:
     prediction = _prediction(args.prediction)
     with _load(args) as model:
         if args.json:
-            result = model.chat(_messages(args, args.prompt), **_options(args), **prediction)
+            result = model.chat(_messages(args, args.prompt), **_options(args), **_thinking_options(args), **prediction)
+            reasoning = {"reasoning": result.reasoning} if result.reasoning is not None else {}
             print(
                 json.dumps(
-                    {"text": result.text, "finish_reason": result.finish_reason, "stats": result.stats.to_dict()},
+                    {
+                        "text": result.text,
+                        **reasoning,
+                        "finish_reason": result.finish_reason,
+                        "stats": result.stats.to_dict(),
+                    },
                     indent=2,
                 )
             )

@@ -88,6 +88,32 @@ def add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 51
     g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
 
 
+def add_thinking_flags(p: argparse.ArgumentParser) -> None:
+    """Reasoning models (docs/reasoning.md): thinking on or off, its budget, the template."""
+    g = p.add_argument_group("thinking")
+    think = g.add_mutually_exclusive_group()
+    think.add_argument(
+        "--think", dest="think", action="store_true", default=None, help="let a reasoning model think (enable_thinking)"
+    )
+    think.add_argument("--no-think", dest="think", action="store_false", help="answer at once, no thinking")
+    g.add_argument(
+        "--reasoning-budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most thinking tokens before the close is forced (-1 = unlimited, 0 = none)",
+    )
+    g.add_argument(
+        "--reasoning-format",
+        choices=("auto", "none"),
+        default=None,
+        help="auto: thinking apart from the answer (dimmed); none: all of it as answer",
+    )
+    g.add_argument(
+        "--chat-template-file", metavar="FILE", default=None, help="a Jinja chat template used instead of the GGUF's"
+    )
+
+
 def _draft_max(text: str) -> int | str:
     if text == "auto":
         return text
