@@ -91,6 +91,19 @@ class Batcher:
                 self._between[seq] = time.perf_counter()
                 self._cond.notify_all()
 
+    @contextmanager
+    def aside(self) -> Iterator[None]:
+        """Inside :meth:`round`: the round waits on something else (another sequence reading
+        the prompt it shares), so decodes do not wait for it meanwhile."""
+        with self._cond:
+            self._computing -= 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._computing += 1
+
     def leave(self, seq: int) -> None:
         """The generation in ``seq`` has ended: no decode waits for it."""
         with self._cond:

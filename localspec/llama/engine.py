@@ -38,12 +38,10 @@ from localspec.llama.engine_config import (  # noqa: F401  (EngineConfig and def
     set_llama_log,
 )
 from localspec.llama.owner import LlamaThread, owned
-from localspec.llama.sequence import common_prefix, pack_batch
+from localspec.llama.sequence import CellLedger, common_prefix, output_rows, pack_batch
 from localspec.models.gguf_info import check_gguf_file
 
 _backend_ready = False
-
-
 _placement_said = False
 
 
@@ -149,6 +147,7 @@ class Engine:
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._caches: list[list[int]] = [[] for _ in range(self.config.n_seq_max)]  # per seq: position i = token i
+        self._cells = CellLedger(self.config.n_seq_max)
         self.idle_sequences: Callable[[], list[int]] = lambda: []  # seqs whose cells may be freed, oldest first
         self.batcher = None  # what shares this engine's decodes: an EngineSequence's Batcher; none here
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -325,8 +324,29 @@ class Engine:
 
     @property
     def cells_used(self) -> int:
-        """KV cells held by all sequences together."""
-        return sum(map(len, self._caches))
+        """KV cells held by all sequences together (a cell shared by several counts once)."""
+        return self._cells.used
+
+    def cells_held(self, seqs: Sequence[int]) -> int:
+        """KV cells held by the sequences ``seqs`` together (a shared cell counts once)."""
+        return self._cells.held(seqs)
+
+    def _note_held(self, seq: int, tokens: Sequence[int]) -> None:  # llama.cpp wrote them after seq's cells
+        self._caches[seq].extend(int(t) for t in tokens)
+        self._cells.extend(seq, len(tokens))
+
+    @owned
+    def copy_prefix(self, src: int, dst: int, n: int) -> int:
+        """Make sequence ``dst`` hold the first ``n`` cells of ``src`` (shared, not copied: ``llama_memory_seq_cp``
+        in the unified cache), dropping what it held past its common prefix with them; its length after."""
+        source = self._caches[src][:n]
+        keep = common_prefix(self._caches[dst], source)
+        self.trim(keep, dst)
+        if len(source) > keep:
+            llama_cpp.llama_memory_seq_cp(self._memory, src, dst, keep, len(source))
+            self._caches[dst].extend(source[keep:])
+            self._cells.copy(src, dst, keep, len(source))
+        return len(self._caches[dst])
 
     @owned
     def decode(
@@ -415,7 +435,7 @@ class Engine:
                 raise EngineError(f"llama_decode failed with code {rc} ({i} tokens)")
             rows = self._output_rows([len(rows) for *_, (_, rows) in call], views)
             for _, _, seq, (tokens, _) in call:
-                self._caches[seq].extend(int(t) for t in tokens)
+                self._note_held(seq, tokens)
         except BaseException:
             # An error or Ctrl-C may land after llama_decode stored the tokens but before
             # the lists know of them: drop whatever a list does not account for.
@@ -425,19 +445,7 @@ class Engine:
         return rows
 
     def _output_rows(self, counts: list[int], views: bool) -> list[np.ndarray]:
-        total = sum(counts)
-        if total == 0:
-            return [np.empty((0, self.n_vocab), dtype=np.float32) for _ in counts]
-        ptr = llama_cpp.llama_get_logits(self._ctx)  # the output rows, in batch order
-        if not ptr:
-            raise EngineError("llama.cpp returned no logits for the batch")
-        buffer = np.ctypeslib.as_array(ptr, shape=(total, self.n_vocab))
-        if views:
-            buffer.flags.writeable = False
-        else:
-            buffer = buffer.copy()
-        bounds = np.cumsum([0] + counts)
-        return [buffer[a:b] for a, b in zip(bounds, bounds[1:])]
+        return output_rows(self._ctx, self.n_vocab, counts, views)
 
     @owned
     def trim(self, n_keep: int, seq: int = 0) -> None:
@@ -450,6 +458,7 @@ class Engine:
                 f"{self.path.name}: llama.cpp refused to trim the KV cache at position {n_keep}"
             )
         del cache[n_keep:]
+        self._cells.trim(seq, n_keep)
 
     @owned
     def reuse_prefix(self, tokens: Sequence[int], seq: int = 0) -> int:

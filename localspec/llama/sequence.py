@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import llama_cpp
 import numpy as np
+
+from localspec.errors import EngineError
 
 
 class EngineSequence:
@@ -20,14 +23,16 @@ class EngineSequence:
     token_bytes, is_eog, n_vocab, info, owner, ...) is the engine's own.
 
     ``n_ctx`` is what this sequence may still grow to: the unified cache's cells less
-    those the other busy sequences hold (idle ones are freed on demand).  ``decode_s``
+    those only the other busy sequences hold (idle ones are freed on demand; a cell shared
+    with this one counts as its own).  ``decode_s``
     counts the seconds of every decode this sequence took part in (a shared batch
     counts whole); ``last_batch_tokens`` is the size of the latest such batch."""
 
-    def __init__(self, engine, seq: int, batcher=None):
+    def __init__(self, engine, seq: int, batcher=None, sharing=None):
         self.engine = engine
         self.seq = seq
         self.batcher = batcher
+        self.sharing = sharing  # shares other sequences' cells of the same prefix (decoding.slots.PrefixSharing)
         self.decode_s = 0.0
         self.last_batch_tokens = 0
 
@@ -41,12 +46,8 @@ class EngineSequence:
     @property
     def n_ctx(self) -> int:
         idle = set(self.engine.idle_sequences())
-        others = sum(
-            len(self.engine.seq_tokens(s))
-            for s in range(self.engine.config.n_seq_max)
-            if s != self.seq and s not in idle
-        )
-        return self.engine.n_ctx - others
+        busy = [s for s in range(self.engine.config.n_seq_max) if s == self.seq or s not in idle]
+        return self.engine.n_ctx - self.engine.cells_held(busy) + len(self.cache_tokens)
 
     @property
     def n_batch(self) -> int:
@@ -67,6 +68,10 @@ class EngineSequence:
         self.engine.trim(n_keep, self.seq)
 
     def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest prefix of ``tokens`` this sequence holds, first taking over (sharing)
+        a longer one another sequence holds or is reading, when ``sharing`` is set."""
+        if self.sharing is not None:
+            self.sharing.before_read(self, tokens)
         return self.engine.reuse_prefix(tokens, self.seq)
 
     def close(self) -> None:
@@ -101,3 +106,70 @@ def pack_batch(parts: list, n_batch: int) -> list[list]:
     if current:
         calls.append(current)
     return calls
+
+
+class CellLedger:
+    """Which KV cells each sequence of a unified cache holds, as ids (position i of a
+    sequence = its i-th id), so that cells shared by several sequences (copied with
+    ``llama_memory_seq_cp``) count once."""
+
+    def __init__(self, n_seq: int):
+        self._ids: list[list[int]] = [[] for _ in range(n_seq)]
+        self._refs: dict[int, int] = {}
+        self._next = 0
+        self._shared = 0  # cells held by more than one sequence
+
+    @property
+    def used(self) -> int:
+        """Distinct cells held by all sequences together."""
+        return len(self._refs)
+
+    def held(self, seqs) -> int:
+        """Distinct cells held by the sequences ``seqs`` together."""
+        if not self._shared:
+            return sum(len(self._ids[s]) for s in seqs)
+        return len(set().union(*(self._ids[s] for s in seqs)))
+
+    def extend(self, seq: int, n: int) -> None:
+        """``n`` new cells appended to ``seq``."""
+        new = range(self._next, self._next + n)
+        self._next += n
+        self._ids[seq].extend(new)
+        self._refs.update(dict.fromkeys(new, 1))
+
+    def trim(self, seq: int, n_keep: int) -> None:
+        ids = self._ids[seq]
+        for cell in ids[n_keep:]:
+            left = self._refs[cell] - 1
+            self._shared -= left == 1
+            if left:
+                self._refs[cell] = left
+            else:
+                del self._refs[cell]
+        del ids[n_keep:]
+
+    def copy(self, src: int, dst: int, start: int, end: int) -> None:
+        """``dst`` (holding ``start`` cells) gets ``src``'s cells ``start`` to ``end`` too."""
+        shared = self._ids[src][start:end]
+        self._ids[dst].extend(shared)
+        for cell in shared:
+            self._shared += self._refs[cell] == 1
+            self._refs[cell] += 1
+
+
+def output_rows(ctx, n_vocab: int, counts: list[int], views: bool) -> list[np.ndarray]:
+    """The logits rows of the latest llama_decode on ``ctx``, split into ``counts`` rows per
+    part, each float32 ``(count, n_vocab)``: read-only views of llama.cpp's buffer, or copies."""
+    total = sum(counts)
+    if total == 0:
+        return [np.empty((0, n_vocab), dtype=np.float32) for _ in counts]
+    ptr = llama_cpp.llama_get_logits(ctx)  # the output rows, in batch order
+    if not ptr:
+        raise EngineError("llama.cpp returned no logits for the batch")
+    buffer = np.ctypeslib.as_array(ptr, shape=(total, n_vocab))
+    if views:
+        buffer.flags.writeable = False
+    else:
+        buffer = buffer.copy()
+    bounds = np.cumsum([0] + counts)
+    return [buffer[a:b] for a, b in zip(bounds, bounds[1:])]

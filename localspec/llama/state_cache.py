@@ -109,4 +109,4 @@ def _write(engine, seq: int, data: bytes, tokens: Sequence[int]) -> None:
     if llama_cpp.llama_state_seq_set_data(engine._ctx, buffer, len(data), seq) == 0:
         engine.trim(0, seq)  # llama.cpp refused (no room): the prompt is evaluated instead
         return
-    engine.seq_tokens(seq).extend(tokens)
+    engine._note_held(seq, tokens)
