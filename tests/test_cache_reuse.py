@@ -120,9 +120,7 @@ def test_a_side_request_does_not_evict_the_main_threads_prefix(target_gguf, cach
     request (its prompt sharing only a short header) still finds turn 1's prefix cached."""
     header = "x y z hello world "
     main, side = header + long_prompt(4), header + long_prompt(5, words=200)
-    with SpeculativeModel(
-        target_gguf, None, n_ctx=8192, parallel=4, strategy="none", cache_ram_mib=cache_ram_mib
-    ) as m:
+    with SpeculativeModel(target_gguf, None, n_ctx=8192, parallel=4, strategy="none", cache_ram_mib=cache_ram_mib) as m:
         turn1 = m.generate(main, max_tokens=8)
         m.generate(side, max_tokens=8)
         n_main = len(m.target.tokenize(main))
@@ -160,3 +158,24 @@ def test_a_slot_is_picked_so_as_to_lose_least(model):
     picked = pool.acquire(tokens_a2)
     pool.unreserve(picked)
     assert picked is slot_a
+
+
+def test_with_a_draft_model_both_models_read_a_shared_prompt_once(target_gguf):
+    prompt = long_prompt(11, words=800)
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=8192, parallel=4, p_min=0.0) as m:
+        n_prompt = len(m.target.tokenize(prompt))
+        results = [None, None]
+        threads = [
+            threading.Thread(target=lambda i=i: results.__setitem__(i, m.generate(prompt, max_tokens=8)))
+            for i in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert sorted(r.stats.prompt_cached_tokens for r in results) == [0, n_prompt - 1]
+        assert results[0].tokens == results[1].tokens
+        assert m.target.cells_used < n_prompt + 40
+        assert m.draft_engine.cells_used < n_prompt + 40  # the draft model's prefix shared as well
+        kv_matches_bookkeeping(m.target)
+        kv_matches_bookkeeping(m.draft_engine)
