@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from agents import TASK, codex_config, install_aider, install_npm_agents, opencode_config, run_agent
+from coding_agents import TASK, codex_config, install_aider, install_npm_agents, opencode_config, run_agent
 from served import free_port
 
 pytestmark = [pytest.mark.agents, pytest.mark.real_pair]
@@ -104,7 +104,7 @@ def test_codex_writes_the_file(served, tmp_path):
     bin_dir = install_npm_agents()
     before = len(served.requests())
     codex_config(tmp_path / "home", served.base)
-    env = {"CODEX_HOME": str(tmp_path / "home" / ".codex")}
+    env = {"CODEX_HOME": str(tmp_path / "home" / ".codex"), "LOCALSPEC_API_KEY": "none"}
     run = run_agent(
         [str(bin_dir / "codex"), "exec", "--skip-git-repo-check", "-s", "workspace-write", TASK],
         env,

@@ -121,7 +121,7 @@ def codex_config(home: Path, base_url: str) -> None:
     (home / ".codex").mkdir(parents=True, exist_ok=True)
     (home / ".codex" / "config.toml").write_text(
         'model = "local"\nmodel_provider = "localspec"\n\n[model_providers.localspec]\nname = "localspec"\n'
-        f'base_url = "{base_url}/v1"\nwire_api = "responses"\n'
+        f'base_url = "{base_url}/v1"\nwire_api = "responses"\nenv_key = "LOCALSPEC_API_KEY"\n'
     )
 
 
