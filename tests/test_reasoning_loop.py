@@ -176,7 +176,7 @@ def thinking_style(template: str) -> str:
         "{{- '<|im_start|>assistant\\n' }}\n{%- endif %}", "{{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}"
     )
     assert opened != template
-    return opened + "{%- if false %}</think>{% endif %}"
+    return "{%- if false %}</think>{% endif %}" + opened  # mentions the close (before the generation prompt)
 
 
 @pytest.fixture
