@@ -325,3 +325,19 @@ def test_a_streamed_fenced_json_call_is_held_back_and_sent_as_a_call():
     assert content.strip() == "I will write it." and "```" not in content
     assert pieces[0]["function"]["name"] == "write"
     assert json.loads("".join(p["function"].get("arguments", "") for p in pieces)) == {"filePath": "hello.py"}
+
+
+def test_claude_codes_billing_header_is_left_out_of_the_prompt():
+    """The header line differs between Claude Code versions and sessions; at token 0 it
+    would make every cached prefix miss."""
+    capture = captured(AGENTS / "claude-code-2.1.332-01-messages.json")
+    system = capture["body"]["system"]
+    assert system[0]["text"].startswith("x-anthropic-billing-header:")
+    other = json.loads(json.dumps(capture["body"]))
+    other["system"][0]["text"] = "x-anthropic-billing-header: cc_version=9.9.999.abc; cc_entrypoint=cli;"
+    first, second = (
+        messages_request(MessagesRequest.model_validate_json(json.dumps(b))) for b in (capture["body"], other)
+    )
+    assert first.messages == second.messages
+    assert "billing-header" not in first.messages[0]["content"]
+    assert first.messages[0]["content"] == "\n".join(block["text"] for block in system[1:])

@@ -183,10 +183,22 @@ def _turn(message: Message, path: FieldPath) -> list[dict]:
     return replies + ([{"role": "user", "content": "\n".join(texts)}] if texts or not replies else [])
 
 
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def _system_text(system: str | list[Block] | None) -> str:
+    """The ``system`` text, without Claude Code's ``x-anthropic-billing-header: …`` block: a
+    per-client line at token 0 would make every cached prefix miss (llama.cpp #19494), and
+    it tells the model nothing."""
+    if isinstance(system, list):
+        system = [b for b in system if not (b.type == "text" and (b.text or "").startswith(BILLING_HEADER))]
+    return _text(system, ("system",))
+
+
 def conversation(body: CountTokensRequest) -> tuple[list[dict], str | None]:
     """(OpenAI-style messages for :meth:`SpeculativeModel.chat`, the prefill: the text of a
     final assistant message, which the answer continues, or None); RequestError (400)."""
-    system = _text(body.system, ("system",))
+    system = _system_text(body.system)
     out = [{"role": "system", "content": system}] if system else []
     for i, m in enumerate(body.messages):
         out += _turn(m, ("messages", i, "content"))
