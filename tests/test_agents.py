@@ -93,7 +93,8 @@ def _check(served: ServeProcess, run, seen_before: int) -> None:
 def test_claude_code_writes_the_file(served, tmp_path):
     bin_dir = install_npm_agents()
     before = len(served.requests())
-    env = {"ANTHROPIC_BASE_URL": served.base, "ANTHROPIC_API_KEY": "none"}
+    # API_TIMEOUT_MS: docs/agents/claude-code.md's setting for CPUs that read its 12 k-token prompt slowly
+    env = {"ANTHROPIC_BASE_URL": served.base, "ANTHROPIC_API_KEY": "none", "API_TIMEOUT_MS": "1800000"}
     run = run_agent(
         [str(bin_dir / "claude"), "-p", TASK, "--permission-mode", "acceptEdits"], env, tmp_path, AGENT_TIMEOUT_S
     )
