@@ -220,8 +220,25 @@ def test_a_draft_model_not_expected_to_draft_reads_no_prompt(target_gguf, other_
         policy = model._policy(model.default_draft, greedy=True, predicted=False)
         assert policy.prefill_drafters == ()
         policy.start_from({"draft-model": {"successes": 0.0, "trials": 1000.0}})
+        # a second a token: the synthetic pair's microsecond decodes, stalled on a busy
+        # machine, could otherwise make a near-free one-token bet win by a hair
+        policy.draft_costs[id(model.drafter)] = CostAverage(1.0, weight=1.0)
         before = model.draft_engine.decode_s
         result = model.generate("one two three four five six seven", max_tokens=16, temperature=0.0)
         assert result.stats.generated_tokens == 16
         assert model.draft_engine.decode_s == before
         assert result.stats.drafted_by_drafter.get("draft-model", 0) == 0
+
+
+def test_a_bigger_batch_measured_cheaper_does_not_make_a_useless_draft_look_free():
+    """Noise on a fast machine can measure c(2) < c(1); a draft nobody accepts must still
+    lose to plain (the costs are taken as never falling with the batch size)."""
+    d = FakeDrafter("draft-model", 0.7)
+    verify = {1: 0.030, 2: 0.020, 3: 0.031, 5: 0.033, 9: 0.036, 17: 0.040}
+    policy = AdaptivePolicy([d], verify_costs={b: CostAverage(c, weight=1.0) for b, c in verify.items()})
+    policy.draft_costs[id(d)] = CostAverage(0.001, weight=1.0)
+    policy.prefill_costs[id(d)] = 0.0
+    policy.start_from({"draft-model": {"successes": 0.0, "trials": 1000.0}})
+    policy.new_generation()
+    assert policy.plan(8) == (None, 0)
+    assert policy.verify_cost(2) == pytest.approx(0.030)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Protocol, runtime_checkable
 
 from localspec.decoding.calibration import (
@@ -135,7 +136,9 @@ class RoundPricing:
     that decode ((0, 0) alone)."""
 
     def __init__(self, verify_costs: Mapping[int, CostAverage], step_s: float, others: tuple[int, int] = (0, 0)):
-        self.measured = sorted((b, a.value) for b, a in verify_costs.items() if a.weight > 0)
+        known = sorted((b, a.value) for b, a in verify_costs.items() if a.weight > 0)
+        # a bigger batch never costs less: measured so (noise), a useless draft would look free
+        self.measured = [(b, c) for (b, _), c in zip(known, accumulate((c for _, c in known), max))]
         self.step_s = step_s
         self.tokens, self.sequences = others
 
@@ -257,9 +260,8 @@ class AdaptivePolicy:
             model.trials = _NEW_TEXT_KEEP * model.trials + 1.0
 
     def learnt_priors(self) -> dict:
-        """``{drafter name: {"successes", "trials"}}``: each judged drafter's acceptance over
-        all texts so far (:class:`~localspec.decoding.calibration.LearntAcceptance`), for
-        :meth:`start_from` in a later process."""
+        """``{drafter name: {"successes", "trials"}}``: each judged drafter's acceptance over all
+        texts so far (:class:`~localspec.decoding.calibration.LearntAcceptance`), for :meth:`start_from`."""
         return {
             d.name: {"successes": a.successes, "trials": a.trials}
             for d in self.drafters
@@ -267,13 +269,11 @@ class AdaptivePolicy:
         }
 
     def start_from(self, priors: Mapping) -> None:
-        """Start from what an earlier process learnt (:meth:`learnt_priors`; unknown names
-        and malformed entries are skipped): each drafter's acceptance, and the prior every
-        new text is pulled back to, become that learnt acceptance (with the drafter's own
-        prior worth two trials), instead of the fixed prior."""
+        """Start from what an earlier process learnt (:meth:`learnt_priors`; unknown names and
+        malformed entries skipped): each drafter's acceptance, and the prior each new text
+        is pulled back to, become the learnt one (its fixed prior worth two trials)."""
         for d in self.drafters:
-            entry = priors.get(d.name)
-            learnt = _learnt_from(entry)
+            learnt = _learnt_from(priors.get(d.name))
             if learnt is None:
                 continue
             self._learnt[id(d)] = learnt
