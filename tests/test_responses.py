@@ -231,15 +231,26 @@ def test_the_agents_sdk_calls_a_tool_and_finishes(server):
     async def runs():
         first = await Runner.run(agent("stop_on_first_tool"), WEATHER_ASK)
         streamed = Runner.run_streamed(agent("run_llm_again"), WEATHER_ASK, max_turns=3)
-        kinds = [event.type async for event in streamed.stream_events()]
+        kinds = []
+        try:
+            async for event in streamed.stream_events():
+                kinds.append(event.type)
+        except agents.MaxTurnsExceeded:
+            kinds.append("max_turns")
         return first, streamed, kinds
 
     first, streamed, kinds = asyncio.run(runs())
     assert first.final_output == "21 degrees Celsius and sunny" and cities[0].strip()
     assert [type(i).__name__ for i in first.new_items] == ["ToolCallItem", "ToolCallOutputItem"]
+    # The tool's output went back to the model and it answered again.  The 1.5B target then
+    # writes the same call once more as a fenced JSON block, which is a call since issue 37
+    # (before, it came back as the final text), so the run may end at max_turns instead.
     assert len(cities) >= 2 and "raw_response_event" in kinds
-    assert isinstance(streamed.final_output, str) and streamed.final_output.strip()
-    assert type(streamed.new_items[-1]).__name__ == "MessageOutputItem"
+    if "max_turns" not in kinds:
+        assert isinstance(streamed.final_output, str) and streamed.final_output.strip()
+        assert type(streamed.new_items[-1]).__name__ == "MessageOutputItem"
+    else:
+        assert all(city.strip() == "Paris" for city in cities)
 
 
 # --- offline: the translation and the stream shape, without the model ---------------------

@@ -46,7 +46,7 @@ class Job:
     def cancel(self) -> None:
         self.cancelled.set()
         generation = self.generation
-        if generation is not None:
+        if generation is not None and not self.finished:  # a finished one has nothing left to stop
             generation.cancel()
 
     def prompt_progress(self) -> dict | None:
