@@ -49,8 +49,26 @@ class TokenEvent:
     reasoning: str = ""
 
 
+class _Acceptance:
+    """acceptance rate (accepted / drafted tokens) and mean accepted length (tokens per
+    target decode, its correction or bonus token included) of ``accepted_tokens``,
+    ``drafted_tokens`` and ``rounds``."""
+
+    accepted_tokens: int
+    drafted_tokens: int
+    rounds: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else 0.0
+
+
 @dataclass
-class ChannelStats:
+class ChannelStats(_Acceptance):
     """The speculation of one channel (``reasoning`` or ``content``).  A round belongs to
     the channel in force when it starts; ``tokens`` counts the tokens labelled with this
     channel (marker tokens are counted apart, in ``GenerationStats.marker_tokens``);
@@ -63,15 +81,6 @@ class ChannelStats:
     accepted_tokens: int = 0
     forced_tokens: int = 0
     time_s: float = 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tokens emitted per target decode in this channel's rounds."""
-        return (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -97,7 +106,7 @@ class ChannelStats:
 
 
 @dataclass
-class GenerationStats:
+class GenerationStats(_Acceptance):
     """Counters and timings of one generation.  Times are seconds (wall clock).
 
     ``generated_tokens`` counts every token the target produced, an end-of-generation
@@ -136,14 +145,6 @@ class GenerationStats:
     @property
     def prompt_eval_tokens(self) -> int:
         return self.prompt_tokens - self.prompt_cached_tokens
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        return (self.accepted_tokens + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
     def accepted_per_position(self) -> list[float]:
