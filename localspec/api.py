@@ -6,8 +6,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
+from localspec.decoding.calibration import fastest_of_two
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.learned import LearnedState, kind_name
@@ -175,7 +177,8 @@ class SpeculativeModel:
         policy = slot.policy(dp, greedy, predicted, constrained)
         if isinstance(policy, AdaptivePolicy) and not policy.costs_measured:
             sizes = (1, 2, 3, 5, 9, 17) + ((33, 65) if self.parallel > 1 else ())
-            missing, draft_missing = self.learned.load_costs(policy, slot.drafter, sizes)
+            c1_now = partial(self.owner.run, fastest_of_two, self.target, [100], [0])
+            missing, draft_missing = self.learned.load_costs(policy, slot.drafter, sizes, c1_now)
             if missing or draft_missing:
                 engines = {id(slot.drafter): self.draft_engine} if draft_missing else {}
                 self.owner.run(policy.measure_costs, self.target, engines, 100, missing)

@@ -1,9 +1,14 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 if not os.environ.get("QT_QPA_PLATFORM"):
     os.environ["QT_QPA_PLATFORM"] = "offscreen"  # GUI tests need no display
+# What a machine taught, for the session's shared models and servers too (session fixtures are
+# set up before the per-test one below): never the user's store, whose costs may be a busy
+# day's.  Each test then gets its own.
+os.environ["LOCALSPEC_STORE"] = tempfile.mkdtemp(prefix="localspec-test-store-")
 
 import pytest
 

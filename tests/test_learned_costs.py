@@ -242,3 +242,47 @@ def test_a_bigger_batch_measured_cheaper_does_not_make_a_useless_draft_look_free
     policy.new_generation()
     assert policy.plan(8) == (None, 0)
     assert policy.verify_cost(2) == pytest.approx(0.030)
+
+
+def _rewrite_stored_verify(change) -> None:
+    """Rewrite every stored record's verify costs with ``change(dict) -> dict``."""
+    for path in MachineStore().directory.glob("*.json"):
+        data = json.loads(path.read_text())
+        if "record" in data:
+            data["record"]["costs"]["verify"] = change(data["record"]["costs"]["verify"])
+            path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        # a stall written down: no batch of 17 costs 150 single decodes
+        (lambda v: {**v, "1": 0.03, "17": 4.3}, "c(17) = 4300.0 ms beside c(1) = 30.0 ms"),
+        # a plausible curve, but not this machine's now (its c(1) is microseconds)
+        (lambda v: {b: 0.05 for b in v}, "c(1) is"),
+    ],
+    ids=["implausible", "another-machine"],
+)
+def test_stored_costs_that_do_not_hold_are_measured_again_with_one_log_line(
+    target_gguf, count_measures, caplog, change, said
+):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512):
+        pass
+    _rewrite_stored_verify(change)
+    with caplog.at_level("WARNING", logger="localspec.store"):
+        with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as model:
+            measured = _costs(model)["verify"]
+    assert len(count_measures) == 2
+    assert measured[17] < 1.0
+    lines = [r.getMessage() for r in caplog.records if "do not hold" in r.getMessage()]
+    assert len(lines) == 1 and said in lines[0], lines
+
+
+def test_a_first_reading_of_a_new_batch_size_is_clipped_against_the_estimate():
+    """A stalled verify at a batch size never seen before is not taken whole (else that size
+    would look dear for good and never be verified again to correct it)."""
+    d = FakeDrafter("draft-model", 0.7)
+    policy = AdaptivePolicy([d], verify_costs={1: CostAverage(0.03, weight=1.0), 17: CostAverage(0.06, weight=1.0)})
+    estimate = policy.verify_cost(9)
+    policy.observe(RoundOutcome(4.0, 9, d, Draft([0] * 8), n_accepted=8, draft_s=0.008))
+    assert estimate < policy.verify_costs[9].value <= 3 * estimate

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 DECAY = 0.8  # weight of the past in every moving average, per observation
 STALL_CLIP = 3.0  # one verify counts at most this many times the current estimate (a stall is not a cost)
+STORED_C1_DRIFT = 2.0  # stored costs are this machine's when c(1) now is within this factor of them
+COST_SLACK_S = 0.001  # differences this small are a clock's noise, not a machine's costs
 TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
 
 
@@ -230,6 +232,31 @@ def load_verify_costs(record: dict, verify_costs: dict) -> None:
         value = _positive(seconds)
         if str(batch).isdigit() and int(batch) > 0 and value is not None:
             verify_costs[int(batch)] = CostAverage(value, weight=1.0)
+
+
+def implausible_costs(verify: dict, draft_per_token: float | None) -> str | None:
+    """Why a :func:`verify_costs_record` (and a draft model's seconds per token) cannot be
+    a machine's own costs, or None.  A batch of b tokens is read with the weights once, so
+    it costs at least about one single-token decode and at most b of them; a draft model's
+    token costs no more than a target's.  A stall written down breaks that (one store held
+    c(17) = 4.3 s beside c(1) = 29 ms, and its pair then never drafted)."""
+    c1 = verify.get("1")
+    if c1 is None:
+        return None
+    for batch, seconds in verify.items():
+        if not 0.5 * c1 - COST_SLACK_S <= seconds <= 1.5 * int(batch) * c1 + COST_SLACK_S:
+            return f"c({batch}) = {seconds * 1000:.1f} ms beside c(1) = {c1 * 1000:.1f} ms"
+    if draft_per_token is not None and draft_per_token > 1.5 * c1 + COST_SLACK_S:
+        return f"a draft token at {draft_per_token * 1000:.1f} ms beside c(1) = {c1 * 1000:.1f} ms"
+    return None
+
+
+def stored_c1_holds(stored_s: float, measured_s: float | None) -> bool:
+    """Whether a stored one-token verify cost still describes the machine, by one reading now
+    (:func:`fastest_of_two`): within ``STORED_C1_DRIFT`` either way."""
+    if measured_s is None or abs(stored_s - measured_s) <= COST_SLACK_S:
+        return True
+    return 1 / STORED_C1_DRIFT <= stored_s / measured_s <= STORED_C1_DRIFT
 
 
 def _positive(x) -> float | None:

@@ -26,13 +26,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from localspec.decoding.calibration import (
     draft_cost_record,
+    implausible_costs,
     load_draft_cost,
     load_verify_costs,
+    stored_c1_holds,
     verify_costs_record,
 )
 from localspec.decoding.params import LoadOptions
@@ -100,19 +102,36 @@ class LearnedState:
                 log.warning("localspec: could not read the learned store (%s)", exc)
         return self._record or {}
 
-    def load_costs(self, policy: AdaptivePolicy, drafter, sizes: Sequence[int]) -> tuple[tuple[int, ...], bool]:
+    def load_costs(
+        self, policy: AdaptivePolicy, drafter, sizes: Sequence[int], c1_now: Callable[[], float | None]
+    ) -> tuple[tuple[int, ...], bool]:
         """Put the stored costs into ``policy``'s (shared) cost dicts; returns the batch sizes
         of ``sizes`` still unmeasured and whether ``drafter`` (the draft model, or None)
-        still needs measuring."""
-        costs = self.record.get("costs")
-        costs = costs if isinstance(costs, dict) else {}
-        verify = costs.get("verify")
-        if isinstance(verify, dict):
-            load_verify_costs(verify, policy.verify_costs)
+        still needs measuring.  Stored costs that no machine could have
+        (:func:`~localspec.decoding.calibration.implausible_costs`), or whose c(1) is not
+        what ``c1_now()`` (one reading, seconds) finds, are left out with one log line."""
+        costs = _dict(self.record.get("costs"))
+        verify, draft = _dict(costs.get("verify")), _dict(costs.get("draft"))
+        if verify and not self._costs_hold(verify, draft, c1_now):
+            verify, draft = {}, {}
+        load_verify_costs(verify, policy.verify_costs)
         draft_known = drafter is None
-        if drafter is not None and isinstance(costs.get("draft"), dict):
-            draft_known = load_draft_cost(costs["draft"], id(drafter), policy.draft_costs, policy.prefill_costs)
+        if drafter is not None and draft:
+            draft_known = load_draft_cost(draft, id(drafter), policy.draft_costs, policy.prefill_costs)
         return tuple(b for b in sizes if b not in policy.verify_costs), not draft_known
+
+    @staticmethod
+    def _costs_hold(verify: dict, draft: dict, c1_now: Callable[[], float | None]) -> bool:
+        readable = {b: s for b, s in verify.items() if isinstance(s, (int, float)) and str(b).isdigit()}
+        per_token = draft.get("per_token") if isinstance(draft.get("per_token"), (int, float)) else None
+        why = implausible_costs(readable, per_token)
+        if why is None and isinstance(readable.get("1"), (int, float)):
+            measured = c1_now()
+            if not stored_c1_holds(readable["1"], measured):
+                why = f"c(1) is {measured * 1000:.1f} ms now, {readable['1'] * 1000:.1f} ms stored"
+        if why is not None:
+            log.warning("localspec: measuring this pair's costs again, the stored ones do not hold (%s)", why)
+        return why is None
 
     def seed(self, policy: AdaptivePolicy, kind: str) -> None:
         """Start a policy new to this process from the stored priors of its kind (once)."""

@@ -292,11 +292,8 @@ class AdaptivePolicy:
     def measure_costs(
         self, target, draft_engines: dict, token: int = 100, sizes: Sequence[int] = (1, 2, 3, 5, 9, 17)
     ) -> None:
-        """Measure the target's verify cost for batches of ``sizes`` tokens and each draft
-        model's cost per token (``draft_engines``: id(drafter) -> its Engine), as
-        :func:`~localspec.decoding.calibration.measure_costs` does, into this policy's
-        (shared) costs.  About 3 s for the default pair on 2 CPU cores; an
-        :class:`~localspec.errors.EngineError` from a decode comes through unchanged."""
+        """:func:`~localspec.decoding.calibration.measure_costs` into this policy's (shared) costs
+        (``draft_engines``: id(drafter) -> its Engine); about 3 s for the default pair on 2 CPU cores."""
         measure_costs(target, draft_engines, (self.verify_costs, self.draft_costs, self.prefill_costs), token, sizes)
 
     def plan(
@@ -445,6 +442,8 @@ class AdaptivePolicy:
 
     def _learn_verify_cost(self, batch: int, verify_s: float) -> None:
         self._count_plain_rounds(batch, verify_s)
+        if batch not in self.verify_costs and self.verify_costs:  # a first reading is clipped too
+            self.verify_costs[batch] = CostAverage(self.verify_cost(batch), weight=1.0)
         self.verify_costs.setdefault(batch, CostAverage(verify_s)).add(verify_s)
 
     def _judged_in_round(self, drafter, n_drafted: int, forced: Sequence[bool] | None) -> tuple:
