@@ -185,6 +185,7 @@ class MainWindow(QMainWindow):
         self.picker.error.connect(self.show_error)
         self.picker.selectionChanged.connect(self.save_settings)
         self.panel.changed.connect(self.save_settings)
+        self.panel.thinkingChanged.connect(self.conversation_actions.remember_thinking)
         self.memory_badge.estimated.connect(self.memoryEstimated)
         self.memory_badge.shown.connect(self.memoryShown)
         self.picker.selectionChanged.connect(self.update_memory_estimate)

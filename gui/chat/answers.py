@@ -40,6 +40,7 @@ class Answers:
         w.hide_error()
         if w.conversation_id is None:
             w.conversation_id = w.store.create(short_title(text))
+            w.conversation_actions.remember_thinking()
             w.conversation_actions.reload()
         user = Message("user", text)
         before = w.messages[: w.messages.index(w.editing)] if w.editing is not None else w.messages
@@ -197,14 +198,16 @@ class Answers:
         return kind, answer
 
     def on_finished(self, rid: int, result: dict) -> None:
-        """Answer ``rid`` is done: ``result`` has its "text", "stats" and "finish_reason";
-        it is stored, shown with its stats, and counted in the session line."""
+        """Answer ``rid`` is done: ``result`` has its "text", "stats" and "finish_reason"
+        (and "reasoning", a reasoning model's thinking); it is stored, shown with its stats,
+        and counted in the session line."""
         taken = self._take_request(rid)
         if taken is None:
             return
         kind, answer = taken
         w = self.window
         answer.content = result["text"]
+        answer.reasoning = result.get("reasoning") or "".join(s.text for s in answer.reasoning_segments)
         answer.stats = result["stats"]
         if self._request_dropped:
             answer.stats["context_dropped_messages"] = self._request_dropped

@@ -1,7 +1,8 @@
 """The conversation view: messages in one QTextBrowser, answers rendered as Markdown
 (code blocks in Pygments colours) with, when highlighting is on, each token's source as
 the background of its text and its probabilities on hover (see :mod:`gui.chat.answer_writer`),
-the stats and a drafting chart under each answer (:mod:`gui.chat.draft_chart`)."""
+the stats and a drafting chart under each answer (:mod:`gui.chat.draft_chart`); a reasoning
+model's thinking in a collapsed block above its answer (:mod:`gui.chat.thinking_block`)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from PySide6.QtWidgets import QTextBrowser, QToolTip, QVBoxLayout, QWidget
 from ..markdown.code_colours import warm_up
 from .answer_writer import AnswerWriter, FormatBook, new_block
 from .draft_chart import chart_image, chart_size, mix_text
-from .message import Message, Segment
+from .message import REASONING, Message, Segment
+from .stats_line import format_channel_stats, format_stats
+from .thinking_block import STREAMING_KEY, ThinkingBook, insert_title, thinking_key, thinking_title
 from .token_colours import (
     DARK_TEXT,
     SOURCE_COLOURS,
@@ -45,46 +48,15 @@ __all__ = [
     "ChatView",
     "code_blocks",
     "contrast_ratio",
+    "format_channel_stats",
     "format_stats",
     "legend_html",
     "tooltip_for",
 ]
 
 
-def format_stats(stats: dict | None, finish_reason: str | None = None, baseline_tps: float | None = None) -> str:
-    """One line: "Accepted 87/106 draft tokens (82 %) · mean accepted length 3.1 ·
-    14.2 t/s · TTFT 0.41 s · 1.6× vs plain"; times in seconds, rates in tokens/s."""
-    if not stats:
-        return ""
-    if stats.get("unavailable"):
-        return f"Statistics unavailable (the server sends no timings) · TTFT {stats.get('ttft_s', 0.0):.2f} s" + (
-            " · stopped" if finish_reason == "cancelled" else ""
-        )
-    parts = []
-    drafted, accepted = stats.get("drafted_tokens", 0), stats.get("accepted_tokens", 0)
-    if drafted:
-        parts.append(f"Accepted {accepted}/{drafted} draft tokens ({100 * accepted / drafted:.0f} %)")
-        parts.append(f"mean accepted length {stats.get('mean_accepted_length', 0):.2f}")
-    else:
-        parts.append("no draft tokens")
-    tps = stats.get("tokens_per_s", 0.0)
-    parts.append(f"{stats.get('generated_tokens', 0)} tokens, {tps:.1f} t/s")
-    parts.append(f"TTFT {stats.get('ttft_s', 0.0):.2f} s")
-    if baseline_tps and tps and drafted:
-        parts.append(f"{tps / baseline_tps:.2f}× vs plain ({baseline_tps:.1f} t/s)")
-    if stats.get("context_dropped_messages"):
-        parts.append(f"{stats['context_dropped_messages']} oldest messages left out to fit the context")
-    if finish_reason and finish_reason != "stop":
-        parts.append(
-            {"length": "stopped at max tokens", "cancelled": "stopped", "context": "context full"}.get(
-                finish_reason, finish_reason
-            )
-        )
-    return " · ".join(parts)
-
-
 # Links the view puts under messages: "localspec:ACTION:MESSAGE_ID[:ARG]".
-ACTIONS = ("previous", "next", "regenerate", "edit", "copy")
+ACTIONS = ("previous", "next", "regenerate", "edit", "copy")  # and "think:KEY", handled here
 _CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 
 
@@ -98,7 +70,9 @@ class ChatView(QWidget):
 
     Under each message: "◀ 2/3 ▶" when it has other versions, "Edit" (questions) or
     "Regenerate" (answers), and "Copy code N" per code block of an answer; a click emits
-    :attr:`action` (action name, message id) or, for copy, puts the block on the clipboard."""
+    :attr:`action` (action name, message id) or, for copy, puts the block on the clipboard.
+    An answer's thinking is a block above it, collapsed; its line opens and closes it
+    (:attr:`expanded` holds the open ones, by :func:`~gui.chat.thinking_block.thinking_key`)."""
 
     action = Signal(str, int)
 
@@ -123,6 +97,11 @@ class ChatView(QWidget):
         self._mono.setStyleHint(QFont.Monospace)
         self.last_update_s = 0.0  # how long the last streamed update took to render
         self._rendered: tuple | None = None  # the signature of what the document shows
+        self.expanded: set[str] = set()  # the thinking blocks shown open
+        self._thinking_writer: AnswerWriter | None = None  # the streaming answer's open thinking
+        self._title_at = -1  # where the streaming answer's thinking line starts
+        self._started = 0.0  # when the streaming answer began (time.perf_counter())
+        self._thought_s: float | None = None  # how long it thought, as seen here
         QTimer.singleShot(0, warm_up)
 
     # --- content ------------------------------------------------------------------------
@@ -145,29 +124,66 @@ class ChatView(QWidget):
     def begin_answer(self, message: Message) -> None:
         """Show ``message`` (an empty assistant message, already in ``messages``) as streaming."""
         self._streaming = message
+        self._started, self._thought_s = time.perf_counter(), None
+        self.expanded.discard(STREAMING_KEY)
         self.render()
 
     def append_segments(self, segments: list[Segment]) -> None:
-        """Add one round's tokens to the streaming answer (also appended to its message);
-        only the blocks of the answer that changed are written again."""
-        msg, writer = self._streaming, self._writer
-        if msg is None or writer is None:
+        """Add one round's tokens to the streaming answer (also appended to its message: the
+        "reasoning" ones to its thinking); only the blocks of the answer that changed are
+        written again.  The thinking's first token and the answer's first after it write the
+        whole view again, once each (the thinking line appears, then says how long it took)."""
+        msg = self._streaming
+        if msg is None or self._writer is None:
             return
         started = time.perf_counter()
-        msg.segments.extend(segments)
-        msg.content += "".join(s.text for s in segments)
-        writer.add(segments)
+        thinking = [s for s in segments if s.channel == REASONING]
+        answer = [s for s in segments if s.channel != REASONING]
+        was_thinking, had_answer = bool(msg.reasoning), bool(msg.content)
+        msg.reasoning_segments.extend(thinking)
+        msg.reasoning += "".join(s.text for s in thinking)
+        msg.segments.extend(answer)
+        msg.content += "".join(s.text for s in answer)
+        if msg.reasoning and not had_answer and (msg.content or not was_thinking):
+            if msg.content:
+                self._thought_s = started - self._started
+            self.render()
+        else:
+            self._write_streamed(msg, thinking, answer)
+        self.last_update_s = time.perf_counter() - started
+
+    def _write_streamed(self, msg: Message, thinking: list[Segment], answer: list[Segment]) -> None:
+        """Bring the document's end up to date: the answer, else the open thinking, else
+        the collapsed thinking's token count."""
         bar = self.browser.verticalScrollBar()
         at_bottom, value = bar.value() >= bar.maximum() - 4, bar.value()
         cursor = QTextCursor(self.browser.document())
         cursor.beginEditBlock()
-        writer.update(cursor, streaming=True)
+        if msg.content or not msg.reasoning:
+            self._writer.add(answer)
+            self._writer.update(cursor, streaming=True)
+        elif self._thinking_writer is not None:
+            self._thinking_writer.add(thinking)
+            self._thinking_writer.update(cursor, streaming=True)
+        elif thinking and self._title_at >= 0:
+            cursor.setPosition(self._title_at)
+            cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
+            insert_title(cursor, self.palette(), STREAMING_KEY, thinking_title(msg, False, True), False)
         cursor.endEditBlock()
         bar.setValue(bar.maximum() if at_bottom else value)
-        self.last_update_s = time.perf_counter() - started
 
     def end_answer(self) -> None:
+        """The streaming answer is done (stored: its ``id`` set); its thinking stays as open
+        or closed as it was."""
+        if STREAMING_KEY in self.expanded and self._streaming is not None and self._streaming.id is not None:
+            self.expanded.add(f"id{self._streaming.id}")
+        self.expanded.discard(STREAMING_KEY)
         self._streaming = None
+        self.render()
+
+    def toggle_thinking(self, key: str) -> None:
+        """Open or close the thinking block ``key`` (see :attr:`expanded`)."""
+        self.expanded ^= {key}
         self.render()
 
     # --- rendering ---------------------------------------------------------------------
@@ -184,14 +200,15 @@ class ChatView(QWidget):
         doc = self.browser.document()
         doc.clear()
         self._book = FormatBook(self.palette(), self.font(), self._mono, self.highlight)
-        self._writer, self._after_table = None, False
+        self._thinking_book = ThinkingBook(self.palette(), self.font(), self._mono, self.highlight)
+        self._writer, self._thinking_writer, self._title_at, self._after_table = None, None, -1, False
         cursor = QTextCursor(doc)
         cursor.beginEditBlock()
         for i, msg in enumerate(self.messages):
             if i:
                 new_block(cursor, QTextBlockFormat(), self._after_table)
                 cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-            self._render_message(cursor, msg)
+            self._render_message(cursor, msg, i)
         cursor.endEditBlock()
         doc.documentLayout().documentSize()  # lays the document out: the scroll range is final
         bar.setValue(bar.maximum() if at_bottom or self._streaming is not None else value)
@@ -202,12 +219,14 @@ class ChatView(QWidget):
         shown = tuple(
             (m.role, m.kind, m.id, m.versions, m.finish_reason, m.content, repr(m.stats), m is self._streaming)
             + tuple((s.text, s.source, s.p_target, s.p_draft) for s in m.segments)
+            + (m.reasoning,)
+            + tuple((s.text, s.source, s.p_target, s.p_draft) for s in m.reasoning_segments)
             for m in self.messages
         )
         look = (self.palette().cacheKey(), self.font().key(), self.devicePixelRatioF())
-        return shown, self.highlight, self.baseline_tps, look
+        return shown, self.highlight, self.baseline_tps, look, frozenset(self.expanded)
 
-    def _render_message(self, cursor: QTextCursor, msg: Message) -> None:
+    def _render_message(self, cursor: QTextCursor, msg: Message, index: int) -> None:
         head = QTextCharFormat()
         head.setFontWeight(QFont.Bold)
         head.setForeground(self.palette().color(QPalette.Link if msg.role == "user" else QPalette.Text))
@@ -222,6 +241,8 @@ class ChatView(QWidget):
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             cursor.insertText(msg.content, QTextCharFormat())
             return
+        if msg.reasoning:
+            self._insert_thinking(cursor, msg, index, streaming)
         writer = AnswerWriter(self._book, msg.segments or [Segment(msg.content, "target")])
         writer.update(cursor, streaming=streaming)
         self._after_table = writer.ends_with_table
@@ -229,6 +250,21 @@ class ChatView(QWidget):
             self._writer = writer
         elif msg.stats:
             self._insert_stats(cursor, msg, writer.ends_with_table)
+
+    def _insert_thinking(self, cursor: QTextCursor, msg: Message, index: int, streaming: bool) -> None:
+        """The thinking's line under the title and, when open, the thinking."""
+        key = thinking_key(msg, index, streaming)
+        expanded, thinking = key in self.expanded, streaming and not msg.content
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        if streaming:
+            self._title_at = cursor.position()
+        insert_title(cursor, self.palette(), key, thinking_title(msg, expanded, thinking, self._thought_s), expanded)
+        if expanded:
+            seg = Segment(msg.reasoning, "target", channel=REASONING)
+            writer = AnswerWriter(self._thinking_book, msg.reasoning_segments or [seg])
+            writer.update(cursor, streaming=thinking)
+            if thinking:
+                self._thinking_writer = writer
 
     def _insert_stats(self, cursor: QTextCursor, msg: Message, after_table: bool) -> None:
         """The stats line, and the drafting line and chart when something was drafted."""
@@ -239,6 +275,9 @@ class ChatView(QWidget):
         self._after_table = False
         baseline = self.baseline_tps if msg.kind == "chat" else None
         cursor.insertText(format_stats(msg.stats, msg.finish_reason, baseline), small)
+        if by_channel := format_channel_stats(msg.stats):
+            cursor.insertBlock(QTextBlockFormat(), small)
+            cursor.insertText(by_channel, small)
         line = mix_text(msg.stats)
         ratio = self.devicePixelRatioF()
         image = chart_image(msg.stats, self.palette(), self.font(), ratio)
@@ -295,6 +334,9 @@ class ChatView(QWidget):
             QDesktopServices.openUrl(url)
             return
         name, _, rest = url.path().partition(":")
+        if name == "think":
+            self.toggle_thinking(rest)
+            return
         mid, _, arg = rest.partition(":")
         if name not in ACTIONS or not mid.isdigit():
             return

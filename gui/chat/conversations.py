@@ -37,10 +37,26 @@ class ConversationActions:
             return
         w.editing = None
         w.conversation_id = conversation_id
+        self._restore_thinking(conversation_id)
         w.messages = w.store.messages(conversation_id)
         w.view.set_messages(w.messages)
         w.update_buttons()
         w.update_context_meter()
+
+    def remember_thinking(self) -> None:
+        """Keep the thinking switch and budget shown with the conversation shown (none: nothing)."""
+        w = self.window
+        if w.conversation_id is not None:
+            w.store.set_options(w.conversation_id, w.panel.apply_to(w.settings).thinking_options())
+
+    def _restore_thinking(self, conversation_id: int) -> None:
+        """Show the thinking switch and budget the conversation keeps (a conversation from
+        before they were kept: the current ones stay)."""
+        w = self.window
+        options = w.store.options(conversation_id)
+        if options:
+            w.settings.take_thinking_options(options)
+            w.panel.set_thinking(w.settings)
 
     def rename(self, conversation_id: int, title: str) -> None:
         self.window.store.rename(conversation_id, title.strip() or "Untitled")

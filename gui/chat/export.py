@@ -1,8 +1,8 @@
 """A conversation as Markdown (to read or share) and as JSON (to keep or load again).
 
 Both export the path shown (see :mod:`gui.chat.store`): the messages in order, each answer
-with its stats line; the JSON also keeps every answer's token sources and stats, so
-:func:`from_json` gives back equal messages.
+with its stats line (a reasoning model's thinking before it, apart); the JSON also keeps
+every answer's token sources and stats, so :func:`from_json` gives back equal messages.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from .chat_view import format_stats
-from .message import Message, Segment
+from .message import REASONING, Message, stored_segments
 
 FORMAT = "localspec-conversation"
 VERSION = 1
@@ -22,7 +22,13 @@ def to_markdown(title: str, messages: list[Message]) -> str:
     parts = [f"# {title}\n"]
     for m in messages:
         heading = "You" if m.role == "user" else ("Plain decoding (no draft)" if m.kind == "baseline" else "Assistant")
-        parts.append(f"## {heading}\n\n{m.content.rstrip()}\n")
+        if m.reasoning:
+            parts.append(
+                f"## {heading}\n\n<details><summary>Thinking</summary>\n\n{m.reasoning.strip()}\n\n</details>\n"
+            )
+            parts.append(f"{m.content.rstrip()}\n")
+        else:
+            parts.append(f"## {heading}\n\n{m.content.rstrip()}\n")
         line = format_stats(m.stats, m.finish_reason) if m.role == "assistant" else ""
         if line:
             parts.append(f"*{line}*\n")
@@ -31,7 +37,8 @@ def to_markdown(title: str, messages: list[Message]) -> str:
 
 def to_json(title: str, messages: list[Message]) -> str:
     """``{"format", "version", "title", "messages": [{role, content, kind, finish_reason,
-    stats, segments: [{text, source, p_target, p_draft}]}]}``, indented UTF-8 text."""
+    stats, segments: [{text, source, p_target, p_draft}]}]}``, indented UTF-8 text; an
+    answer with thinking also has ``reasoning`` and ``reasoning_segments`` (same shape)."""
     return json.dumps(
         {
             "format": FORMAT,
@@ -45,6 +52,7 @@ def to_json(title: str, messages: list[Message]) -> str:
                     "finish_reason": m.finish_reason,
                     "stats": m.stats,
                     "segments": m.segments_json(),
+                    **_thinking_json(m),
                 }
                 for m in messages
             ],
@@ -52,6 +60,12 @@ def to_json(title: str, messages: list[Message]) -> str:
         indent=1,
         ensure_ascii=False,
     )
+
+
+def _thinking_json(m: Message) -> dict:
+    if not m.reasoning:
+        return {}
+    return {"reasoning": m.reasoning, "reasoning_segments": m.reasoning_segments_json()}
 
 
 _SEGMENT_TYPES = {
@@ -85,14 +99,12 @@ def from_json(text: str) -> tuple[str, list[Message]]:
 def _message(i: int, m) -> Message:
     if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
         raise ValueError(f"message {i + 1} has no valid role and content")
-    segments = m.get("segments") or []
-    if not isinstance(segments, list) or not all(
-        isinstance(s, dict)
-        and set(s) == set(_SEGMENT_TYPES)
-        and all(isinstance(s[k], t) and not isinstance(s[k], bool) for k, t in _SEGMENT_TYPES.items())
-        for s in segments
-    ):
+    segments, thinking = m.get("segments") or [], m.get("reasoning_segments") or []
+    if not (_valid_segments(segments) and _valid_segments(thinking)):
         raise ValueError(f"message {i + 1}: segments must be objects with text, source, p_target, p_draft")
+    reasoning = m.get("reasoning", "")
+    if not isinstance(reasoning, str):
+        raise ValueError(f"message {i + 1}: reasoning must be text")
     stats = m.get("stats")
     if stats is not None and not (
         isinstance(stats, dict)
@@ -105,4 +117,15 @@ def _message(i: int, m) -> Message:
     finish, kind = m.get("finish_reason"), m.get("kind", "chat")
     if not isinstance(finish, (str, type(None))) or kind not in ("chat", "baseline"):
         raise ValueError(f"message {i + 1}: bad finish_reason or kind")
-    return Message(m["role"], m["content"], [Segment(**s) for s in segments], stats, finish, kind)
+    message = Message(m["role"], m["content"], stored_segments(segments), stats, finish, kind)
+    message.reasoning, message.reasoning_segments = reasoning, stored_segments(thinking, REASONING)
+    return message
+
+
+def _valid_segments(segments) -> bool:
+    return isinstance(segments, list) and all(
+        isinstance(s, dict)
+        and set(s) == set(_SEGMENT_TYPES)
+        and all(isinstance(s[k], t) and not isinstance(s[k], bool) for k, t in _SEGMENT_TYPES.items())
+        for s in segments
+    )

@@ -4,9 +4,11 @@ Each answer keeps its token sources and stats, so a reopened answer is highlight
 as it was when it streamed.  Messages form a tree (``parent_id``): a regenerated answer
 is a sibling of the old one under the same question, an edited question a sibling of
 the old question; nothing is ever erased by either.  A conversation shows one path, from
-its root to ``current_leaf``.  Schema version 2 (``PRAGMA user_version``); a version-1
-file (a flat list of messages) is migrated in place on open, each message the child of
-the one before it.
+its root to ``current_leaf``.  A reasoning model's answer keeps its thinking apart
+(``reasoning``, ``reasoning_segments``), and a conversation its own options (``options``:
+the thinking switch and budget it was last answered with).  Schema version 3 (``PRAGMA
+user_version``); a version-1 file (a flat list of messages) is migrated in place on open,
+each message the child of the one before it; a version-2 file gets the new columns.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import platformdirs
 
-from .message import Message, Segment
+from .message import CONTENT, REASONING, Message, Segment, stored_segments
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -27,7 +29,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     title TEXT NOT NULL,
     created_at REAL NOT NULL,   -- seconds since the epoch
     updated_at REAL NOT NULL,
-    current_leaf INTEGER        -- the last message of the path shown
+    current_leaf INTEGER,       -- the last message of the path shown
+    options TEXT                -- JSON {"thinking": bool, "reasoning_budget": int}
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -38,10 +41,16 @@ CREATE TABLE IF NOT EXISTS messages (
     segments TEXT,              -- JSON list of Segment fields
     stats TEXT,                 -- JSON GenerationStats.to_dict()
     finish_reason TEXT,
-    parent_id INTEGER           -- the message this one follows; NULL for the first
+    parent_id INTEGER,          -- the message this one follows; NULL for the first
+    reasoning TEXT,             -- a reasoning model's thinking, apart from the answer (content)
+    reasoning_segments TEXT     -- JSON list of Segment fields of the thinking
 );
 """
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+_NEW_COLUMNS = {  # version 3
+    "conversations": ("options",),
+    "messages": ("reasoning", "reasoning_segments"),
+}
 
 
 @dataclass(frozen=True)
@@ -69,10 +78,12 @@ class ConversationStore:
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.executescript(_SCHEMA)
             self._migrate()
-            self._db.execute("SELECT id, title, created_at, updated_at, current_leaf FROM conversations LIMIT 1")
+            self._db.execute(
+                "SELECT id, title, created_at, updated_at, current_leaf, options FROM conversations LIMIT 1"
+            )
             self._db.execute(
                 "SELECT id, conversation_id, role, content, kind, segments, stats, finish_reason, "
-                "parent_id FROM messages LIMIT 1"
+                "parent_id, reasoning, reasoning_segments FROM messages LIMIT 1"
             )
         except sqlite3.Error:
             self._db.close()
@@ -80,12 +91,17 @@ class ConversationStore:
 
     def _migrate(self) -> None:
         """Version 1 (no tree) to 2: each message the child of the one before it, the
-        last one the conversation's current leaf."""
+        last one the conversation's current leaf; 2 to 3: the thinking's columns."""
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
         if version >= SCHEMA_VERSION:
             return
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(messages)")}
         with self._db:
+            for table, names in _NEW_COLUMNS.items():
+                have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                for name in names:
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT")
             if "parent_id" not in columns:
                 self._db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
             if "current_leaf" not in {row[1] for row in self._db.execute("PRAGMA table_info(conversations)")}:
@@ -154,6 +170,21 @@ class ConversationStore:
         row = self._db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         return row[0] if row else None
 
+    def options(self, conversation_id: int) -> dict:
+        """The options stored with a conversation (see :meth:`set_options`); {} when none
+        were, or the stored JSON is damaged."""
+        row = self._db.execute("SELECT options FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        options = _stats(row[0]) if row else None
+        return options or {}
+
+    def set_options(self, conversation_id: int, options: dict) -> None:
+        """Keep ``options`` (JSON-serialisable, e.g. ``{"thinking": True, "reasoning_budget": -1}``)
+        with the conversation; they replace the ones stored before."""
+        with self._db:
+            self._db.execute(
+                "UPDATE conversations SET options = ? WHERE id = ?", (json.dumps(options), conversation_id)
+            )
+
     def rename(self, conversation_id: int, title: str) -> None:
         with self._db:
             self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
@@ -169,8 +200,8 @@ class ConversationStore:
             parent_id = self.current_leaf(conversation_id)
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO messages (conversation_id, role, content, kind, segments, stats, finish_reason, parent_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO messages (conversation_id, role, content, kind, segments, stats, finish_reason, parent_id, "
+                "reasoning, reasoning_segments) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conversation_id,
                     message.role,
@@ -180,6 +211,8 @@ class ConversationStore:
                     json.dumps(message.stats) if message.stats is not None else None,
                     message.finish_reason,
                     parent_id,
+                    message.reasoning or None,
+                    json.dumps(message.reasoning_segments_json()) if message.reasoning_segments else None,
                 ),
             )
             self._db.execute(
@@ -228,8 +261,8 @@ class ConversationStore:
         rows = {
             r[0]: r
             for r in self._db.execute(
-                "SELECT id, role, content, kind, segments, stats, finish_reason, parent_id FROM messages "
-                "WHERE conversation_id = ?",
+                "SELECT id, role, content, kind, segments, stats, finish_reason, parent_id, reasoning, "
+                "reasoning_segments FROM messages WHERE conversation_id = ?",
                 (conversation_id,),
             )
         }
@@ -239,7 +272,7 @@ class ConversationStore:
             path.append(rows[mid])
             mid = rows[mid][7]
         out = []
-        for mid, role, content, kind, segments, stats, finish, parent in reversed(path):
+        for mid, role, content, kind, segments, stats, finish, parent, thinking, thinking_segments in reversed(path):
             siblings = self.siblings(mid)
             out.append(
                 Message(
@@ -252,6 +285,8 @@ class ConversationStore:
                     mid,
                     parent,
                     (siblings.index(mid) + 1, len(siblings)),
+                    thinking or "",
+                    _segments(thinking_segments, REASONING),
                 )
             )
         return out
@@ -289,10 +324,10 @@ class ConversationStore:
         self.set_leaf(conversation_id, leaf)
 
 
-def _segments(text: str | None) -> list[Segment]:
+def _segments(text: str | None, channel: str = CONTENT) -> list[Segment]:
     """Stored token sources; none (plain text) when the stored JSON is damaged."""
     try:
-        return [Segment(**s) for s in json.loads(text)] if text else []
+        return stored_segments(json.loads(text), channel) if text else []
     except (ValueError, TypeError):
         return []
 

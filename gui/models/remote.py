@@ -7,7 +7,10 @@ returning an iterable of token events with ``cancel()`` and ``result``.  Text ar
 as the server streams it (one event per chunk); which tokens a draft proposed is not
 known from outside, so every piece shows as the target's own.  Statistics come from the
 server's llama.cpp ``timings`` when it sends them (localspec, llama-server); otherwise
-the answer's stats say ``unavailable``.  Built on the ``openai`` client.
+the answer's stats say ``unavailable``.  A reasoning model's thinking, streamed as
+``delta.reasoning_content`` (localspec serve, llama-server) or ``delta.reasoning`` (vLLM),
+arrives as "reasoning" events; thinking turned off is sent as ``chat_template_kwargs:
+{"enable_thinking": false}`` (those servers' field).  Built on the ``openai`` client.
 """
 
 from __future__ import annotations
@@ -75,7 +78,10 @@ class RemoteModel:
             return False
 
     def chat(self, messages: list[dict], stream: bool = True, **options) -> RemoteGeneration:
-        generation = RemoteGeneration(self, messages, {k: v for k, v in options.items() if k in _OPTIONS})
+        sent = {k: v for k, v in options.items() if k in _OPTIONS}
+        if options.get("enable_thinking") is False:
+            sent["extra_body"] = {"chat_template_kwargs": {"enable_thinking": False}}
+        generation = RemoteGeneration(self, messages, sent)
         return generation if stream else generation.run()
 
     def close(self) -> None:
@@ -101,7 +107,7 @@ class RemoteGeneration:
 
     def __iter__(self):
         started = time.perf_counter()
-        first_at, pieces, finish, timings = None, [], None, None
+        first_at, pieces, thinking, finish, timings = None, [], [], None, None
         try:
             stream = self.model.client.chat.completions.create(
                 model=self.model.model, messages=self.messages, stream=True, **self.options
@@ -112,7 +118,11 @@ class RemoteGeneration:
                     choice = chunk.choices[0] if chunk.choices else None
                     if choice is not None and choice.finish_reason:
                         finish = choice.finish_reason
-                    text = choice.delta.content if choice is not None and choice.delta else None
+                    text, reasoning = delta_texts(choice)
+                    if reasoning:
+                        first_at = first_at or time.perf_counter()
+                        thinking.append(reasoning)
+                        yield TokenEvent(-1, "", TokenSource.TARGET, n, channel="reasoning", reasoning=reasoning)
                     if text:
                         first_at = first_at or time.perf_counter()
                         pieces.append(text)
@@ -124,7 +134,18 @@ class RemoteGeneration:
             raise _one_line(exc, self.model.url, self.model.model) from None
         stats = _stats(timings, started, first_at, time.perf_counter(), len(pieces))
         text = "".join(pieces)
-        self.result = GenerationResult(text, [], [TokenSource.TARGET] * len(pieces), finish or "stop", stats)
+        sources = [TokenSource.TARGET] * (len(pieces) + len(thinking))
+        self.result = GenerationResult(text, [], sources, finish or "stop", stats, reasoning="".join(thinking) or None)
+
+
+def delta_texts(choice) -> tuple[str, str]:
+    """(answer text, thinking text) of one streamed choice ("" where it has none)."""
+    delta = choice.delta if choice is not None else None
+    if delta is None:
+        return "", ""
+    extra = delta.model_extra or {}
+    reasoning = extra.get("reasoning_content") or extra.get("reasoning") or ""
+    return delta.content or "", reasoning if isinstance(reasoning, str) else ""
 
 
 def _stats(timings: dict | None, started: float, first_at: float | None, ended: float, pieces: int):

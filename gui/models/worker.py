@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from localspec.errors import LocalspecError
 
-from ..chat.message import Segment
+from ..chat.message import Segment, event_segments
 
 
 class ChatWorker(QObject):
@@ -30,7 +30,9 @@ class ChatWorker(QObject):
     loaded = Signal(dict)  # {"target": str, "draft": str | None, "load_s": float (seconds)}
     loadFailed = Signal(str)  # the LocalspecError / OSError message
     round = Signal(int, object)  # request id, list[Segment] of one speculative round
-    finished = Signal(int, dict)  # request id, {"text", "finish_reason", "stats": GenerationStats.to_dict()}
+    finished = Signal(
+        int, dict
+    )  # request id, {"text", "reasoning", "finish_reason", "stats": GenerationStats.to_dict()}
     failed = Signal(int, str)  # request id, error message
     closed = Signal()
 
@@ -132,32 +134,35 @@ class ChatWorker(QObject):
     @Slot(int, object, object)
     def generate(self, request_id: int, messages: list, options: dict) -> None:
         """Answer ``messages`` with ``SpeculativeModel.chat`` options; emits ``round`` per
-        round, then ``finished`` (finish_reason "cancelled" after Stop) or ``failed``."""
+        round (a reasoning model's thinking as "reasoning" segments), then ``finished``
+        (finish_reason "cancelled" after Stop; with thinking, ``stats["thinking_s"]``: seconds
+        from the request to the thinking's last token) or ``failed``."""
         if self._model is None:
             self.failed.emit(request_id, "no model is loaded; choose a pair and press Load")
             return
         try:
+            started = time.perf_counter()
             generation = self._model.chat(messages, stream=True, **options)
             with self._lock:
                 self._generation = (request_id, generation)
                 if request_id in self._stopped:
                     generation.cancel()
-            batch: list[Segment] = []
-            current = None
-            for event in generation:
-                self.current_round = event.round
-                if current is not None and event.round != current and batch:
-                    self.round.emit(request_id, batch)
-                    batch = []
-                current = event.round
-                batch.append(Segment.from_event(event))
-            if batch:
-                self.round.emit(request_id, batch)
+            thought_at = self._stream_rounds(request_id, generation)
             result = generation.result
             stats = result.stats.to_dict()
             if getattr(result.stats, "unavailable", False):  # a remote server without timings
                 stats["unavailable"] = True
-            self.finished.emit(request_id, {"text": result.text, "finish_reason": result.finish_reason, "stats": stats})
+            if thought_at is not None:
+                stats["thinking_s"] = thought_at - started
+            self.finished.emit(
+                request_id,
+                {
+                    "text": result.text,
+                    "reasoning": getattr(result, "reasoning", None) or "",
+                    "finish_reason": result.finish_reason,
+                    "stats": stats,
+                },
+            )
         except (LocalspecError, OSError, ValueError) as exc:
             self.failed.emit(request_id, str(exc) or type(exc).__name__)
         except Exception as exc:  # a bug: keep the app alive, say so, keep the traceback on stderr
@@ -167,6 +172,25 @@ class ChatWorker(QObject):
             with self._lock:
                 self._generation = None
                 self._stopped.discard(request_id)
+
+    def _stream_rounds(self, request_id: int, generation) -> float | None:
+        """Emit ``generation``'s events as one ``round`` signal per speculative round;
+        returns when (``time.perf_counter()``) its last thinking token came, None without thinking."""
+        batch: list[Segment] = []
+        current, thought_at, answering = None, None, False
+        for event in generation:
+            self.current_round = event.round
+            if current is not None and event.round != current and batch:
+                self.round.emit(request_id, batch)
+                batch = []
+            current = event.round
+            batch.extend(event_segments(event))
+            answering = answering or bool(event.text)
+            if getattr(event, "reasoning", "") or (thought_at is not None and not answering):
+                thought_at = time.perf_counter()  # a thinking token, or a marker that closes the thinking
+        if batch:
+            self.round.emit(request_id, batch)
+        return thought_at
 
     @Slot()
     def close(self) -> None:

@@ -23,10 +23,12 @@ LIMITS = {  # field -> (lowest, highest) the panel accepts; a saved value outsid
     "gpu_layers_draft": (ALL_LAYERS, MAX_LAYERS),
     "serve_port": (1024, 65535),
     "parallel": (1, 16),
+    "reasoning_budget": (-1, 32768),
 }
 # What to do when a chat no longer fits the context: refuse with the numbers, or leave the
 # oldest turns out of what is sent (the system prompt and the new message always stay).
 OVERFLOW_CHOICES = {"stop": "Stop at the limit", "drop-oldest": "Drop the oldest turns"}
+THINKING_FIELDS = ("thinking", "reasoning_budget")  # the settings each conversation keeps
 
 
 @dataclass
@@ -36,7 +38,10 @@ class Settings:
     ``target`` / ``draft``: model specs for :func:`localspec.models.discovery.model_ref` (catalogue
     name or GGUF path); ``draft`` "" means no draft.  ``draft_max``: "auto" or a
     number of tokens as text.  ``seed`` -1 draws a fresh seed.  ``max_tokens`` and
-    ``n_ctx`` are tokens; ``gpu_layers*`` -1 means all layers.
+    ``n_ctx`` are tokens; ``gpu_layers*`` -1 means all layers.  ``thinking``: let a
+    reasoning model think (``enable_thinking``); ``reasoning_budget``: the most thinking
+    tokens before the close is forced (-1 unlimited, 0 none); both are also kept with each
+    conversation (:data:`THINKING_FIELDS`, see :class:`~gui.chat.store.ConversationStore`).
     """
 
     target: str = ""
@@ -57,6 +62,8 @@ class Settings:
     serve: bool = False  # the "Serve on localhost" switch, off until turned on
     serve_port: int = 8090  # not localspec serve's 8080, so both can run
     parallel: int = 4  # slots: answers generated at once (this window's and the server's), as serve's -np
+    thinking: bool = True
+    reasoning_budget: int = -1  # tokens; -1 unlimited
 
     def generation_options(self) -> dict:
         """Keyword options for ``SpeculativeModel.chat``."""
@@ -68,7 +75,23 @@ class Settings:
             "draft_max": self.draft_max_value(),
             "draft_min": self.draft_min,
             "p_min": self.p_min,
+            "enable_thinking": self.thinking,
+            "reasoning_budget": self.reasoning_budget,
         }
+
+    def thinking_options(self) -> dict:
+        """The options a conversation keeps: ``{"thinking": bool, "reasoning_budget": int}``."""
+        return {name: getattr(self, name) for name in THINKING_FIELDS}
+
+    def take_thinking_options(self, options: dict) -> None:
+        """Set the thinking switch and budget from a conversation's ``options``; missing or
+        bad values leave the current ones."""
+        thinking, budget = options.get("thinking"), options.get("reasoning_budget")
+        if isinstance(thinking, bool):
+            self.thinking = thinking
+        lo, hi = LIMITS["reasoning_budget"]
+        if isinstance(budget, int) and not isinstance(budget, bool) and lo <= budget <= hi:
+            self.reasoning_budget = budget
 
     def draft_max_value(self) -> int | str:
         return "auto" if self.draft_max == "auto" else int(self.draft_max)

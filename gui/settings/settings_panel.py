@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -49,6 +50,7 @@ class SettingsPanel(QWidget):
     """Emits :attr:`changed` on every edit; :meth:`settings` gives the values."""
 
     changed = Signal()
+    thinkingChanged = Signal()  # the thinking switch or budget, edited (also emits changed)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -81,6 +83,7 @@ class SettingsPanel(QWidget):
             "When the chat no longer fits the context: refuse the message with the numbers, "
             "or leave the oldest turns out of what is sent (the system prompt stays)"
         )
+        self._make_thinking()
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setPlaceholderText("System prompt (optional)")
         self.system_prompt.setFixedHeight(64)
@@ -94,6 +97,8 @@ class SettingsPanel(QWidget):
         form.addRow("Top-p", self.top_p)
         form.addRow("Seed", self.seed)
         form.addRow("Max tokens", self.max_tokens)
+        form.addRow("Thinking", self.thinking)
+        form.addRow("Thinking budget", self.reasoning_budget)
         form.addRow("Context", self.n_ctx)
         form.addRow("Too long", self.overflow)
         form.addRow("GPU layers", self.gpu_layers)
@@ -104,6 +109,8 @@ class SettingsPanel(QWidget):
             w.currentIndexChanged.connect(lambda _v: self.changed.emit())
         for w in (self.draft_min, self.p_min, self.temperature, self.top_p, self.seed, self.max_tokens):
             w.valueChanged.connect(lambda _v: self.changed.emit())
+        self.reasoning_budget.valueChanged.connect(lambda _v: self.thinkingChanged.emit())
+        self.thinking.toggled.connect(self._on_thinking)
         for w in (self.gpu_layers, self.gpu_layers_draft):
             w.slider.valueChanged.connect(lambda _v: self.changed.emit())
         self.system_prompt.textChanged.connect(self.changed.emit)
@@ -126,7 +133,37 @@ class SettingsPanel(QWidget):
         self.gpu_layers_draft.set_value(s.gpu_layers_draft)
         self.system_prompt.setPlainText(s.system_prompt)
         self.overflow.setCurrentIndex(max(0, self.overflow.findData(s.overflow)))
+        self.set_thinking(s)
         self.blockSignals(False)
+
+    def _make_thinking(self) -> None:
+        self.thinking = QCheckBox("Let the model think")
+        self.thinking.setToolTip(
+            "A reasoning model (Qwen3, DeepSeek-R1 …) thinks before it answers (enable_thinking); "
+            "kept with each conversation. Models that do not think ignore it"
+        )
+        self.reasoning_budget = QSpinBox()
+        self.reasoning_budget.setRange(*LIMITS["reasoning_budget"])
+        self.reasoning_budget.setSpecialValueText("unlimited")
+        self.reasoning_budget.setSuffix(" tokens")
+        self.reasoning_budget.setToolTip(
+            "Most thinking tokens; then the close of the thinking is forced and the model answers "
+            "(0: no thinking). Kept with each conversation"
+        )
+        self.thinkingChanged.connect(self.changed.emit)
+
+    def _on_thinking(self, on: bool) -> None:
+        self.reasoning_budget.setEnabled(on)
+        self.thinkingChanged.emit()
+
+    def set_thinking(self, s: Settings) -> None:
+        """Show ``s``'s thinking switch and budget (no signal: a conversation being opened)."""
+        blocked = self.signalsBlocked()
+        self.blockSignals(True)
+        self.thinking.setChecked(s.thinking)
+        self.reasoning_budget.setValue(s.reasoning_budget)
+        self.reasoning_budget.setEnabled(s.thinking)
+        self.blockSignals(blocked)
 
     def apply_to(self, s: Settings) -> Settings:
         """Copy the widget values into ``s`` (model choice and highlight untouched)."""
@@ -142,6 +179,8 @@ class SettingsPanel(QWidget):
         s.gpu_layers_draft = self.gpu_layers_draft.value()
         s.system_prompt = self.system_prompt.toPlainText()
         s.overflow = self.overflow.currentData()
+        s.thinking = self.thinking.isChecked()
+        s.reasoning_budget = self.reasoning_budget.value()
         return s
 
 

@@ -8,8 +8,13 @@ Names follow llama-server's ``/metrics`` where it has one (``llamacpp:prompt_tok
 ``llamacpp:kv_cache_tokens``, ``llamacpp:requests_processing``,
 ``llamacpp:requests_deferred``); speculation's own are ``localspec:``
 (``draft_tokens_total`` and ``draft_accepted_tokens_total`` by drafter,
-``draft_position_acceptance`` by position in the draft, ``requests_total`` by finish reason).
-Units: tokens, seconds, tokens per second; ratios in [0, 1].
+``draft_position_acceptance`` by position in the draft, ``requests_total`` by finish reason;
+and per channel of a reasoning model's output, labelled ``channel`` = ``reasoning`` /
+``content`` (``marker`` too for ``channel_tokens_total``, the thinking's tags):
+``channel_tokens_total``, ``channel_draft_tokens_total``,
+``channel_draft_accepted_tokens_total``, ``channel_forced_tokens_total``,
+``channel_seconds_total``; see ``GenerationStats.channels``, empty for a model that does
+not think).  Units: tokens, seconds, tokens per second; ratios in [0, 1].
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class Metrics:
         self.drafted_at: list[int] = []
         self.accepted_at: list[int] = []
         self.finished: Counter = Counter()
+        self.channels: dict[str, Counter] = {}  # channel -> {"tokens", "drafted", "accepted", "forced", "seconds"}
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)
 
@@ -56,6 +62,21 @@ class Metrics:
             _add_lists(self.drafted_at, s.drafted_per_position)
             _add_lists(self.accepted_at, s.accepted_at_position)
             self.finished[result.finish_reason] += 1
+            self._observe_channels(s)
+
+    def _observe_channels(self, s) -> None:
+        for name, ch in getattr(s, "channels", {}).items():
+            self.channels.setdefault(name, Counter()).update(
+                {
+                    "tokens": ch.tokens,
+                    "drafted": ch.drafted_tokens,
+                    "accepted": ch.accepted_tokens,
+                    "forced": ch.forced_tokens,
+                    "seconds": ch.time_s,
+                }
+            )
+        if getattr(s, "marker_tokens", 0):
+            self.channels.setdefault("marker", Counter())["tokens"] += s.marker_tokens
 
     def render(self) -> bytes:
         return generate_latest(self._registry)
@@ -64,6 +85,7 @@ class Metrics:
         with self._lock:
             yield from self._totals()
             yield from self._speculation()
+            yield from self._by_channel()
         yield from self._gauges()
 
     def _totals(self):
@@ -109,6 +131,21 @@ class Metrics:
             if n:
                 position.add_metric([str(i + 1)], self.accepted_at[i] / n if i < len(self.accepted_at) else 0.0)
         yield position
+
+    def _by_channel(self):
+        families = (
+            ("tokens", "localspec:channel_tokens", "Tokens emitted, by channel (reasoning, content, marker)."),
+            ("drafted", "localspec:channel_draft_tokens", "Draft tokens verified in rounds of each channel."),
+            ("accepted", "localspec:channel_draft_accepted_tokens", "Draft tokens kept in rounds of each channel."),
+            ("forced", "localspec:channel_forced_tokens", "Tokens a grammar forced (the thinking budget's close)."),
+            ("seconds", "localspec:channel_seconds", "Wall seconds of the rounds of each channel."),
+        )
+        for key, name, documentation in families:
+            family = CounterMetricFamily(name, documentation, labels=["channel"])
+            for channel in sorted(self.channels):
+                if key == "tokens" or channel != "marker":
+                    family.add_metric([channel], self.channels[channel][key])
+            yield family
 
     def _gauges(self):
         target = self.model.target
