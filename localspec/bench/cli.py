@@ -28,6 +28,8 @@ SUBCOMMANDS = (
     "protocols",
     "serve",
     "concurrency",
+    "first_answer",
+    "prefill",
     "fim",
     "threads",
     "replay",

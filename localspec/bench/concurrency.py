@@ -29,6 +29,12 @@ own decode of 1 and 4 tokens (best of 5, :func:`fastest`).
 Written to ``concurrency-<machine>-<date>-<commit>.{json,png}`` in ``--out``
 (``concurrency-smoke.json`` for ``--smoke``).
 
+``--fresh`` (:func:`fresh`, :mod:`localspec.bench.fresh_clients`): prompts never sent before, drawn for
+this run (``--seed``), 64 tokens; ``localspec serve`` default against ``--draft none``, each
+a fresh process, and llama-server plain beside them when a binary is found; the
+aggregate ratio default / plain and how many greedy answers equal plain's, on the fresh
+prompts and on the committed ones above; ``concurrency-fresh-<machine>-<date>-<commit>.*``.
+
 ``--one-client R`` checks one target alone: one client, ``localspec serve`` with its
 default slots against ``--parallel 1`` (the server before slots), R rounds, each round
 both servers on the same 8 fresh prompts, in alternating order; the ratio of aggregate
@@ -39,18 +45,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from localspec.bench import fresh_clients
 from localspec.bench.cli import add_out, add_peers, add_smoke, positive
 from localspec.bench.client import async_openai_client, client_decode_tps
 from localspec.bench.results import Results
-from localspec.bench.servers import free_port, llama_server, running, serving
-from localspec.bench.workloads import code_prompts, mtbench_prompts
+from localspec.bench.servers import serving
+from localspec.bench.workloads import concurrency_prompts
 from localspec.llama.report import machine_line, machine_record
 
 NAME = "concurrency"
@@ -60,16 +68,13 @@ Starter = Callable[[], AbstractContextManager[str]]  # starts a server, yields i
 
 
 def prompts(n: int) -> list[list[dict]]:
-    code = [p.messages for p in code_prompts(n)]
-    chat = [p.messages for p in mtbench_prompts(max(1, n // 8 + 1))][:n]
-    mixed = [m for pair in zip(chat, code) for m in pair]
-    return mixed[:n]
+    return [p.messages for p in concurrency_prompts(n)]
 
 
 async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
     sent = time.perf_counter()
     first = None
-    pieces = 0
+    pieces: list[str] = []
     usage = None
     stream = await client.chat.completions.create(
         model="m",
@@ -84,13 +89,14 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
         if chunk.usage is not None:
             usage = chunk.usage
         if chunk.choices and (chunk.choices[0].delta.content or chunk.choices[0].delta.tool_calls):
-            pieces += 1
+            pieces.append(chunk.choices[0].delta.content or "")
             if first is None:
                 first = time.perf_counter()
     done = time.perf_counter()
-    tokens = usage.completion_tokens if usage is not None else pieces
+    tokens = usage.completion_tokens if usage is not None else len(pieces)
     first = first or done
     return {
+        "text": "".join(pieces),
         "sent": sent,
         "ttft_s": first - sent,
         "tokens": tokens,
@@ -99,20 +105,24 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
     }
 
 
-async def level(base: str, clients: int, work: list, max_tokens: int, extra: dict) -> dict:
-    queue = list(work)
+async def level(base: str, clients: int, work: list, max_tokens: int, extra: dict, answers: bool = False) -> dict:
+    """``clients`` clients at once through ``work`` (message lists), each sending the next as
+    its last ends; the level's figures, and with ``answers`` each prompt's answer text in
+    ``work``'s order (``"answers"``)."""
+    queue = list(enumerate(work))
     results = []
     async with async_openai_client(base) as client:
 
         async def run_client():
             while queue:
-                messages = queue.pop(0)
-                results.append(await one_request(client, messages, max_tokens, extra))
+                index, messages = queue.pop(0)
+                results.append({"index": index, **await one_request(client, messages, max_tokens, extra)})
 
         start = time.perf_counter()
         await asyncio.gather(*(run_client() for _ in range(clients)))
     wall = max(r["done"] for r in results) - start
     ttfts = sorted(r["ttft_s"] for r in results)
+    texts = {"answers": [r["text"] for r in sorted(results, key=lambda r: r["index"])]} if answers else {}
     return {
         "clients": clients,
         "requests": len(results),
@@ -122,17 +132,19 @@ async def level(base: str, clients: int, work: list, max_tokens: int, extra: dic
         "ttft_p50_s": statistics.median(ttfts),
         "ttft_p95_s": ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
         "wall_s": wall,
+        **texts,
     }
 
 
-def run_server(name: str, start: Starter, levels, work_for, max_tokens: int) -> dict:
+def run_server(name: str, start: Starter, levels, work_for, max_tokens: int, answers: bool = False) -> dict:
     """Every level on one server (``start()`` starts it), each level with prompts of its own
-    (``work_for(n)``), never sent to this server before."""
+    (``work_for(n)``), never sent to this server before; ``answers`` keeps each level's
+    answer texts (:func:`level`)."""
     rows = []
     with start() as base:
         asyncio.run(level(base, 1, [[{"role": "user", "content": "Say hi."}]], 8, {}))  # warm-up
         for n in levels:
-            rows.append(asyncio.run(level(base, n, work_for(n), max_tokens, {})))
+            rows.append(asyncio.run(level(base, n, work_for(n), max_tokens, {}, answers)))
             r = rows[-1]
             print(
                 f"{name} x{n}: {r['aggregate_tps']:.1f} t/s aggregate, "
@@ -242,21 +254,40 @@ def one_client(rounds: int, max_tokens: int, out: Path, record: dict) -> dict:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="tokens per answer (default 128; 64 with --fresh)")
     parser.add_argument("--one-client", type=int, metavar="R", help="only one client: slots vs --parallel 1, R rounds")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="prompts drawn new for this run, default vs --draft none (and llama-server plain), greedy answers compared",
+    )
+    parser.add_argument("--seed", type=int, help="--fresh: the draw of prompts (default: a new one each run)")
     add_peers(parser)
-    add_smoke(parser, "1 and 2 clients, 16 tokens, localspec only")
+    add_smoke(parser, "1 and 2 clients, 16 tokens, localspec only (--fresh: 2 clients, 2 prompts)")
     add_out(parser)
 
 
 def check(args) -> None:
+    from localspec.errors import InvalidOptionError
+
     positive("--max-tokens", args.max_tokens)
     positive("--one-client", args.one_client)
+    if args.fresh and args.one_client:
+        raise InvalidOptionError("--fresh and --one-client are two different runs: choose one")
+    if args.fresh and args.endpoint:
+        raise InvalidOptionError(
+            "--fresh starts every server it measures (a running --endpoint has seen earlier prompts)"
+        )
+    if args.seed is not None and not args.fresh:
+        raise InvalidOptionError("--seed draws the prompts of --fresh; without --fresh the prompts are fixed")
 
 
 def main(args) -> int:
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
+    if args.fresh:
+        return fresh(args, record)
+    args.max_tokens = args.max_tokens or 128
     if args.one_client:
         one_client(args.one_client, args.max_tokens, Path(args.out), record)
         return 0
@@ -296,16 +327,41 @@ def _servers(args, pair) -> list[tuple[str, Starter]]:
         servers.append(("localspec -np 1 adaptive", lambda: serving("--parallel", "1")))
     if args.llama_server:
         base = ["-m", str(pair.target), "-c", "4096", "-np", "4"]
-        servers.append(("llama-server plain", lambda: _llama_server(args.llama_server, *base)))
+        servers.append(("llama-server plain", lambda: fresh_clients.start_llama_server(args.llama_server, *base)))
         draft = [*base, "-md", str(pair.draft), "--spec-type", "draft-simple"]
-        servers.append(("llama-server -md", lambda: _llama_server(args.llama_server, *draft)))
+        servers.append(("llama-server -md", lambda: fresh_clients.start_llama_server(args.llama_server, *draft)))
     if args.endpoint:
         servers.append(("endpoint", lambda: serving(endpoint=args.endpoint)))
     return servers
 
 
-@contextmanager
-def _llama_server(binary: str, *args: str):
-    port = free_port()
-    with running(llama_server(binary, port, *args), port) as base:
-        yield base
+def fresh(args, record: dict) -> int:
+    """``--fresh``: every prompt set on every server (:mod:`localspec.bench.fresh_clients`)."""
+    from localspec.api import resolve_pair
+
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    levels, waves = ((2,), 1) if args.smoke else (LEVELS, fresh_clients.WAVES)
+    max_tokens = 16 if args.smoke else args.max_tokens or 64
+    print(f"fresh prompts: seed {seed}", file=sys.stderr)
+    sets = fresh_clients.prompt_sets(levels, waves, seed, committed=not args.smoke)
+    pair = resolve_pair(None)
+    chosen = fresh_clients.servers(pair, fresh_clients.llama_server_binary(args.llama_server))
+    results = Results(args.out, fresh_clients.KIND, record, smoke=args.smoke, benchmark=NAME)
+    result: dict = {"seed": seed, "max_tokens": max_tokens, "waves": waves, "levels": list(levels), "sets": {}}
+    for set_name, work in sets.items():
+        measured: dict = {}
+        for name, start in chosen:
+            print(f"{set_name} prompts, {name}:", file=sys.stderr, flush=True)
+            measured |= run_server(
+                name, start, levels, lambda n, work=work: [p.messages for p in work[n]], max_tokens, True
+            )
+            got = {"prompts": {n: [p.name for p in w] for n, w in work.items()}, "results": measured}
+            result["sets"][set_name] = {**got, "summary": fresh_clients.compare(measured, work)}
+            results.write(result, fresh_clients.markdown({**results.header(), **result}))
+    text = fresh_clients.markdown({**results.header(), **result})
+    if not args.smoke:
+        title = f"{machine_line(record)}; fresh prompts, {max_tokens} tokens, greedy"
+        results.write(result, text, lambda path: plot(result["sets"]["fresh"]["results"], path, title))
+    print(text)
+    results.done()
+    return 0

@@ -10,12 +10,17 @@
   model's own answer to the first turn.
 - ``revision``: a three-turn HumanEval revision: "complete this function", then two
   follow-up change requests (``REVISION_REQUESTS``) on the model's own answer.
+- :func:`fresh_prompts`: MT-Bench first turns (prose) and HumanEval prompts (code),
+  alternating, in an order drawn from a seed, for benchmarks that need prompts a server
+  has not seen in earlier runs; :func:`real_text`: the same sources as one long text, for
+  prompt-reading benchmarks.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import random
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -191,6 +196,40 @@ def revision_conversations(n: int) -> list[Conversation]:
         )
         for t in humaneval_tasks(n)
     ]
+
+
+def concurrency_prompts(n: int) -> list[Prompt]:
+    """The committed workload of ``localspec bench concurrency``, ``n`` prompts: MT-Bench
+    first turns (``n // 8 + 1`` of each category, category by category) and HumanEval 0, 1,
+    ... alternating."""
+    code = code_prompts(n)
+    chat = mtbench_prompts(max(1, n // 8 + 1))[:n]
+    return [p for pair in zip(chat, code) for p in pair][:n]
+
+
+def fresh_prompts(n: int, seed: int) -> list[Prompt]:
+    """``n`` first prompts, prose (MT-Bench first turns, every category) and code (HumanEval)
+    alternating, each source shuffled by ``seed``: another seed gives another selection and
+    order, so a repeated run does not send what a server's prompt cache may hold from the
+    last one.  InvalidOptionError when ``n`` is more than the 160 such pairs hold."""
+    prose = mtbench_prompts(100)
+    code = code_prompts(200)
+    if n > 2 * min(len(prose), len(code)):
+        raise InvalidOptionError(f"at most {2 * min(len(prose), len(code))} fresh prompts, asked for {n}")
+    draw = random.Random(seed)
+    draw.shuffle(prose)
+    draw.shuffle(code)
+    return [p for pair in zip(prose, code) for p in pair][:n]
+
+
+def real_text() -> str:
+    """Text no one here wrote, for reading long prompts: every MT-Bench question (both turns)
+    and every HumanEval problem with its canonical solution, alternating, blank-line
+    separated (about 38,000 tokens of the default pair's tokenizer)."""
+    prose = ["\n\n".join(q["turns"]) for q in _mtbench_questions()]
+    code = [t["prompt"] + t["canonical_solution"] for t in humaneval_tasks(200)]
+    parts = [p for i, c in enumerate(code) for p in ((prose[i],) if i < len(prose) else ()) + (c,)]
+    return "\n\n".join(parts)
 
 
 def _mtbench_questions() -> list[dict]:

@@ -1,0 +1,242 @@
+"""``localspec bench first-answer``: the first answer of a process, the adaptive default
+against ``--draft none``, with the learned store warm and cold.
+
+    localspec bench first-answer              # 5 prompts, 10 interleaved pairs each, warm and cold
+    localspec bench first-answer --pairs 3    # fewer pairs
+    localspec bench first-answer --smoke      # the README prompt, 1 pair, 16 tokens
+
+Every answer is the first of a fresh process (``python -c``, the library loaded as
+``localspec run`` loads it: the default pair, ``n_ctx`` 4096; ``--draft none`` loads the
+target only), greedy, ``--max-tokens`` tokens (default 128).  Its speed is decode t/s,
+tokens after the first over the seconds after the first (the library's ``tokens_per_s``,
+:func:`localspec.bench.client.decode_tps`'s figure), so neither the model load nor the
+prompt read counts; the load's seconds and the time to the first token are written beside.
+
+Prompts (:func:`first_prompts`): the README's ``localspec run`` example, and a HumanEval
+problem (code), an MT-Bench writing question (prose), an edit of a HumanEval solution and a
+BFCL call answered as JSON under its schema (``response_format``).
+
+Stores (``LOCALSPEC_STORE``, :mod:`localspec.llama.machine_store`): *warm*, the store as
+earlier runs left it (``--store DIR``, default the user's own store); *cold*, a fresh empty
+directory for each process (costs measured again at load, acceptance from no prior).
+
+Pairs are interleaved: pair by pair, prompt by prompt, store by store, default and plain
+back to back, their order swapped every other time.  Per prompt and store: each pair's
+ratio default / plain, and their mean, median and worst; whether default's text was plain's.
+
+Written to ``first-answer-<machine>-<date>-<commit>.{json,md,png}`` in ``--out``
+(``first-answer-smoke.*`` for ``--smoke``: no plot), rewritten after each pair.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from localspec.bench.cli import add_out, add_smoke, positive
+from localspec.bench.results import Results
+
+NAME = "first-answer"
+HELP = "the first answer of a fresh process, default vs --draft none, the learned store warm and cold"
+KIND = "first-answer"
+README_PROMPT = "Write a Python function that checks whether a number is prime."
+MODES = ("default", "plain")
+STORES = ("warm", "cold")
+
+
+def first_prompts() -> dict[str, dict]:
+    """The five first prompts by name: ``{"messages", "response_format"}`` each."""
+    from localspec.bench.workloads import call_prompts, code_prompts, edit_prompts, mtbench_prompts
+
+    chosen = {
+        "code": code_prompts(1)[0],
+        "prose": mtbench_prompts(1, ("writing",))[0],
+        "edit": edit_prompts(1)[0],
+        "json": call_prompts(1)[0],
+    }
+    out = {"readme": {"messages": [{"role": "user", "content": README_PROMPT}], "response_format": None}}
+    return out | {k: {"messages": p.messages, "response_format": p.response_format} for k, p in chosen.items()}
+
+
+def child(spec: dict) -> dict:
+    """Runs in the fresh process: load as ``localspec run`` does (``spec``'s ``target`` and
+    ``draft``, default the default pair), answer once, the figures (t/s, seconds)."""
+    from localspec.api import load
+
+    started = time.perf_counter()
+    plain = spec["mode"] == "plain"
+    draft = None if plain else spec.get("draft", "auto")
+    model = load(spec.get("target"), draft, n_ctx=4096, strategy="none" if plain else "auto")
+    load_s = time.perf_counter() - started
+    try:
+        extra = {"response_format": spec["response_format"]} if spec["response_format"] else {}
+        result = model.chat(spec["messages"], max_tokens=spec["max_tokens"], temperature=0, **extra)
+    finally:
+        model.close()
+    s = result.stats
+    return {
+        "decode_tps": s.tokens_per_s,
+        "tokens": s.generated_tokens,
+        "ttft_s": s.ttft_s,
+        "load_s": load_s,
+        "drafted": s.drafted_tokens,
+        "accepted": s.accepted_tokens,
+        "text": result.text,
+    }
+
+
+def run_child(spec: dict, store: str | None) -> dict:
+    """:func:`child` in a fresh interpreter, ``LOCALSPEC_STORE`` set to ``store`` (None: as
+    this process has it); RuntimeError with the child's last output when it fails."""
+    from localspec.llama.machine_store import ENV_DIR
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if store is not None:
+        env[ENV_DIR] = store
+    code = "import json, sys; from localspec.bench import first_answer as f; print(json.dumps(f.child(json.load(sys.stdin))))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(spec), capture_output=True, text=True, env=env, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the first-answer child failed ({done.returncode}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def one_run(spec: dict, store_kind: str, warm_store: str | None) -> dict:
+    if store_kind == "warm":
+        return run_child(spec, warm_store)
+    cold = tempfile.mkdtemp(prefix="localspec-cold-store-")
+    try:
+        return run_child(spec, cold)
+    finally:
+        shutil.rmtree(cold, ignore_errors=True)
+
+
+def ratios(pairs: list[dict]) -> dict:
+    """Each pair's default / plain decode t/s, and their mean, median and worst (the least);
+    ``same_text``: the pairs whose two answers were one text."""
+    values = [p["default"]["decode_tps"] / p["plain"]["decode_tps"] for p in pairs if p["plain"]["decode_tps"]]
+    if not values:
+        return {"ratios": [], "mean": None, "median": None, "worst": None, "same_text": 0}
+    return {
+        "ratios": values,
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "worst": min(values),
+        "same_text": sum(p["default"]["text"] == p["plain"]["text"] for p in pairs),
+        "plain_tps_range": [min(p["plain"]["decode_tps"] for p in pairs), max(p["plain"]["decode_tps"] for p in pairs)],
+    }
+
+
+def order(pair: int, slot: int) -> tuple[str, ...]:
+    """Default first, then plain, swapped every other time (``pair + slot`` odd)."""
+    return MODES if (pair + slot) % 2 == 0 else MODES[::-1]
+
+
+def markdown(result: dict) -> str:
+    from localspec.llama.report import machine_line
+
+    lines = [
+        f"Machine: {machine_line(result['machine'])}.",
+        "",
+        f"{result['max_tokens']} tokens, greedy, {result['pairs']} interleaved pairs per prompt and store; "
+        f"warm store {result['warm_store']}.",
+        "",
+        "| prompt | store | default ÷ plain, mean | median | worst | pairs | same text | plain t/s, range |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def f(x):
+        return "" if x is None else f"{x:.2f}"
+
+    for row in result["summary"]:
+        span = row.get("plain_tps_range")
+        plain = f"{span[0]:.1f}–{span[1]:.1f}" if span else ""
+        lines.append(
+            f"| {row['prompt']} | {row['store']} | {f(row['mean'])} | {f(row['median'])} | {f(row['worst'])} "
+            f"| {len(row['ratios'])} | {row['same_text']} | {plain} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def summary(runs: dict) -> list[dict]:
+    return [{"prompt": p, "store": s, **ratios(got)} for p, by_store in runs.items() for s, got in by_store.items()]
+
+
+def plot(result: dict, path) -> None:
+    """Every pair's ratio, by prompt, warm and cold side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["summary"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, row in enumerate(rows):
+        ax.scatter([i] * len(row["ratios"]), row["ratios"], s=14, color="C0" if row["store"] == "warm" else "C1")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), [f"{r['prompt']}\n{r['store']}" for r in rows], fontsize=7)
+    ax.set_ylabel("decode t/s, default ÷ plain (each pair)")
+    ax.set_title(f"first answer of a process; {result['max_tokens']} tokens, greedy", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--pairs", type=int, default=10, help="interleaved pairs per prompt and store (default 10)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
+    parser.add_argument("--store", metavar="DIR", help="the warm store's directory (default: the user's own store)")
+    add_smoke(parser, "the README prompt, 1 pair, 16 tokens, warm and cold")
+    add_out(parser)
+
+
+def check(args) -> None:
+    positive("--pairs", args.pairs)
+    positive("--max-tokens", args.max_tokens)
+
+
+def main(args) -> int:
+    from localspec.llama.machine_store import store_dir
+    from localspec.llama.report import machine_line, machine_record
+
+    record = machine_record()
+    print(f"machine: {machine_line(record)}", file=sys.stderr)
+    prompts = first_prompts()
+    if args.smoke:
+        prompts = {"readme": prompts["readme"]}
+    pairs, max_tokens = (1, 16) if args.smoke else (args.pairs, args.max_tokens)
+    warm = str(args.store) if args.store else None
+    results = Results(args.out, KIND, record, smoke=args.smoke)
+    result: dict = {"pairs": pairs, "max_tokens": max_tokens, "warm_store": str(warm or store_dir())}
+    runs: dict = {p: {s: [] for s in STORES} for p in prompts}
+    for i in range(pairs):
+        for j, (name, prompt) in enumerate(prompts.items()):
+            for k, store in enumerate(STORES):
+                got = {
+                    m: one_run({**prompt, "mode": m, "max_tokens": max_tokens}, store, warm) for m in order(i, j + k)
+                }
+                runs[name][store].append(got)
+                d, p = got["default"]["decode_tps"], got["plain"]["decode_tps"]
+                print(
+                    f"pair {i + 1}/{pairs} {name} {store}: default {d:.1f} t/s, plain {p:.1f} t/s, ×{d / p:.2f}"
+                    if p
+                    else f"pair {i + 1}/{pairs} {name} {store}: plain answered one token",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        result |= {"runs": runs, "summary": summary(runs)}
+        results.write(result, markdown({**results.header(), **result}))
+    text = markdown({**results.header(), **result})
+    if not args.smoke:
+        results.write(result, text, lambda path: plot(result, path))
+    print(text)
+    results.done()
+    return 0
