@@ -146,6 +146,7 @@ def _add_serve_parser(sub) -> None:
     )
     add_model_flags(serve, n_ctx="auto")  # agents send 6-12 k-token prompts
     add_generation_flags(serve, max_tokens=None)
+    add_thinking_flags(serve, think=False)  # each request's default (docs/reasoning.md)
     serve.set_defaults(func=_cmd_serve)
 
 
@@ -252,7 +253,7 @@ def check_args(args) -> None:
     nothing.  Raises :class:`~localspec.errors.InvalidOptionError`."""
     if hasattr(args, "temp"):
         _check_generation_options(args)
-    if hasattr(args, "think"):  # run / chat
+    if hasattr(args, "reasoning_budget"):  # run / chat / serve
         check_reasoning_options(args.reasoning_format, args.reasoning_budget)
     if args.command == "serve":
         from localspec.cli.serve import check_server_args
@@ -289,13 +290,16 @@ def _load(args):
         n_threads=args.threads,
         verbose=args.verbose,
     )
-    if getattr(args, "parallel", None) is not None:  # serve's slots and prompt cache
+    if getattr(args, "parallel", None) is not None:  # serve's slots and prompt cache, its requests' thinking
         kwargs.update(parallel=args.parallel, cache_ram_mib=args.cache_ram)
+        for key in ("reasoning_budget", "reasoning_format"):
+            if getattr(args, key, None) is not None:
+                kwargs[key] = getattr(args, key)
     for key, value in (("draft_max", args.draft_max), ("draft_min", args.draft_min), ("p_min", args.draft_p_min)):
         if value is not None:
             kwargs[key] = value
     kwargs["strategy"] = "none" if args.no_draft else args.draft
-    if getattr(args, "chat_template_file", None):  # run / chat
+    if getattr(args, "chat_template_file", None):  # run / chat / serve
         kwargs["chat_template"] = args.chat_template_file
     with _ctrl_c_deferred():
         model = load(args.model, draft, **kwargs)

@@ -88,14 +88,20 @@ def add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 51
     g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
 
 
-def add_thinking_flags(p: argparse.ArgumentParser) -> None:
-    """Reasoning models (docs/reasoning.md): thinking on or off, its budget, the template."""
+def add_thinking_flags(p: argparse.ArgumentParser, think: bool = True) -> None:
+    """Reasoning models (docs/reasoning.md): thinking on or off (``think``: run / chat; serve
+    turns it off with ``--reasoning-budget 0``, as llama-server), its budget, the template."""
     g = p.add_argument_group("thinking")
-    think = g.add_mutually_exclusive_group()
-    think.add_argument(
-        "--think", dest="think", action="store_true", default=None, help="let a reasoning model think (enable_thinking)"
-    )
-    think.add_argument("--no-think", dest="think", action="store_false", help="answer at once, no thinking")
+    if think:
+        switch = g.add_mutually_exclusive_group()
+        switch.add_argument(
+            "--think",
+            dest="think",
+            action="store_true",
+            default=None,
+            help="let a reasoning model think (enable_thinking)",
+        )
+        switch.add_argument("--no-think", dest="think", action="store_false", help="answer at once, no thinking")
     g.add_argument(
         "--reasoning-budget",
         type=int,
