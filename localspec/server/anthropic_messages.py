@@ -4,29 +4,34 @@ for the anthropic SDK and Claude Code.
 Request (also with a query string: Claude Code calls ``/v1/messages?beta=true``): ``model``
 (any name), ``system`` (a string or text blocks), ``messages`` (content a string or ``text``
 / ``tool_use`` / ``tool_result`` blocks, a tool_result's content a string or text blocks;
-``thinking`` blocks are dropped; ``role: "system"`` messages anywhere, as Claude Code sends
-them mid-conversation, are system turns where the chat template writes them, else folded
+an assistant's ``thinking`` blocks must carry this server's ``signature`` (a 400 otherwise)
+and go to the template as the turn's ``reasoning_content``, which most templates drop;
+``redacted_thinking`` blocks are dropped; ``role: "system"`` messages anywhere, as Claude
+Code sends them mid-conversation, are system turns where the chat template writes them, else folded
 into the nearest user turn; a final assistant message is a prefill the answer continues),
 ``max_tokens`` (required; lowered to the server's limit, as Claude Code asks for 32000),
 ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``, ``tools`` (``[{name,
 description, input_schema}]``, any name without control characters), ``tool_choice``
 (``{"type": "auto" | "any" | "tool" | "none", "name", "disable_parallel_tool_use"}``),
-``stream``.  ``thinking`` (``{"type": "enabled" | "adaptive" | "disabled"}``) and
-``output_config.effort`` are kept on the request for reasoning models; other fields
+``stream``.  ``thinking`` (``{"type": "enabled", "budget_tokens": N >= 1024}``: a thinking
+budget of N; ``adaptive``: ``output_config.effort``'s budget, else the server's;
+``disabled``: no thinking; :mod:`.reasoning_fields`); other fields
 (``metadata``, ``context_management``, ``cache_control`` on any block, ``defer_loading`` on
 tools, ``anthropic-beta`` headers, ...) are ignored; images, documents and server tools get
 a 400.
 
 Response: ``{"id": "msg_…", "type": "message", "role": "assistant", "model", "content": [a
-text block, tool_use blocks {"id": "toolu_…", "name", "input"}], "stop_reason" (end_turn,
+reasoning model's ``{"type": "thinking", "thinking", "signature"}`` block, a text block,
+tool_use blocks {"id": "toolu_…", "name", "input"}], "stop_reason" (end_turn,
 max_tokens, stop_sequence, tool_use, model_context_window_exceeded), "stop_sequence",
 "usage": {"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
 "output_tokens"}}`` plus llama.cpp's ``timings``.  As Anthropic counts them, ``input_tokens``
 are the prompt tokens read, ``cache_read_input_tokens`` those reused from the prompt cache
 (their sum is the prompt), ``cache_creation_input_tokens`` 0.  A stream sends ``ping`` events
 every :data:`~localspec.server.state.KEEPALIVE_S` while the prompt is read.  A stream: ``message_start``, ``ping``, per block
-``content_block_start`` / ``content_block_delta`` (``text_delta``, ``input_json_delta``) /
-``content_block_stop``, then ``message_delta`` (stop_reason, usage, timings), ``message_stop``.
+``content_block_start`` / ``content_block_delta`` (``thinking_delta`` then one
+``signature_delta``, ``text_delta``, ``input_json_delta``) / ``content_block_stop``, then
+``message_delta`` (stop_reason, usage, timings), ``message_stop``.
 ``count_tokens`` answers ``{"input_tokens": N}`` (the template rendered on the model's thread).
 
 Errors: ``{"type": "error", "error": {"type", "message"}}``: 400 invalid_request_error, 401
@@ -54,6 +59,13 @@ from localspec.server.content import missing, need, text_of
 from localspec.server.errors import APIError, FieldPath, RequestError, dotted, from_localspec_error
 from localspec.server.openai_shapes import timings
 from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
+from localspec.server.reasoning_fields import (
+    REASONING,
+    ReasoningKeys,
+    anthropic_reasoning,
+    channel_runs,
+    checked_thinking,
+)
 from localspec.server.request import GenerationRequest, Sampling, prompt_tokens
 
 _ERROR_TYPES = {
@@ -94,6 +106,8 @@ class Block(BaseModel):
     tool_use_id: str | None = None
     content: str | list[Block] | None = None
     is_error: bool | None = None
+    thinking: str | None = None
+    signature: str | None = None
 
 
 class Message(BaseModel):
@@ -154,14 +168,15 @@ def _text(content: str | list[Block] | None, path: FieldPath) -> str:
     return text_of(content, path, _not_text, "\n")
 
 
-def _turn(message: Message, path: FieldPath) -> list[dict]:
+def _turn(message: Message, path: FieldPath, keys: ReasoningKeys | None = None) -> list[dict]:
     """One turn as OpenAI messages: an assistant's text with its tool_use blocks as
-    ``tool_calls``; a user's tool_result blocks as ``tool`` messages, then its text (if any)."""
+    ``tool_calls`` and its thinking blocks (checked with ``keys``; dropped without) as
+    ``reasoning_content``; a user's tool_result blocks as ``tool`` messages, then its text."""
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
     if message.role == "system":
         return [{"role": "system", "content": _text(message.content, path)}]
-    texts, calls, replies = [], [], []
+    texts, calls, replies, thinking = [], [], [], []
     for j, block in enumerate(message.content):
         at, kind = path + (j,), (message.role, block.type)
         if block.type == "text":
@@ -176,10 +191,13 @@ def _turn(message: Message, path: FieldPath) -> list[dict]:
             text = _text(block.content, at + ("content",))
             content = f"Error: {text}" if block.is_error else text
             replies.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+        elif kind == ("assistant", "thinking") and keys is not None:
+            thinking.append(checked_thinking(block.thinking, block.signature, at, keys))
         elif block.type not in ("thinking", "redacted_thinking"):
             raise _refuse(at, block)
     if message.role == "assistant":
-        return [{"role": "assistant", "content": "".join(texts), **({"tool_calls": calls} if calls else {})}]
+        extra = {"reasoning_content": "".join(thinking)} if thinking else {}
+        return [{"role": "assistant", "content": "".join(texts), **extra, **({"tool_calls": calls} if calls else {})}]
     return replies + ([{"role": "user", "content": "\n".join(texts)}] if texts or not replies else [])
 
 
@@ -195,13 +213,14 @@ def _system_text(system: str | list[Block] | None) -> str:
     return _text(system, ("system",))
 
 
-def conversation(body: CountTokensRequest) -> tuple[list[dict], str | None]:
+def conversation(body: CountTokensRequest, keys: ReasoningKeys | None = None) -> tuple[list[dict], str | None]:
     """(OpenAI-style messages for :meth:`SpeculativeModel.chat`, the prefill: the text of a
-    final assistant message, which the answer continues, or None); RequestError (400)."""
+    final assistant message, which the answer continues, or None); RequestError (400).
+    ``keys``: the server's, checking thinking blocks sent back (None: they are dropped)."""
     system = _system_text(body.system)
     out = [{"role": "system", "content": system}] if system else []
     for i, m in enumerate(body.messages):
-        out += _turn(m, ("messages", i, "content"))
+        out += _turn(m, ("messages", i, "content"), keys)
     if body.messages[-1].role != "assistant":
         return out, None
     last = out.pop()
@@ -238,10 +257,10 @@ def _tools(body: CountTokensRequest) -> tuple[dict, ...] | None:
     return tuple(_function(t) for t in body.tools)
 
 
-def messages_request(body: CountTokensRequest) -> GenerationRequest:
+def messages_request(body: CountTokensRequest, keys: ReasoningKeys | None = None) -> GenerationRequest:
     """A Messages (or count_tokens) body as the generation it asks for; ``max_tokens`` is
     lowered to the server's limit (Claude Code asks for 32000); RequestError (400)."""
-    messages, prefill = conversation(body)
+    messages, prefill = conversation(body, keys)
     choice = body.tool_choice
     parallel = False if choice is not None and choice.disable_parallel_tool_use else None
     tools = {"tools": _tools(body), "tool_choice": _choice(choice), "parallel_tool_calls": parallel}
@@ -259,6 +278,7 @@ def messages_request(body: CountTokensRequest) -> GenerationRequest:
         stream=body.stream,
         thinking=thinking,
         effort=effort,
+        reasoning=anthropic_reasoning(body.thinking, effort),
         **tools,
     )
 
@@ -293,13 +313,25 @@ def _tool_use(call: dict) -> dict:
     return {"type": "tool_use", "id": _tool_id(call["id"]), "name": call["function"]["name"], "input": arguments}
 
 
+def _after_answer(full: str, result: GenerationResult) -> str:
+    """The tokens' text after the answer's (``full``: all of it; a reasoning model's begins
+    with its thinking and the format's tags)."""
+    if result.reasoning is None:
+        return full[len(result.text) :]
+    start = full.find(result.reasoning) + len(result.reasoning) if result.reasoning else 0
+    at = full.find(result.text, start)
+    return full[at + len(result.text) :] if at >= 0 else ""
+
+
 class MessagesShape(StreamedTextAndCalls):
     """One answer in Anthropic's shapes, for :meth:`ServerState.run`.  ``stops``: the request's
-    stop sequences; ``token_bytes``: the target's (to tell which stop sequence ended it)."""
+    stop sequences; ``token_bytes``: the target's (to tell which stop sequence ended it);
+    ``keys``: the server's, signing the thinking (a fresh pair when None)."""
 
-    def __init__(self, model_name: str, tool_format, stops: list[str], token_bytes):
+    def __init__(self, model_name: str, tool_format, stops: list[str], token_bytes, keys: ReasoningKeys | None = None):
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
         self.model_name, self.stops, self.token_bytes = model_name, stops, token_bytes
+        self.keys, self.thinking = keys or ReasoningKeys(), ""  # the thinking streamed so far
         self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
         self.input_tokens = 0  # set by the job once the prompt is rendered
         self.index, self.open, self.sent, self.calls = -1, None, "", 0
@@ -323,7 +355,8 @@ class MessagesShape(StreamedTextAndCalls):
             return reason[result.finish_reason], None
         if self.stops:  # a stop sequence ended it when the tokens' text goes on past the answer's
             full = b"".join(self.token_bytes(t) for t in result.tokens).decode("utf-8", "replace")
-            found = sorted((s for s in self.stops if full[len(result.text) :].startswith(s)), key=len)
+            after = _after_answer(full, result)
+            found = sorted((s for s in self.stops if after.startswith(s)), key=len)
             if found:
                 return "stop_sequence", found[0]
         return "end_turn", None
@@ -331,6 +364,9 @@ class MessagesShape(StreamedTextAndCalls):
     def whole(self, pieces: list, result: GenerationResult) -> dict:
         text = result.content if result.tool_calls else result.text
         content = ([{"type": "text", "text": text}] if text else []) + [_tool_use(c) for c in result.tool_calls or []]
+        if result.reasoning:
+            signature = self.keys.sign(result.reasoning)
+            content.insert(0, {"type": "thinking", "thinking": result.reasoning, "signature": signature})
         return {**self._message(content, self.stop_reason(result), usage(result)), "timings": timings(result)}
 
     # --- streaming ---
@@ -359,6 +395,19 @@ class MessagesShape(StreamedTextAndCalls):
     def stream_error(self, message: str = "internal server error") -> list[str]:
         error = {"type": "error", "error": {"type": "api_error", "message": message}}
         return [sse.event("error", error)]
+
+    def stream_events(self, events: list) -> list[str]:
+        """The thinking in a ``thinking`` block, the answer's text and calls in theirs."""
+        out = []
+        for kind, run in channel_runs(events):
+            out += self._thinking(run) if kind == REASONING else super().stream_events(run)
+        return out
+
+    def _thinking(self, text: str) -> list[str]:
+        opened = self.open == "thinking"
+        out = [] if opened else self._start_block({"type": "thinking", "thinking": "", "signature": ""})
+        self.thinking += text
+        return out + [self._delta({"type": "thinking_delta", "thinking": text})]
 
     def _text(self, text: str) -> list[str]:
         if not text:
@@ -389,10 +438,14 @@ class MessagesShape(StreamedTextAndCalls):
         return sse.event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
 
     def _close(self) -> list[str]:
+        """The open block's end; a thinking block's signature (of all its text) first."""
         if self.open is None:
             return []
+        out = []
+        if self.open == "thinking":
+            out.append(self._delta({"type": "signature_delta", "signature": self.keys.sign(self.thinking)}))
         self.open = None
-        return [sse.event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+        return out + [sse.event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
 
 
 # --- endpoints ---------------------------------------------------------------------------
@@ -402,10 +455,10 @@ def routes(state) -> list[Route]:
     """``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` on a :class:`ServerState`."""
 
     async def answer(http: Request) -> Response:
-        request = messages_request(await state.read_body(http, MessagesRequest))
+        request = messages_request(await state.read_body(http, MessagesRequest), state.keys)
         options = state.options(request)
         stops, token_bytes = list(request.stop or ()), state.model.target.token_bytes
-        shape = MessagesShape(state.config.model_name, state.call_format(options), stops, token_bytes)
+        shape = MessagesShape(state.config.model_name, state.call_format(options), stops, token_bytes, state.keys)
 
         def started(generation) -> None:
             shape.input_tokens = len(generation.prompt_tokens)
@@ -413,7 +466,7 @@ def routes(state) -> list[Route]:
         return await state.run(http, request, options, shape, on_start=started)
 
     async def count(http: Request) -> Response:
-        request = messages_request(await state.read_body(http, CountTokensRequest))
+        request = messages_request(await state.read_body(http, CountTokensRequest), state.keys)
         tools = state.options(replace(request, prefill=None)).get("tools")  # a prefill counts beside tools
         try:
             tokens = await asyncio.to_thread(

@@ -8,6 +8,13 @@ errors as ``{"error": {message, type, param, code}}``.  Speculative statistics a
 as llama.cpp's server ``timings`` (milliseconds), and per-request speculative options
 under its names (``speculative: {n_max, n_min, p_min}``, plus our ``strategy``).
 
+Reasoning models (docs/reasoning.md): ``reasoning_format``, ``chat_template_kwargs``,
+``reasoning_effort`` and our ``reasoning_budget``; the thinking comes as
+``message.reasoning_content`` / ``delta.reasoning_content`` (also read back from earlier
+assistant turns, for the template), its tokens as
+``completion_tokens_details.reasoning_tokens``, per-channel speculation as
+``timings.channels``.
+
 Predicted Outputs: ``prediction.content`` drafts through
 :class:`localspec.decoding.drafters.PredictionDrafter`.  ``accepted_prediction_tokens`` counts
 prediction tokens that were drafted and kept by the target, ``rejected_prediction_tokens``
@@ -23,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from localspec.server.openai_shapes import ChatShape, CompletionShape
+from localspec.server.reasoning_fields import chat_reasoning
 from localspec.server.request import FieldPaths, GenerationRequest, Sampling
 from localspec.server.schemas import ChatRequest, CommonRequest, CompletionRequest, SpeculativeOptions
 
@@ -53,6 +61,10 @@ def chat_request(body: ChatRequest) -> GenerationRequest:
         parallel_tool_calls=body.parallel_tool_calls,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        effort=body.reasoning_effort,
+        reasoning=chat_reasoning(
+            body.reasoning_format, body.chat_template_kwargs, body.reasoning_effort, body.reasoning_budget
+        ),
         **_common(body, prediction),
     )
 

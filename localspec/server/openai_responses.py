@@ -3,19 +3,24 @@ for the openai SDK's ``client.responses`` and the OpenAI Agents SDK (docs/server
 
 Requests: ``input`` (a string, or message items with text content (``developer`` ones are
 system turns), ``function_call`` / ``custom_tool_call`` / ``local_shell_call`` items and
-their ``*_output`` items, an output a string or text parts; ``reasoning`` items and hosted
-tools' items are dropped), ``instructions``, ``tools`` (function, namespace, custom,
+their ``*_output`` items, an output a string or text parts; a ``reasoning`` item's
+``encrypted_content`` made by this server is decrypted and given to the template as the next
+assistant turn's ``reasoning_content``, any other reasoning item and hosted tools' items are
+dropped), ``instructions``, ``tools`` (function, namespace, custom,
 local_shell; hosted ones dropped: :mod:`.responses_tools`), ``tool_choice``,
 ``parallel_tool_calls``, ``max_output_tokens``, ``temperature``, ``top_p``, ``text.format``,
 ``stream``, ``store`` (default true), ``previous_response_id`` and our ``speculative``;
-``reasoning.effort`` and ``prompt_cache_key`` are kept on the request; other fields
-(``include``, ``client_metadata``, ``text.verbosity``, ...) are ignored.  Images, files,
-``conversation``, ``prompt`` and ``background`` get a 400 naming the param.
+``reasoning.effort`` (a thinking budget: :mod:`.reasoning_fields`), ``include``
+(``reasoning.encrypted_content``; our ``reasoning.content``: the thinking's text) and
+``prompt_cache_key``; other fields (``client_metadata``, ``text.verbosity``, ...) are
+ignored.  Images, files, ``conversation``, ``prompt`` and ``background`` get a 400 naming
+the param.
 
 Responses: ``{"id": "resp_…", "object": "response", "status": "completed" | "incomplete",
-"output": [a ``message`` item, ``function_call`` items], "usage", ...}`` with the request's
+"output": [a reasoning model's ``reasoning`` item, a ``message`` item, ``function_call``
+items], "usage" (``output_tokens_details.reasoning_tokens``), ...}`` with the request's
 settings echoed and llama.cpp's ``timings``; streams as the Responses API's named events,
-each with ``type`` and ``sequence_number`` (:class:`ResponseShape`).  The last
+each with ``type`` and ``sequence_number`` (:class:`~.responses_shape.ResponseShape`).  The last
 :data:`STORE_SIZE` stored responses are kept in memory with the conversation they end, for
 ``previous_response_id`` (an unknown id is a 404).  Errors are OpenAI's shape.
 """
@@ -23,8 +28,6 @@ each with ``type`` and ``sequence_number`` (:class:`ResponseShape`).  The last
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections import OrderedDict
 from typing import Literal
 
@@ -33,15 +36,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.decoding.stats import GenerationResult
-from localspec.server import sse
 from localspec.server.content import need, text_of
 from localspec.server.errors import APIError, FieldPath, RequestError, dotted
-from localspec.server.openai_shapes import timings
-from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
+from localspec.server.reasoning_fields import ReasoningKeys, effort_reasoning
 from localspec.server.request import FieldPaths, GenerationRequest, Sampling
-from localspec.server.responses_tools import Toolset, call_arguments, output_item, toolset
+from localspec.server.responses_shape import ResponseShape
+from localspec.server.responses_tools import Toolset, call_arguments, toolset
 from localspec.server.schemas import SpeculativeOptions
+
+__all__ = ["ResponseShape", "ResponsesRequest", "assistant_message", "messages_from", "responses_request", "routes"]
 
 STORE_SIZE = 256
 _REFUSED = ("conversation", "prompt", "background")  # server-side conversations, prompt templates, background runs
@@ -113,6 +116,7 @@ class ResponsesRequest(BaseModel):
     previous_response_id: str | None = None
     metadata: dict | None = None
     speculative: SpeculativeOptions | None = None
+    include: list[str] | None = None
 
 
 def _not_text(part: Part, path: FieldPath) -> RequestError | None:
@@ -143,7 +147,7 @@ def _function_call(item: Item, path: FieldPath) -> dict:
 
 _CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
-_DROPPED = ("reasoning", "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call")
+_DROPPED = ("web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call")
 _DROPPED += ("computer_call", "computer_call_output", "tool_search_call", "tool_search_output", "mcp_list_tools")
 
 
@@ -161,19 +165,26 @@ def _call(item: Item, at: FieldPath, tools: Toolset) -> dict:
     return {"id": item.call_id, "type": "function", "function": function}
 
 
-def messages_from(items: str | list[Item], tools: Toolset | None = None) -> list[dict]:
+def messages_from(
+    items: str | list[Item], tools: Toolset | None = None, keys: ReasoningKeys | None = None
+) -> list[dict]:
     """``input`` as chat messages for :meth:`SpeculativeModel.chat`: a call item (function,
     custom, local shell) joins the assistant message before it (or starts one), a call's
-    output is a ``tool`` message; ``developer`` messages are system turns; reasoning and
-    hosted tools' items are dropped; RequestError (400) naming ``input.N`` for what cannot
-    be translated."""
+    output is a ``tool`` message; ``developer`` messages are system turns; a reasoning
+    item's ``encrypted_content`` (decrypted with ``keys``) is the next assistant message's
+    ``reasoning_content``; other reasoning items and hosted tools' items are dropped;
+    RequestError (400) naming ``input.N`` for what cannot be translated."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     tools = tools or Toolset()
     out: list[dict] = []
+    thinking = ""  # replayed reasoning, for the assistant turn after it
     for i, item in enumerate(items):
         at = ("input", i)
-        if item.type == "message":
+        if item.type == "reasoning":
+            blob = (item.model_extra or {}).get("encrypted_content")
+            thinking += (keys.decrypt(blob) or "") if keys is not None and isinstance(blob, str) else ""
+        elif item.type == "message":
             _need(item, at, "role")
             role = "system" if item.role == "developer" else item.role
             out.append({"role": role, "content": _text(item.content, at + ("content",))})
@@ -189,6 +200,10 @@ def messages_from(items: str | list[Item], tools: Toolset | None = None) -> list
         elif item.type not in _DROPPED:
             message = f"{dotted(at)}: input items of type {item.type!r} are not supported"
             raise RequestError(message, at + ("type",))
+        if thinking and item.type != "reasoning":  # it belongs to this item's assistant turn, if any
+            if out and out[-1]["role"] == "assistant":
+                out[-1]["reasoning_content"] = out[-1].get("reasoning_content", "") + thinking
+            thinking = ""
     return out
 
 
@@ -212,19 +227,22 @@ def _format(body: ResponsesRequest) -> dict | None:
     return {"type": "json_object"}
 
 
-def responses_request(body: ResponsesRequest, history: list[dict] = ()) -> GenerationRequest:
+def responses_request(
+    body: ResponsesRequest, history: list[dict] = (), keys: ReasoningKeys | None = None
+) -> GenerationRequest:
     """A Responses body as the generation it asks for, after ``history`` (the stored
-    conversation ``previous_response_id`` names, as chat messages); RequestError (400)."""
+    conversation ``previous_response_id`` names, as chat messages); ``keys``: the server's,
+    decrypting replayed reasoning; RequestError (400)."""
     for name in _REFUSED:
         if (body.model_extra or {}).get(name):
             raise RequestError(f"{name} is not supported by localspec serve", (name,))
     tools = tools_of(body)
-    conversation = [*history, *messages_from(body.input, tools)]
+    conversation = [*history, *messages_from(body.input, tools, keys)]
     if not conversation:
         raise RequestError("input is empty", ("input",))
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     choice = _choice(body.tool_choice, tools)
-    effort = (body.model_extra or {}).get("reasoning") or {}
+    effort = _effort(body)
     return GenerationRequest(
         "openai.responses",
         messages=(*system, *conversation),
@@ -236,10 +254,18 @@ def responses_request(body: ResponsesRequest, history: list[dict] = ()) -> Gener
         speculative=SpeculativeOptions.of(body.speculative),
         max_tokens=body.max_output_tokens,
         stream=bool(body.stream),
-        effort=effort.get("effort") if isinstance(effort, dict) and isinstance(effort.get("effort"), str) else None,
+        effort=effort,
+        reasoning=effort_reasoning(effort),
         cache_key=key if isinstance(key := (body.model_extra or {}).get("prompt_cache_key"), str) else None,
         paths=FieldPaths(max_tokens=("max_output_tokens",), response_format=("text", "format"), prompt=("input",)),
     )
+
+
+def _effort(body: ResponsesRequest) -> str | None:
+    """``reasoning.effort`` (None: not a string)."""
+    reasoning = (body.model_extra or {}).get("reasoning")
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    return effort if isinstance(effort, str) else None
 
 
 def tools_of(body: ResponsesRequest) -> Toolset:
@@ -255,172 +281,24 @@ def _echo(state, body: ResponsesRequest, options: dict) -> dict:
     echo.update(model=state.config.model_name, tools=[t.model_dump() for t in body.tools or []])
     echo.update(tool_choice=choice or "auto", parallel_tool_calls=body.parallel_tool_calls is not False)
     echo.update(temperature=options.get("temperature"), top_p=options.get("top_p"), store=body.store is not False)
+    asked = (body.model_extra or {}).get("reasoning")
+    summary = asked.get("summary") if isinstance(asked, dict) else None
+    echo["reasoning"] = {"effort": _effort(body), "summary": summary if isinstance(summary, str) else None}
     return {**echo, "text": {"format": fmt or {"type": "text"}}, "metadata": body.metadata or {}}
 
 
 # --- response ----------------------------------------------------------------------------
 
 
-def _usage(result: GenerationResult) -> dict:
-    """``input_tokens`` is the whole prompt, ``cached_tokens`` the KV prefix reused from the last request."""
-    s, output = result.stats, len(result.tokens)
-    details = {"cached_tokens": s.prompt_cached_tokens, "cache_write_tokens": 0}
-    usage = {"input_tokens": s.prompt_tokens, "input_tokens_details": details, "output_tokens": output}
-    return {**usage, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": s.prompt_tokens + output}
-
-
-def _status(result: GenerationResult) -> str:
-    return "incomplete" if result.finish_reason in ("length", "context", "cancelled") else "completed"
-
-
-def _part(text: str = "") -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def _message_item(text: str, status: str) -> dict:
-    item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "role": "assistant"}
-    return {**item, "status": status, "content": [_part(text)]}
-
-
-def assistant_message(output: list[dict], tools: Toolset | None = None) -> dict:
+def assistant_message(output: list[dict], tools: Toolset | None = None, reasoning: str | None = None) -> dict:
     """A response's output items as one chat assistant message (its finished calls as
-    ``tool_calls``, under the names the model knows them by)."""
+    ``tool_calls``, under the names the model knows them by; ``reasoning``: its thinking,
+    as ``reasoning_content``)."""
     text = "".join(p["text"] for item in output if item["type"] == "message" for p in item["content"])
     items = [Item.model_validate(i, strict=False) for i in output if i["type"] in _CALLS and i["status"] == "completed"]
     calls = [_call(item, ("output", i), tools or Toolset()) for i, item in enumerate(items)]
-    return {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}
-
-
-class ResponseShape(StreamedTextAndCalls):
-    """One answer as a Responses object or stream, for :meth:`ServerState.run`.  ``echo``: the
-    request's settings (:func:`_echo`); ``done(response)`` is called with the finished
-    response (to store it).  A stream: ``response.created``, ``response.in_progress``; per
-    output item ``response.output_item.added`` … ``.done`` around, for a message,
-    ``response.content_part.added``, ``response.output_text.delta``…, ``.output_text.done``,
-    ``response.content_part.done``, for a call ``response.function_call_arguments.delta``… /
-    ``.done``; then ``response.completed`` / ``response.incomplete`` with the whole response
-    (``response.failed`` on an internal error)."""
-
-    def __init__(self, echo: dict, tool_format, done, tools: Toolset | None = None):
-        self.id, self.created = f"resp_{uuid.uuid4().hex[:24]}", int(time.time())
-        self.echo, self.done, self.tools = echo, done, tools or Toolset()
-        self.call_name, self.arguments = "", ""  # the open call's model-facing name and arguments so far
-        self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
-        self.seq, self.items, self.open, self.sent, self.calls = 0, [], None, "", 0
-
-    def _response(self, status: str, output: list, result: GenerationResult | None = None) -> dict:
-        response = {"id": self.id, "object": "response", "created_at": self.created, "status": status}
-        response.update(error=None, incomplete_details=None, output=output, usage=None, **self.echo)
-        if result is not None:
-            response.update(usage=_usage(result), timings=timings(result))
-            if status == "incomplete":
-                response["incomplete_details"] = {"reason": "max_output_tokens"}
-            else:
-                response["completed_at"] = int(time.time())
-        return response
-
-    def _finish(self, output: list, result: GenerationResult) -> dict:
-        response = self._response(_status(result), output, result)
-        self.done(response)
-        return response
-
-    def whole(self, pieces: list, result: GenerationResult) -> dict:
-        status = _status(result)
-        text = result.content if result.tool_calls else result.text
-        output = [_message_item(text, status)] if text or not result.tool_calls else []
-        for call in result.tool_calls or []:
-            function = call["function"]
-            output.append(output_item(self.tools, call["id"], function["name"], function["arguments"], "completed"))
-        return self._finish(output, result)
-
-    # --- streaming ---
-
-    def _event(self, kind: str, **payload) -> str:
-        self.seq += 1
-        return sse.event(kind, {"type": kind, "sequence_number": self.seq - 1, **payload})
-
-    def _at(self) -> dict:
-        return {"item_id": self.open["id"], "output_index": len(self.items) - 1}
-
-    def stream_start(self) -> list[str]:
-        skeleton = self._response("in_progress", [])
-        return [self._event(kind, response=skeleton) for kind in ("response.created", "response.in_progress")]
-
-    def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
-        out = self.held_back(result.text, result.tool_calls)
-        if not self.items:
-            out += self._open_message()
-        status = _status(result)
-        out += self._close(status)
-        return out + [self._event(f"response.{status}", response=self._finish(self.items, result))]
-
-    def keep_alive(self, progress: dict | None) -> list[str]:
-        """``response.in_progress`` again while the prompt is read (with llama-server's ``prompt_progress``)."""
-        extra = {"prompt_progress": progress} if progress else {}
-        return [self._event("response.in_progress", response=self._response("in_progress", []), **extra)]
-
-    def stream_error(self, message: str = "internal server error") -> list[str]:
-        response = self._response("failed", self.items)
-        response["error"] = {"code": "server_error", "message": message}
-        return [self._event("response.failed", response=response)]
-
-    def _add(self, item: dict) -> list[str]:
-        out = self._close()
-        self.items.append(item)
-        self.open = item
-        return out + [self._event("response.output_item.added", output_index=len(self.items) - 1, item=item)]
-
-    def _open_message(self) -> list[str]:
-        out = self._add(_message_item("", "in_progress"))
-        return out + [self._event("response.content_part.added", **self._at(), content_index=0, part=_part())]
-
-    def _text(self, text: str) -> list[str]:
-        if not text:
-            return []
-        out = [] if self.open is not None and self.open["type"] == "message" else self._open_message()
-        self.sent += text
-        self.open["content"][0]["text"] += text
-        delta = {"content_index": 0, "delta": text, "logprobs": []}
-        return out + [self._event("response.output_text.delta", **self._at(), **delta)]
-
-    def _call(self, delta: dict) -> list[str]:
-        """One OpenAI tool-call delta: a call's header opens a function_call item, its
-        arguments text goes out as ``response.function_call_arguments.delta``."""
-        out = []
-        if "id" in delta:
-            self.calls += 1
-            self.call_name, self.arguments = delta["function"]["name"], ""
-            out += self._add(output_item(self.tools, delta["id"], self.call_name, "", "in_progress"))
-        piece = delta["function"].get("arguments")
-        if piece:
-            self.arguments += piece
-            if self.open["type"] == "function_call":  # a custom or shell call's item is whole at its end
-                self.open["arguments"] += piece
-                out.append(self._event("response.function_call_arguments.delta", **self._at(), delta=piece))
-        return out
-
-    def _close(self, status: str = "completed") -> list[str]:
-        item = self.open
-        if item is None:
-            return []
-        at, self.open = self._at(), None
-        item["status"] = status
-        if item["type"] == "message":
-            part, at = item["content"][0], {**at, "content_index": 0}
-            out = [self._event("response.output_text.done", **at, text=part["text"], logprobs=[])]
-            out.append(self._event("response.content_part.done", **at, part=part))
-        elif item["type"] == "function_call":
-            args = {"name": item["name"], "arguments": item["arguments"]}
-            out = [self._event("response.function_call_arguments.done", **at, **args)]
-        else:  # the custom / local shell call, now that its arguments are whole
-            whole = output_item(self.tools, item["call_id"], self.call_name, self.arguments, status)
-            item.update({k: v for k, v in whole.items() if k != "id"})
-            out = (
-                [self._event("response.custom_tool_call_input.done", **at, input=item["input"])]
-                if "input" in item
-                else []
-            )
-        return out + [self._event("response.output_item.done", output_index=at["output_index"], item=item)]
+    thinking = {"reasoning_content": reasoning} if reasoning else {}
+    return {"role": "assistant", "content": text, **thinking, **({"tool_calls": calls} if calls else {})}
 
 
 # --- endpoints ---------------------------------------------------------------------------
@@ -443,18 +321,20 @@ def routes(state) -> list[Route]:
     async def answer(http: Request) -> Response:
         body = await state.read_body(http, ResponsesRequest)
         history = stored(body.previous_response_id, "previous_response_id")[1] if body.previous_response_id else []
-        request = responses_request(body, history)
+        request = responses_request(body, history, state.keys)
         tools = tools_of(body)
         conversation = list(request.messages[1:] if body.instructions else request.messages)
         options = state.options(request)
 
         def done(response: dict) -> None:
             if body.store is not False:
-                store[response["id"]] = (response, conversation + [assistant_message(response["output"], tools)])
+                answer = assistant_message(response["output"], tools, shape.reasoning)
+                store[response["id"]] = (response, conversation + [answer])
                 while len(store) > STORE_SIZE:
                     store.popitem(last=False)
 
-        shape = ResponseShape(_echo(state, body, options), state.call_format(options), done, tools)
+        include = tuple(body.include or ())
+        shape = ResponseShape(_echo(state, body, options), state.call_format(options), done, tools, state.keys, include)
         return await state.run(http, request, options, shape)
 
     async def look_up(http: Request) -> Response:

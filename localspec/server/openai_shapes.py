@@ -10,6 +10,7 @@ from localspec.decoding.stats import GenerationResult
 from localspec.decoding.tool_calls import visible_content
 from localspec.server import sse
 from localspec.server.openai_tools import end_calls, tool_call_stream
+from localspec.server.reasoning_fields import REASONING, channel_runs, channel_timings, reasoning_tokens
 
 
 def usage(result: GenerationResult) -> dict:
@@ -25,14 +26,16 @@ def usage(result: GenerationResult) -> dict:
         "completion_tokens_details": {
             "accepted_prediction_tokens": accepted,
             "rejected_prediction_tokens": drafted - accepted,
-            "reasoning_tokens": 0,
+            "reasoning_tokens": reasoning_tokens(result),
         },
     }
 
 
 def timings(result: GenerationResult) -> dict:
     """llama.cpp server's ``timings`` (milliseconds); ``draft_n`` / ``draft_n_accepted``
-    count draft tokens of every drafter."""
+    count draft tokens of every drafter; ``channels``: a reasoning model's speculation per
+    channel (``reasoning`` / ``content``: tokens, rounds, drafted / accepted / forced tokens,
+    time_s, acceptance_rate, mean_accepted_length, tokens_per_s; {} without one)."""
     s = result.stats
     predicted_ms = max(0.0, s.total_s - s.ttft_s) * 1000
     prompt_ms = s.prompt_eval_s * 1000
@@ -50,6 +53,7 @@ def timings(result: GenerationResult) -> dict:
         # ours, beside llama.cpp's: draft tokens per drafter ("grammar": the tokens a schema forced)
         "draft_n_by_drafter": dict(s.drafted_by_drafter),
         "draft_n_accepted_by_drafter": dict(s.accepted_by_drafter),
+        "channels": channel_timings(result),
     }
 
 
@@ -102,6 +106,19 @@ class ChatShape(_OpenAIStream):
         return self._chunk(
             [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
         )
+
+    def stream_events(self, events: list) -> list[str]:
+        """A reasoning model's thinking as ``delta.reasoning_content`` chunks, its answer as
+        ``delta.content`` (and tool calls), in the order they came."""
+        out = []
+        for kind, run in channel_runs(events):
+            chunk = self._reasoning_chunk(run) if kind == REASONING else self.delta_chunk(run)
+            out += [sse.data(chunk)] if chunk is not None else []
+        return out
+
+    def _reasoning_chunk(self, text: str) -> dict:
+        delta = {"reasoning_content": text}
+        return self._chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}])
 
     def delta_chunk(self, events: list) -> dict | None:
         text = "".join(e.text for e, _ in events)
@@ -176,11 +193,14 @@ class ChatShape(_OpenAIStream):
 
 
 def _message(result: GenerationResult, tool_format=None) -> dict:
+    """The answer's message; a reasoning model's thinking in ``reasoning_content`` (llama-server's field)."""
+    thinking = {"reasoning_content": result.reasoning} if result.reasoning else {}
     if not result.tool_calls:
         # a call cut by max_tokens is not content (the stream held it back too)
         content = result.text if tool_format is None else visible_content(result.text, tool_format)
-        return {"role": "assistant", "content": content, "refusal": None}
-    return {"role": "assistant", "content": result.content or None, "refusal": None, "tool_calls": result.tool_calls}
+        return {"role": "assistant", "content": content, "refusal": None, **thinking}
+    calls = {"tool_calls": result.tool_calls}
+    return {"role": "assistant", "content": result.content or None, "refusal": None, **thinking, **calls}
 
 
 class CompletionShape(_OpenAIStream):

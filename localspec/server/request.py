@@ -57,6 +57,30 @@ class Speculative:
 
 
 @dataclass(frozen=True)
+class Reasoning:
+    """What a request asks of a reasoning model's thinking, under the library's names
+    (None: the server's default, ``--reasoning-budget``): ``budget`` thinking tokens (-1
+    unlimited, 0 none), ``enable_thinking`` (False: thinking off), ``reasoning_format``
+    ("auto": thinking apart from the answer, "none": all of it answer) and
+    ``template_kwargs`` (more chat-template variables).  See docs/reasoning.md."""
+
+    budget: int | None = None
+    enable_thinking: bool | None = None
+    reasoning_format: str | None = None
+    template_kwargs: dict | None = None
+
+    def options(self) -> dict:
+        """The :meth:`SpeculativeModel.chat` options set (``reasoning_budget``, ...)."""
+        pairs = (
+            ("reasoning_budget", self.budget),
+            ("enable_thinking", self.enable_thinking),
+            ("reasoning_format", self.reasoning_format),
+            ("chat_template_kwargs", self.template_kwargs),
+        )
+        return {name: value for name, value in pairs if value is not None}
+
+
+@dataclass(frozen=True)
 class FieldPaths:
     """Where the protocol's body holds what a refusal names (its errors' ``param``)."""
 
@@ -81,8 +105,9 @@ class GenerationRequest:
     many alternatives per token (None: no logprobs).  ``include_usage``: a stream ends with
     usage (OpenAI's ``stream_options``).  ``thinking`` ("enabled", "adaptive", "disabled";
     None: not asked) and ``effort`` ("low" … "max"): what the client asked of the model's
-    reasoning, kept for reasoning models (not used yet); ``cache_key``: the client's
-    conversation key (Responses' ``prompt_cache_key``), a hint for the prompt cache."""
+    reasoning, as it asked it; ``reasoning``: the same as the library's options
+    (:class:`Reasoning`); ``cache_key``: the client's conversation key (Responses'
+    ``prompt_cache_key``), a hint for the prompt cache."""
 
     protocol: str
     messages: tuple[dict, ...] = ()
@@ -104,6 +129,7 @@ class GenerationRequest:
     include_usage: bool = False
     thinking: str | None = None
     effort: str | None = None
+    reasoning: Reasoning = field(default_factory=Reasoning)
     cache_key: str | None = None
     paths: FieldPaths = field(default_factory=FieldPaths)
 
@@ -112,13 +138,17 @@ class GenerationRequest:
 class Limits:
     """What the server allows: ``max_tokens`` per request, whether the model's chat template
     has a tool-call format (``tools``) and FIM tokens (``fim``); ``defaults``: options for
-    what a request leaves out."""
+    what a request leaves out; ``reasoning_budget``: the thinking budget of a request that
+    sets none (the load option, ``--reasoning-budget``); ``reads_enable_thinking``: the chat
+    template reads ``enable_thinking`` (Qwen3), so thinking can be turned off in the prompt."""
 
     model_name: str
     max_tokens: int
     tools: bool
     fim: bool
     defaults: Mapping = field(default_factory=dict)
+    reasoning_budget: int = -1
+    reads_enable_thinking: bool = False
 
 
 def model_options(request: GenerationRequest, limits: Limits) -> dict:
@@ -146,6 +176,27 @@ def model_options(request: GenerationRequest, limits: Limits) -> dict:
         raise RequestError(f"{dotted(path)} and tools cannot be combined in one request", path)
     if "tools" in options and request.prefill is not None:
         raise RequestError("a final assistant message (prefill) cannot be combined with tools", ("messages",))
+    options.update(_reasoning_options(request, "tools" in options, limits))
+    return options
+
+
+def _reasoning_options(request: GenerationRequest, tools: bool, limits: Limits) -> dict:
+    """The request's reasoning options, for a chat without a prefill only (raw text and a
+    continued answer have no thinking).  With tools no budget is enforced (the library
+    cannot force the close beside a tool-call grammar yet): the thinking is bounded by
+    ``max_tokens`` only; thinking off (budget 0) stays off where the template reads
+    ``enable_thinking``, and is unbounded where it cannot be turned off in the prompt."""
+    if request.prompt is not None or request.prefill is not None:
+        return {}
+    options = request.reasoning.options()
+    if not tools:
+        return options
+    budget = options.pop("reasoning_budget", None)
+    off = options.pop("enable_thinking", None) is False or (limits.reasoning_budget if budget is None else budget) == 0
+    if off and limits.reads_enable_thinking:
+        options["enable_thinking"] = False  # the prompt closes the block: no budget to force
+    else:
+        options["reasoning_budget"] = -1
     return options
 
 

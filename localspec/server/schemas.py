@@ -86,6 +86,9 @@ class ChatMessage(BaseModel):
             message["tool_calls"] = [c.model_dump() for c in self.tool_calls]
         if self.tool_call_id is not None:
             message["tool_call_id"] = self.tool_call_id
+        thinking = (self.model_extra or {}).get("reasoning_content")
+        if self.role == "assistant" and isinstance(thinking, str):
+            message["reasoning_content"] = thinking  # an earlier turn's thinking, for the template to keep or drop
         return message
 
 
@@ -267,6 +270,11 @@ class ChatRequest(CommonRequest):
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # reasoning models (docs/reasoning.md), llama-server's names; reasoning_budget is ours
+    reasoning_format: Literal["none", "auto", "deepseek"] | None = None
+    chat_template_kwargs: dict | None = None
+    reasoning_effort: str | None = None
+    reasoning_budget: int | None = Field(None, ge=-1)
 
 
 class CompletionRequest(CommonRequest):

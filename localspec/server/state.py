@@ -25,6 +25,7 @@ from localspec.server import sse
 from localspec.server.access_log import RequestRecord, log_request
 from localspec.server.errors import APIError, from_localspec_error, from_validation_error
 from localspec.server.metrics import Metrics
+from localspec.server.reasoning_fields import ReasoningKeys
 from localspec.server.request import GenerationRequest, Limits, model_options, start_generation
 from localspec.server.worker import DEFAULT_QUEUE, Job, ModelWorker
 
@@ -74,13 +75,17 @@ def host_allowed(host_header: str) -> bool:
 class ServerState:
     """One served model: ``model`` (a :class:`~localspec.api.SpeculativeModel`), ``config``,
     ``worker`` (its :class:`ModelWorker`), ``metrics``, ``tool_format`` (the chat template's
-    tool-call format, None: none) and ``fim_tokens``.  Every protocol's routes take it."""
+    tool-call format, None: none), ``fim_tokens`` and ``keys`` (this server's
+    :class:`~localspec.server.reasoning_fields.ReasoningKeys`).  Every protocol's routes take it."""
 
     def __init__(self, model, config: ServerConfig, worker: ModelWorker):
         self.tool_format = getattr(model, "tool_format", None)  # read once, not per request
         self.fim_tokens = model.target.fim_tokens() if hasattr(model, "target") else {}
         self.model, self.config, self.worker = model, config, worker
         self.created = int(time.time())
+        self.keys = ReasoningKeys()
+        reasoning = getattr(model, "reasoning", None)  # its ChatReasoning, read once (a stand-in may have none)
+        self._reads_enable = getattr(getattr(reasoning, "format", None), "reads_enable_thinking", False) is True
         self.worker.metrics = self.metrics = Metrics(model, worker)
 
     @property
@@ -91,7 +96,9 @@ class ServerState:
         """What a request is checked against (read from ``config`` each time)."""
         limit = self.config.max_tokens_limit or self.model.target.n_ctx
         fim = "pre" in self.fim_tokens
-        return Limits(self.config.model_name, limit, self.supports_tools, fim, self.config.defaults)
+        budget = getattr(getattr(self.model, "reasoning", None), "load_budget", -1)
+        defaults = self.config.defaults
+        return Limits(self.config.model_name, limit, self.supports_tools, fim, defaults, budget, self._reads_enable)
 
     def options(self, request: GenerationRequest) -> dict:
         """:func:`~localspec.server.request.model_options` under this server's limits."""
