@@ -253,7 +253,9 @@ def test_a_streamed_reasoning_item_is_replayed_with_store_false_and_decrypted(se
         events = list(stream)
     first = events[-1].response  # cut by max_output_tokens: response.incomplete, which the reader does not finish on
     assert events[-1].type == "response.incomplete"
-    added = [e.item.type for e in events if e.type == "response.output_item.added"]
+    added_items = [e.item for e in events if e.type == "response.output_item.added"]
+    added = [item.type for item in added_items]
+    assert added_items[0].encrypted_content is None  # sealed once the thinking is whole, in output_item.done
     done = [e.item for e in events if e.type == "response.output_item.done"]
     assert added == ["reasoning", "message"] and [o.type for o in first.output] == ["reasoning", "message"]
     assert server.state.keys.decrypt(done[0].encrypted_content) == direct.reasoning

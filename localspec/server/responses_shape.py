@@ -143,7 +143,12 @@ class ResponseShape(StreamedTextAndCalls):
 
     def _thinking(self, text: str) -> list[str]:
         opened = self.open is not None and self.open["type"] == "reasoning"
-        out = [] if opened else self._add(self._reasoning_item("", "in_progress"))
+        if not opened:
+            item = self._reasoning_item("", "in_progress")
+            item.pop("encrypted_content", None)  # sealed once the thinking is whole (output_item.done)
+            out = self._add(item)
+        else:
+            out = []
         self.thinking = (self.thinking if opened else "") + text
         if "content" not in self.open:
             return out
