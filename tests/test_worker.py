@@ -25,6 +25,9 @@ class Held:
         self.gate.wait(30)
         return iter(())
 
+    def cancel(self) -> None:  # as a generation's: the worker's close cancels what runs
+        self.gate.set()
+
 
 def test_a_full_queue_answers_503_with_retry_after(target_gguf):
     with SpeculativeModel(target_gguf, None, n_ctx=2048) as model:
