@@ -10,12 +10,12 @@ from functools import partial
 from pathlib import Path
 
 from localspec.decoding.calibration import fastest_of_two
+from localspec.decoding.channel_policy import adaptive_parts
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.loop import Generation
 from localspec.decoding.params import CallOptions, DraftParams, GenerationParams, LoadOptions, call_options
-from localspec.decoding.policy import AdaptivePolicy
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.thinking import ChatReasoning, read_chat_template
@@ -168,23 +168,32 @@ class SpeculativeModel:
         and the grammar's forced tokens (only in calls given a ``response_format``)."""
         return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar) if d is not None]
 
-    def _policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False, slot=None):
-        """``slot``'s policy for these options (slot 0's by default); the pair's first adaptive
+    def _policy(
+        self,
+        dp: DraftParams,
+        greedy: bool,
+        predicted: bool,
+        constrained: bool = False,
+        slot=None,
+        channels: bool = False,
+    ):
+        """``slot``'s policy for these options (slot 0's by default; ``channels``: estimates
+        per channel of a reasoning model, :meth:`Slot.policy`); the pair's first adaptive
         one loads the costs stored for this machine (:attr:`learned`) and measures the rest
         (target batches up to 17 tokens, 65 with several slots); each starts from the
-        acceptance stored for its kind of request."""
+        acceptance stored for its kind of request (and channel)."""
         slot = slot or self.slots.slots[0]
-        policy = slot.policy(dp, greedy, predicted, constrained)
-        if isinstance(policy, AdaptivePolicy) and not policy.costs_measured:
-            sizes = (1, 2, 3, 5, 9, 17) + ((33, 65) if self.parallel > 1 else ())
-            c1_now = partial(self.owner.run, fastest_of_two, self.target, [100], [0])
-            missing, draft_missing = self.learned.load_costs(policy, slot.drafter, sizes, c1_now)
-            if missing or draft_missing:
-                engines = {id(slot.drafter): self.draft_engine} if draft_missing else {}
-                self.owner.run(policy.measure_costs, self.target, engines, 100, missing)
-                self.learned.save_slots(self.slots.slots, force=True)
-        if isinstance(policy, AdaptivePolicy):
-            self.learned.seed(policy, kind_name(dp.strategy, greedy, predicted, constrained))
+        policy = slot.policy(dp, greedy, predicted, constrained, channels)
+        for channel, adaptive in adaptive_parts(policy):
+            if not adaptive.costs_measured:  # the costs are shared: measured for the first one only
+                sizes = (1, 2, 3, 5, 9, 17) + ((33, 65) if self.parallel > 1 else ())
+                c1_now = partial(self.owner.run, fastest_of_two, self.target, [100], [0])
+                missing, draft_missing = self.learned.load_costs(adaptive, slot.drafter, sizes, c1_now)
+                if missing or draft_missing:
+                    engines = {id(slot.drafter): self.draft_engine} if draft_missing else {}
+                    self.owner.run(adaptive.measure_costs, self.target, engines, 100, missing)
+                    self.learned.save_slots(self.slots.slots, force=True)
+            self.learned.seed(adaptive, kind_name(dp.strategy, greedy, predicted, constrained, channel))
         return policy
 
     def _generation_ended(self, generation: Generation) -> None:
@@ -314,7 +323,7 @@ class SpeculativeModel:
         try:
             generation = self._generation_in(
                 slot,
-                self._policy(*kind, slot=slot),
+                self._policy(*kind, slot=slot, channels=thinking is not None),
                 tokens,
                 params,
                 started_at=started,

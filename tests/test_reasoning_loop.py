@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 from test_real_pair import top2_gap_of_plain_step
 
 from localspec.api import SpeculativeModel
@@ -154,6 +156,65 @@ def test_greedy_speculative_equals_greedy_plain_on_both_channels(r1_model, budge
     plain = r1_model.chat(QUESTION, max_tokens=40, reasoning_budget=budget, strategy="none")
     assert (spec.tokens, spec.reasoning, spec.text) == (plain.tokens, plain.reasoning, plain.text)
     assert spec.stats.rounds < plain.stats.rounds
+
+
+SAMPLED = dict(max_tokens=12, temperature=1.0, top_k=6, top_p=1.0, min_p=0.0, reasoning_budget=3)
+N_SAMPLED = 800
+
+
+def _first_tokens(model, n: int = N_SAMPLED) -> tuple[np.ndarray, int]:
+    """Per seed 0..n-1 of a sampled chat: the first 3 thinking tokens then the first 3 answer
+    tokens (-1 where a channel has fewer); and the answer's drafted tokens, all seeds."""
+    rows, drafted = [], 0
+    for seed in range(n):
+        generation = model.chat(QUESTION, seed=seed, stream=True, **SAMPLED)
+        events = [e for e in generation if e.token >= 0]
+        row = []
+        for channel in (REASONING, CONTENT):
+            tokens = [e.token for e in events if e.channel == channel][:3]
+            row += tokens + [-1] * (3 - len(tokens))
+        rows.append(row)
+        answer = generation.result.stats.channels.get(CONTENT)
+        drafted += answer.drafted_tokens if answer is not None else 0
+    return np.array(rows), drafted
+
+
+@pytest.fixture(scope="module")
+def plain_sampled(thinking_pair):
+    with SpeculativeModel(thinking_pair[0], n_ctx=512, chat_template=R1_DISTILL, strategy="none") as plain:
+        return _first_tokens(plain)[0]
+
+
+@pytest.fixture(scope="module")
+def sharp_draft(tmp_path_factory):
+    """The target's weights with logits doubled: a draft sharper than the target, on the same
+    support, so drafts are often accepted and often rejected (the residual is sampled)."""
+    path = tmp_path_factory.mktemp("sharp") / "sharp.gguf"
+    return write_model(path, seed=1, logit_scale=2.0, added_tokens=THINK_TOKENS)
+
+
+@pytest.mark.parametrize("strategy, draft_max", [("draft-model", 4), ("auto", "auto")])
+def test_sampling_keeps_the_targets_distribution_given_the_forced_close(
+    thinking_pair, sharp_draft, plain_sampled, strategy, draft_max, drafting_always_pays
+):
+    """Two-sample chi-square test at temperature 1: the first three thinking tokens and the
+    first three answer tokens after the budget's forced close (the first one the bonus of the
+    round that verifies the close), speculative against plain sampling, fixed seeds.  Fails
+    (p ~ 1e-9) with the correction sampled from the target's row instead of the residual."""
+    options = dict(n_ctx=512, chat_template=R1_DISTILL, p_min=0.0, draft_max=draft_max, strategy=strategy)
+    with SpeculativeModel(thinking_pair[0], sharp_draft, **options) as spec:
+        spec_sampled, drafted = _first_tokens(spec)
+        forced = spec.chat(QUESTION, seed=0, **SAMPLED).stats.channels[REASONING].forced_tokens
+    assert forced >= 3 and drafted >= N_SAMPLED  # the close forced, the answers drafted
+    for pos in range(spec_sampled.shape[1]):
+        cats = np.union1d(spec_sampled[:, pos], plain_sampled[:, pos])
+        table = np.array([[np.sum(x[:, pos] == c) for c in cats] for x in (spec_sampled, plain_sampled)])
+        table = table[:, table.sum(axis=0) >= 10]
+        if table.shape[1] < 2:  # a position where one token is (nearly) always drawn
+            assert set(spec_sampled[:, pos]) == set(plain_sampled[:, pos])
+            continue
+        _, pvalue, _, _ = scipy_stats.chi2_contingency(table)
+        assert pvalue > 1e-3, (pos, table)
 
 
 def test_options_a_thinking_model_cannot_combine_are_refused(r1_model):

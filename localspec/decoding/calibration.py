@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 DECAY = 0.8  # weight of the past in every moving average, per observation
@@ -217,6 +217,17 @@ class LearntAcceptance:
         """The acceptance a new text starts from: what was learnt, with ``fixed`` (the
         drafter's own prior) worth ``LEARNT_PRIOR_TRIALS`` trials."""
         return (self.successes + LEARNT_PRIOR_TRIALS * fixed) / (self.trials + LEARNT_PRIOR_TRIALS)
+
+    @classmethod
+    def from_record(cls, entry) -> LearntAcceptance | None:
+        """A stored ``{"successes", "trials"}`` (:meth:`AdaptivePolicy.learnt_priors`); None unless
+        0 <= successes <= trials (and 0 < trials <= 1e6)."""
+        if not isinstance(entry, Mapping):
+            return None
+        s, t = entry.get("successes"), entry.get("trials")
+        if not all(isinstance(x, (int, float)) and x == x for x in (s, t)) or not 0 <= s <= t or t <= 0 or t > 1e6:
+            return None
+        return cls(float(s), float(t))
 
 
 def verify_costs_record(verify_costs: dict) -> dict:

@@ -7,9 +7,10 @@ writes back what its policies learn:
 - ``costs``: the target's verify cost per batch size (seconds, ``{"<b>": s}``) and the
   draft model's ``{"per_token", "prefill"}`` (:mod:`localspec.decoding.calibration`); loaded
   instead of measured at the first adaptive call, so a known pair has no calibration pause;
-- ``priors``: per kind of request (:func:`kind_name`), each drafter's acceptance over all
-  texts (:meth:`AdaptivePolicy.learnt_priors`), which a new policy starts from
-  (:meth:`AdaptivePolicy.start_from`) instead of the drafter's fixed prior;
+- ``priors``: per kind of request (:func:`kind_name`; a reasoning model's thinking is a kind
+  of its own), each drafter's acceptance over all texts (:meth:`AdaptivePolicy.learnt_priors`),
+  which a new policy starts from (:meth:`AdaptivePolicy.start_from`) instead of the
+  drafter's fixed prior;
 - ``pair``: the two GGUFs' file names, for ``localspec doctor``.
 
 Writes happen when a generation ends, at most once every ``SAVE_EVERY_S`` seconds per
@@ -39,6 +40,7 @@ from localspec.decoding.calibration import (
 )
 from localspec.decoding.params import LoadOptions
 from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.llama import backend
 from localspec.llama.engine_config import default_threads
 from localspec.llama.machine_store import MachineStore, StoreKey, this_machine_key
@@ -47,11 +49,14 @@ SAVE_EVERY_S = 5.0  # at most one write per this many seconds per process (but a
 log = logging.getLogger("localspec.store")
 
 
-def kind_name(strategy: str, greedy: bool, predicted: bool, constrained: bool) -> str:
-    """The stored name of a kind of request: ``"auto|greedy"``, ``"auto|sampled|predicted"``…"""
+def kind_name(strategy: str, greedy: bool, predicted: bool, constrained: bool, channel: str = CONTENT) -> str:
+    """The stored name of a kind of request: ``"auto|greedy"``, ``"auto|sampled|predicted"``…;
+    a reasoning model's thinking (``channel`` ``"reasoning"``) is a kind of its own,
+    ``"auto|greedy|reasoning"`` (:mod:`localspec.decoding.channel_policy`)."""
     parts = [strategy, "greedy" if greedy else "sampled"]
     parts += ["predicted"] if predicted else []
     parts += ["constrained"] if constrained else []
+    parts += [REASONING] if channel == REASONING else []
     return "|".join(parts)
 
 

@@ -284,6 +284,7 @@ class Generation:
         target, context = self.target, run.context
         run.round_no += 1
         started, channel = time.perf_counter(), run.out.channel
+        self.policy.enter_channel(channel)  # the round is judged by its channel's estimates
         k_cap = min(self.params.max_tokens - run.stats.generated_tokens - 1, self._room() - 1)
         if self._forcing(run):
             drafter, draft, draft_s = None, self._forced_draft(run, k_cap), 0.0

@@ -76,6 +76,9 @@ class Policy(Protocol):
 
     def observe(self, outcome: RoundOutcome) -> None: ...
 
+    def enter_channel(self, channel: str) -> None:
+        """The next round starts in ``channel``: ``reasoning``, or ``content`` (always, without thinking)."""
+
 
 def expected_tokens(alpha: float, k: int) -> float:
     """Expected tokens emitted by a round drafting k tokens with acceptance ``alpha``
@@ -125,6 +128,9 @@ class FixedPolicy:
         return k
 
     def observe(self, outcome: RoundOutcome) -> None:
+        pass
+
+    def enter_channel(self, channel: str) -> None:
         pass
 
 
@@ -225,8 +231,7 @@ class AdaptivePolicy:
 
     @property
     def prefill_drafters(self) -> tuple:
-        """None: the draft model may never start on a text, so its prefill is charged when
-        it is first chosen (see :meth:`_best_blind`), not paid up front."""
+        """None: a draft model may never start on a text; its prefill is charged when first chosen (:meth:`_best_blind`)."""
         return ()
 
     @property
@@ -249,6 +254,9 @@ class AdaptivePolicy:
     def costs_measured(self) -> bool:
         """Whether the target's verify costs were measured (:meth:`measure_costs`, or rounds)."""
         return bool(self.verify_costs)
+
+    def enter_channel(self, channel: str) -> None:
+        """Nothing: one set of estimates for every channel (per channel: :mod:`~localspec.decoding.channel_policy`)."""
 
     def new_generation(self) -> None:
         """A new text starts: pull each acceptance estimate back toward its prior, so a
@@ -273,7 +281,7 @@ class AdaptivePolicy:
         malformed entries skipped): each drafter's acceptance, and the prior each new text
         is pulled back to, become the learnt one (its fixed prior worth two trials)."""
         for d in self.drafters:
-            learnt = _learnt_from(priors.get(d.name))
+            learnt = LearntAcceptance.from_record(priors.get(d.name))
             if learnt is None:
                 continue
             self._learnt[id(d)] = learnt
@@ -487,13 +495,3 @@ class AdaptivePolicy:
             self._learnt[id(d)].observe(judged, matched)
             if draft.confidence:
                 self._learn_confidences(d, draft.confidence[:judged], draft.depth, matched, draft.forced, False)
-
-
-def _learnt_from(entry) -> LearntAcceptance | None:
-    """A stored ``{"successes", "trials"}`` as a LearntAcceptance; None unless 0 <= successes <= trials."""
-    if not isinstance(entry, Mapping):
-        return None
-    s, t = entry.get("successes"), entry.get("trials")
-    if not all(isinstance(x, (int, float)) and x == x for x in (s, t)) or not 0 <= s <= t or t <= 0 or t > 1e6:
-        return None
-    return LearntAcceptance(float(s), float(t))

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from localspec.decoding.channel_policy import ChannelPolicy
 from localspec.decoding.drafters import (
     DraftModelDrafter,
     GrammarDrafter,
@@ -28,6 +29,7 @@ from localspec.decoding.drafters import (
 )
 from localspec.decoding.params import DraftParams
 from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
+from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.decoding.scheduler import Batcher
 from localspec.errors import InvalidOptionError
 from localspec.llama.engine import common_prefix
@@ -85,9 +87,13 @@ class Slot:
     def drafters(self) -> list:
         return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar) if d is not None]
 
-    def policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False):
+    def policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False, channels: bool = False):
         """The policy for these options: fixed, or this slot's adaptive one for the same
-        kind of text (created on first use; calibrated by the caller when new)."""
+        kind of text (created on first use; calibrated by the caller when new).  With
+        ``channels`` (a generation split into thinking and answer) an adaptive choice is a
+        :class:`~localspec.decoding.channel_policy.ChannelPolicy`: the answer judged by the
+        same policy as a generation without thinking, the thinking by its own (its key ends
+        with ``"reasoning"``)."""
         if dp.strategy == "draft-model" and self.drafter is None:
             raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
         if dp.strategy == "prediction" and not predicted:
@@ -108,6 +114,14 @@ class Slot:
         if not dp.adaptive:
             return FixedPolicy(chosen[0], dp.draft_max)
         key = (dp.strategy, greedy, predicted, constrained)
+        if not channels:
+            return self._adaptive(key, chosen)
+        return ChannelPolicy(
+            {CONTENT: self._adaptive(key, chosen), REASONING: self._adaptive((*key, REASONING), chosen)}
+        )
+
+    def _adaptive(self, key: tuple, chosen: list) -> AdaptivePolicy:
+        """This slot's adaptive policy of ``key`` over the ``chosen`` drafters (made on first use)."""
         if key not in self.adaptive:
             verify_costs, draft_costs, prefill_costs = self.costs
             caps = {id(d): _DRAFT_CAP.get(d.name, 16) for d in self.drafters}
