@@ -13,6 +13,7 @@ its place, in docs/drafting.md.  Both implement :class:`Policy`, what the loop a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -450,8 +451,10 @@ class AdaptivePolicy:
 
     def _learn_verify_cost(self, batch: int, verify_s: float) -> None:
         self._count_plain_rounds(batch, verify_s)
-        if batch not in self.verify_costs and self.verify_costs:  # a first reading is clipped too
-            self.verify_costs[batch] = CostAverage(self.verify_cost(batch), weight=1.0)
+        if batch not in self.verify_costs and self.verify_costs and 0.0 <= verify_s < math.inf:
+            first = min(verify_s, STALL_CLIP * self.verify_cost(batch))  # a first reading is clipped too
+            self.verify_costs[batch] = CostAverage(first, weight=1.0)
+            return
         self.verify_costs.setdefault(batch, CostAverage(verify_s)).add(verify_s)
 
     def _judged_in_round(self, drafter, n_drafted: int, forced: Sequence[bool] | None) -> tuple:
