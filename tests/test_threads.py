@@ -7,6 +7,7 @@ speed itself is measured by ``benchmarks/thread_bench.py``; here we assert the m
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -94,3 +95,34 @@ def test_the_owner_thread_hands_back_results_and_exceptions_in_order():
     owner.stop()
     with pytest.raises(EngineError):
         owner.run(lambda: None)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({}, {"GOMP_SPINCOUNT": "1000"}),
+        ({"GOMP_SPINCOUNT": "300000"}, {"GOMP_SPINCOUNT": "300000"}),
+        ({"OMP_WAIT_POLICY": "active"}, {"OMP_WAIT_POLICY": "active"}),
+    ],
+    ids=["unset", "user-spincount-kept", "user-wait-policy-kept"],
+)
+def test_idle_openmp_threads_spin_briefly_unless_the_user_chose(before, after):
+    from localspec.llama import spin_briefly_between_ops
+
+    environ = dict(before)
+    spin_briefly_between_ops(environ)
+    assert environ == after
+
+
+def test_spin_count_is_set_before_llama_cpp_loads_libgomp():
+    """libgomp reads the variable when it loads: it must be in the environment by then."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    probe = (
+        "import os, sys; import localspec.llama.engine; "
+        "print('llama_cpp' in sys.modules, os.environ.get('GOMP_SPINCOUNT'))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "1000"]
