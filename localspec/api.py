@@ -268,6 +268,8 @@ class SpeculativeModel:
                 replies.  InvalidOptionError for a template without a call format.
                 Thinking models: ``reasoning_budget``, ``enable_thinking``, ``chat_template_kwargs``,
                 ``reasoning_format``; ``result.reasoning`` (docs/reasoning.md, :class:`ChatReasoning`).
+                ``prompt_cache_key``: a string naming the conversation (OpenAI's field); with
+                ``parallel`` > 1 the call takes the slot that last ran that key.
 
         The KV cache prefix shared with the previous call is reused, so a multi-turn
         chat only evaluates the new tokens.  Raises InvalidOptionError for bad messages or
@@ -319,7 +321,7 @@ class SpeculativeModel:
         )
         kind = (params.draft, params.sampling.greedy, bool(predicted), constraint is not None)
         self.slots.slots[0].policy(*kind)  # InvalidOptionError before waiting for a slot
-        slot = self.slots.acquire(tokens)
+        slot = self.slots.acquire(tokens, call.prompt_cache_key)
         try:
             generation = self._generation_in(
                 slot,

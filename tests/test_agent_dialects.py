@@ -56,7 +56,8 @@ def test_every_captured_body_translates(path):
         assert [m["role"] for m in request.messages[:3]] == ["system", "user", "system"]
     if "codex" in path.stem:
         names = [t["function"]["name"] for t in options["tools"]]
-        assert "web_search" not in names and "tool_search" not in names and request.cache_key
+        assert "web_search" not in names and "tool_search" not in names
+        assert options["prompt_cache_key"] == request.cache_key == body["prompt_cache_key"]
         assert ("spawn_agent" in names) == ("gpt-5.5" not in path.stem)
         assert ("apply_patch" in names) == ("gpt-5.5" in path.stem)
 
@@ -341,3 +342,11 @@ def test_claude_codes_billing_header_is_left_out_of_the_prompt():
     assert first.messages == second.messages
     assert "billing-header" not in first.messages[0]["content"]
     assert first.messages[0]["content"] == "\n".join(block["text"] for block in system[1:])
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_prompt_cache_key_reaches_the_library_as_the_slot_hint(path):
+    body_type, translate = PARSERS[path]
+    turn = {"messages": [{"role": "user", "content": "hi"}]} if "chat" in path else {"input": "hi"}
+    body = body_type.model_validate({"model": "pair", "prompt_cache_key": "session-1", **turn})
+    assert model_options(translate(body), LIMITS)["prompt_cache_key"] == "session-1"

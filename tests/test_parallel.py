@@ -13,6 +13,7 @@ from test_real_pair import top2_gap_of_plain_step
 from test_server import messages_for
 
 from localspec.api import SpeculativeModel
+from localspec.errors import InvalidOptionError
 from localspec.llama.engine import Engine
 
 KEY = "test-key"
@@ -214,3 +215,28 @@ def test_200_requests_with_random_cancellations_leave_nothing_behind(target_gguf
         assert threading.active_count() == threads_before
         kv_matches_bookkeeping(m.target)
         kv_matches_bookkeeping(m.draft_engine)
+
+
+@pytest.mark.parametrize("hinted", [True, False], ids=["prompt_cache_key", "no-key"])
+def test_a_compacted_conversation_goes_back_to_its_own_slot_by_its_key(target_gguf, hinted):
+    """Conversation A (long) and B (short) share a system prompt; A comes back compacted
+    (sharing only that prompt).  Without a key it takes B's slot (that loses fewer tokens);
+    with its ``prompt_cache_key`` it takes its own, and B goes on fully cached."""
+    system = "You are a careful assistant. " * 8
+    a, b = system + "alpha beta gamma delta " * 12, system + "zeta eta theta iota " * 4
+    options = dict(max_tokens=2, strategy="none")
+    with SpeculativeModel(target_gguf, n_ctx=2048, parallel=2, cache_ram_mib=0) as model:
+        key = {"a": "conversation-a", "b": "conversation-b"} if hinted else {"a": None, "b": None}
+        model.generate(a, prompt_cache_key=key["a"], **options)
+        first_b = model.generate(b, prompt_cache_key=key["b"], **options)
+        model.generate(system + "a summary of alpha", prompt_cache_key=key["a"], **options)
+        again_b = model.generate(b + first_b.text + " theta", prompt_cache_key=key["b"], **options)
+    held = first_b.stats.prompt_tokens  # B's first prompt, as its slot holds it
+    b_cached = again_b.stats.prompt_cached_tokens
+    assert b_cached >= held if hinted else b_cached < held - 30
+
+
+def test_prompt_cache_key_must_be_a_string(target_gguf):
+    with SpeculativeModel(target_gguf, n_ctx=512) as model:
+        with pytest.raises(InvalidOptionError, match="prompt_cache_key must be a string"):
+            model.generate("hello", max_tokens=1, prompt_cache_key=3)

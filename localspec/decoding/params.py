@@ -141,7 +141,9 @@ class CallOptions:
     ``params``, and what the API turns into drafters and grammars: ``prediction`` (the
     expected output text), ``response_format`` (as given), ``tools`` / ``tool_choice`` /
     ``parallel_tool_calls`` (as given; checked by
-    :func:`~localspec.decoding.tool_calls.tool_request`)."""
+    :func:`~localspec.decoding.tool_calls.tool_request`); ``prompt_cache_key``: which
+    conversation this call continues, the slot hint of
+    :meth:`~localspec.decoding.slots.SlotPool.acquire`."""
 
     params: GenerationParams = field(default_factory=GenerationParams)
     prediction: str | None = None
@@ -153,6 +155,7 @@ class CallOptions:
     reasoning_format: str | None = None
     enable_thinking: bool | None = None
     chat_template_kwargs: dict | None = None
+    prompt_cache_key: str | None = None
 
     def tool_options(self) -> dict:
         """The tool options as :func:`~localspec.decoding.tool_calls.tool_request` reads them."""
@@ -164,7 +167,9 @@ GENERATION_OPTIONS = frozenset(
 )
 TOOL_OPTIONS = frozenset("tools tool_choice parallel_tool_calls".split())
 REASONING_OPTIONS = frozenset("reasoning_budget reasoning_format enable_thinking chat_template_kwargs".split())
-KNOWN_OPTIONS = GENERATION_OPTIONS | TOOL_OPTIONS | REASONING_OPTIONS | {"prediction", "response_format"}
+KNOWN_OPTIONS = (
+    GENERATION_OPTIONS | TOOL_OPTIONS | REASONING_OPTIONS | {"prediction", "response_format", "prompt_cache_key"}
+)
 REASONING_FORMATS = ("auto", "none")
 
 
@@ -195,6 +200,9 @@ def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> Ca
     if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
         raise InvalidOptionError(f"chat_template_kwargs must be a dict with string keys, got {kwargs!r}")
     check_reasoning_options(options.get("reasoning_format"), options.get("reasoning_budget"))
+    key = options.get("prompt_cache_key")
+    if key is not None and not isinstance(key, str):
+        raise InvalidOptionError(f"prompt_cache_key must be a string, got {type(key).__name__}")
     return CallOptions(
         params=params_from_options({k: v for k, v in options.items() if k in GENERATION_OPTIONS}, draft),
         prediction=prediction,
@@ -206,6 +214,7 @@ def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> Ca
         reasoning_format=options.get("reasoning_format"),
         enable_thinking=thinking,
         chat_template_kwargs=dict(kwargs) if kwargs is not None else None,
+        prompt_cache_key=key,
     )
 
 

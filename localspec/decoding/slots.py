@@ -81,6 +81,7 @@ class Slot:
         self.generation = None  # weak reference to the generation running here
         self.reserved = False  # handed out by SlotPool.acquire, generation not made yet
         self.last_used = 0.0
+        self.cache_key = None  # the prompt_cache_key of the last generation here
         self.reading: list[int] | None = None  # the prompt its generation reads (PrefixSharing)
 
     @property
@@ -181,17 +182,20 @@ class SlotPool:
         """Seq ids without a running generation, least recently used first."""
         return [s.index for s in sorted(self.slots, key=lambda s: s.last_used) if s.free()]
 
-    def acquire(self, prompt: Sequence[int]) -> Slot:
-        """Reserve the slot for a generation of ``prompt``: the free one whose reuse loses
-        least of what the slots hold (:meth:`unique_tail`; then the one sharing most of the
-        prompt, then the least recently used); with one slot, that slot even when busy (the
-        caller supersedes its generation); else waits for a slot to free.  Follow with
-        :meth:`occupy` or :meth:`unreserve`."""
+    def acquire(self, prompt: Sequence[int], cache_key: str | None = None) -> Slot:
+        """Reserve the slot for a generation of ``prompt``: the free one whose last
+        generation had the same ``cache_key`` (the client's conversation key, e.g. Responses'
+        ``prompt_cache_key``: a compacted conversation goes back where it was, not over another
+        conversation's slot), else the one whose reuse loses least of what the slots hold
+        (:meth:`unique_tail`; then the one sharing most of the prompt, then the least recently
+        used); with one slot, that slot even when busy (the caller supersedes its
+        generation); else waits for a slot to free.  Follow with :meth:`occupy` or
+        :meth:`unreserve`."""
         with self._cond:
             while True:
                 free = [s for s in self.slots if s.free()]
                 if free:
-                    slot = min(free, key=lambda s: self._pick_key(s, prompt))
+                    slot = min(free, key=lambda s: self._pick_key(s, prompt, cache_key))
                     self._swap(slot, prompt)
                     break
                 if len(self.slots) == 1:
@@ -199,10 +203,13 @@ class SlotPool:
                     break
                 self._cond.wait()
             slot.reserved = True
+            slot.cache_key = cache_key
             return slot
 
-    def _pick_key(self, slot: Slot, prompt: Sequence[int]) -> tuple:
-        return self.unique_tail(slot, prompt), -common_prefix(slot.target.cache_tokens, prompt), slot.last_used
+    def _pick_key(self, slot: Slot, prompt: Sequence[int], cache_key: str | None) -> tuple:
+        other_conversation = cache_key is None or slot.cache_key != cache_key
+        held = common_prefix(slot.target.cache_tokens, prompt)
+        return other_conversation, self.unique_tail(slot, prompt), -held, slot.last_used
 
     def unique_tail(self, slot: Slot, prompt: Sequence[int]) -> int:
         """Tokens of what ``slot`` holds that giving it ``prompt`` would lose: past both its

@@ -62,6 +62,7 @@ def chat_request(body: ChatRequest) -> GenerationRequest:
         max_tokens=body.max_completion_tokens or body.max_tokens,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         effort=body.reasoning_effort,
+        cache_key=body.prompt_cache_key,
         reasoning=chat_reasoning(
             body.reasoning_format, body.chat_template_kwargs, body.reasoning_effort, body.reasoning_budget
         ),

@@ -177,6 +177,8 @@ def model_options(request: GenerationRequest, limits: Limits) -> dict:
     if "tools" in options and request.prefill is not None:
         raise RequestError("a final assistant message (prefill) cannot be combined with tools", ("messages",))
     options.update(_reasoning_options(request, "tools" in options, limits))
+    if request.cache_key is not None:
+        options["prompt_cache_key"] = request.cache_key
     return options
 
 
