@@ -227,17 +227,26 @@ def test_a_log_line_per_request_with_its_counts_and_errors(slow_server, caplog):
     assert set(first) == keys | {"event"} and first["event"] == "request"
 
 
-def test_a_request_whose_client_left_is_cancelled(slow_server, caplog):
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_request_whose_client_left_is_cancelled_and_logged_with_its_prompt(slow_server, caplog, stream):
     headers = {"Authorization": f"Bearer {KEY}"}
-    body = {"model": "m", "messages": ASK["messages"], "max_tokens": 200}
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(slow_server.base + "/v1/chat/completions", json=body, headers=headers, timeout=0.5)
+    body = {"model": "m", "messages": ASK["messages"], "max_tokens": 200, "stream": stream}
+    if stream:  # the client reads the first keep-alive, then leaves
+        with httpx.stream("POST", slow_server.base + "/v1/chat/completions", json=body, headers=headers) as r:
+            next(r.iter_text())
+    else:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(slow_server.base + "/v1/chat/completions", json=body, headers=headers, timeout=0.5)
     deadline = time.time() + 20
     while not any(line["cancelled"] for line in request_lines(caplog)):
         assert time.time() < deadline, request_lines(caplog)
         time.sleep(0.1)
     slow_server.wait_idle()
     assert slow_server.worker.last_result.finish_reason == "cancelled"
+    line = next(line for line in request_lines(caplog) if line["cancelled"])
+    result = slow_server.worker.last_result
+    assert line["prompt_tokens"] == result.stats.prompt_tokens > 0 and line["cached_tokens"] is not None
+    assert line["completion_tokens"] == len(result.tokens) and line["status"] == (200 if stream else 499)
 
 
 # --- Codex's tools, offline ---------------------------------------------------------------

@@ -37,7 +37,7 @@ class RequestRecord:
     ttft_s: float | None = None
     cancelled: bool = False
     error: str | None = None
-    streaming: bool = False  # the line is written when the stream ends, not when the handler returns
+    log_later: bool = False  # written when the stream ends or a cancelled generation stops, not by the handler
     started: float = field(default_factory=time.perf_counter)
 
     def observe(self, result) -> None:

@@ -33,6 +33,7 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 BODY_TIMEOUT_S = 60.0  # a body announced but never sent does not hold a connection forever
 _POLL_S = 0.1  # how often a waiting handler checks that its client is still there
 KEEPALIVE_S = 10.0  # a stream sends its protocol's keep-alive after this long with nothing sent
+CANCEL_LOG_WAIT_S = 30.0  # a cancelled request's log line waits this long for its generation's counts
 _WAITING = object()  # _next's answer when nothing came within its wait
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -87,6 +88,7 @@ class ServerState:
         reasoning = getattr(model, "reasoning", None)  # its ChatReasoning, read once (a stand-in may have none)
         self._reads_enable = getattr(getattr(reasoning, "format", None), "reads_enable_thinking", False) is True
         self.worker.metrics = self.metrics = Metrics(model, worker)
+        self._lines_waiting: set[asyncio.Task] = set()  # cancelled requests' log lines (_log_once_stopped)
 
     @property
     def supports_tools(self) -> bool:
@@ -183,7 +185,7 @@ class ServerState:
             log_request(record)
             raise
         record.status = response.status_code
-        if not record.streaming:
+        if not record.log_later:
             log_request(record)
         return response
 
@@ -223,20 +225,36 @@ class ServerState:
         job = Job(start, asyncio.get_running_loop(), logprobs=options.get("logprobs"))
         self.worker.submit(job)
         first = await _next(job, http, KEEPALIVE_S if request.stream else None)
-        if first is None:  # the client left while the request waited
-            self.worker.withdraw(job)
+        if first is None:  # the client left while the request waited or started
             record.cancelled = True
+            if not self.worker.withdraw(job):
+                self._log_once_stopped(job, record)
             return Response(status_code=499)
         if first is not _WAITING:
             _raise_for_start(first, request)
         if request.stream:
-            record.streaming = True
+            record.log_later = True
             return StreamingResponse(
                 self._sse(http, job, shape, request, record),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        return await _whole(http, job, shape, record)
+        response = await _whole(http, job, shape, record)
+        if record.cancelled:
+            self._log_once_stopped(job, record)
+        return response
+
+    def _log_once_stopped(self, job: Job, record: RequestRecord) -> None:
+        """A cancelled request's log line, written once its generation has stopped (within one
+        round, at most ``CANCEL_LOG_WAIT_S``), so that it says how long the prompt was and how
+        much of it was cached; at once when the job had already ended."""
+        record.log_later = True
+        if job.finished:
+            log_request(record)
+            return
+        task = asyncio.get_running_loop().create_task(_log_when_done(job, record))
+        self._lines_waiting.add(task)
+        task.add_done_callback(self._lines_waiting.discard)
 
     async def _sse(self, http: Request, job: Job, shape, request: GenerationRequest, record) -> AsyncIterator[str]:
         try:
@@ -252,7 +270,7 @@ class ServerState:
         finally:
             job.cancel()  # the client left mid-stream (or the stream ended): stop within one round
             record.cancelled = record.cancelled or not job.finished
-            log_request(record)
+            self._log_once_stopped(job, record)
 
 
 def _record(http: Request) -> RequestRecord:
@@ -349,6 +367,22 @@ async def _read(request: Request, limit: int) -> bytes:
             raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _log_when_done(job: Job, record: RequestRecord) -> None:
+    async def take_counts() -> None:
+        while True:
+            kind, value = await job.events.get()
+            if kind == "done":
+                record.observe(value)
+            if kind in ("done", "error", "skipped"):
+                return
+
+    try:
+        await asyncio.wait_for(take_counts(), CANCEL_LOG_WAIT_S)
+    except asyncio.TimeoutError:
+        pass
+    log_request(record)
 
 
 async def _next(job: Job, request: Request, wait_s: float | None = None):

@@ -136,15 +136,17 @@ class ModelWorker:
         with self._admit_lock:
             self._admitted -= 1
 
-    def withdraw(self, job: Job) -> None:
-        """Take a job whose client left out of the queue at once (its place is free)."""
+    def withdraw(self, job: Job) -> bool:
+        """Take a job whose client left out of the queue at once (its place is free); False
+        when it is running or done already."""
         with self._jobs.mutex:
             try:
                 self._jobs.queue.remove(job)
             except ValueError:
-                return  # running or done already
+                return False
         self._release()
         self.skipped += 1
+        return True
 
     def cancel_all(self) -> None:
         """Cancel the running jobs (each ends after its current round) and every waiting one."""
