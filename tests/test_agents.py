@@ -78,6 +78,11 @@ def served(tmp_path_factory, real_pair_paths):
 
 def _check(served: ServeProcess, run, seen_before: int) -> None:
     mine = served.requests()[seen_before:]
+    for r in mine:  # the session as the server saw it (shown with -s; the note's figures)
+        print(
+            f"{r['path']} {r['status']} prompt {r['prompt_tokens']} cached {r['cached_tokens']} "
+            f"gen {r['completion_tokens']} ttft {r['ttft_s']} {r['duration_s']}s cancelled {r['cancelled']}"
+        )
     refused = [r for r in mine if not 200 <= int(r.get("status", 0)) < 300]
     assert mine, "the agent sent no request:\n" + run.output[-3000:]
     assert refused == [], f"requests answered non-2xx: {refused}\nagent output:\n{run.output[-3000:]}"
