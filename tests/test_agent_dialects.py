@@ -279,6 +279,13 @@ def test_namespace_custom_and_shell_calls_come_back_as_codex_routes_them():
     assert item["type"] == "local_shell_call" and item["action"] == {"type": "exec", "command": ["ls"]}
 
 
+def test_codex_s_output_that_answers_no_call_is_a_tool_message_with_its_name():
+    request, _ = translated(AGENTS / "codex-0.171.0-create-goal-02-responses.json")
+    call, goal = request.messages[-2:]
+    assert call["role"] == goal["role"] == "tool" and call["tool_call_id"] == "call_stub01"
+    assert goal == {"role": "tool", "content": "create hello.py", "name": "goal_objective"}
+
+
 def test_replayed_custom_calls_render_as_the_model_wrote_them():
     request, _ = translated(AGENTS / "codex-0.171.0-gpt-5.5-02-responses.json")
     call = next(m for m in request.messages if m.get("tool_calls"))["tool_calls"][0]

@@ -4,7 +4,8 @@ docs/agents/ gives.  Every request must be answered 2xx (the server's per-reques
 says); the file must be on disk and the agent must exit 0.
 
 An agent's first prompt is 6-12 k tokens: minutes of prompt reading on 2 CPU cores, so
-these run under the ``agents`` marker (``.ci/run`` runs Claude Code and Codex)."""
+these run under the ``agents`` marker (``pytest -m agents``; not in ``.ci/run``: the default
+pair's answers decide them, see docs/agents/)."""
 
 from __future__ import annotations
 

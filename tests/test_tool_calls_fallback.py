@@ -13,6 +13,7 @@ import pytest
 from localspec.api import SpeculativeModel
 from localspec.decoding.grammar import Constraint
 from localspec.decoding.tool_calls import ToolFormat, check_tools, split_tool_calls, tool_request, visible_content
+from localspec.decoding.tool_fallback import undecided_from
 from localspec.errors import InvalidOptionError
 from localspec.llama.grammar_vocab import grammar_tokenizer
 
@@ -26,6 +27,10 @@ CITY = {
     "additionalProperties": False,
 }
 DOTTED = "telemetry.flowrules.interfaceInfo.get"
+WRAPPED = (
+    '<tools>\n{"type": "function", "function": {"name": "write", "parameters": '
+    '{"content": "print(\'hello\')", "filePath": "hello.py"}}}\n</tools>'
+)
 
 
 def _calls(text: str, fmt: ToolFormat = HERMES, names=None) -> tuple[str, list]:
@@ -46,6 +51,9 @@ def _tools(*names: str, parameters: dict = CITY) -> list[dict]:
         FENCED.replace('"arguments"', '"parameters"'),
         '```json\n{\n  "name": "write",\n  "arguments": {\n    "content": "print(\'hello\')",\n'
         '    "filePath": "hello.py"\n  }\n}\n```',  # indented, as the 1.5B writes it
+        WRAPPED,  # the template's tool listing copied, arguments as "parameters" (Codex's session)
+        WRAPPED.removesuffix("\n</tools>"),  # the grammar ends the answer before the close
+        WRAPPED.replace("tools>", "function_call>"),
     ],
 )
 def test_a_fenced_or_bare_call_to_a_declared_tool_is_a_call(text):
@@ -69,6 +77,8 @@ def test_prose_before_and_after_stays_content_and_two_calls_are_two():
         FENCED.replace("}}\n", "}\n"),  # not valid JSON
         '{"name": "write", "description": "Write a file", "parameters": {"type": "object"}}',  # a schema's copy
         '{"name": "write", "arguments": "not json"}',
+        '<tools>\n{"type": "function", "function": {"name": "write", "description": "Write a file", '
+        '"parameters": {"type": "object"}}}\n</tools>',  # the tool listing itself, copied
         "Call write with the content.",
     ],
 )
@@ -107,7 +117,7 @@ def test_tool_request_carries_the_declared_names_and_a_text_trigger():
     assert request.trigger.token == 0
     assert request.trigger.pattern.search(b'Ok.\n```json\n{"name": "' + DOTTED.encode() + b'"')
     assert not request.trigger.pattern.search(b'x {"name": "' + DOTTED.encode() + b'"')  # not at a line's start
-    assert not request.trigger.pattern.search(b'{"name": "other"')
+    assert request.trigger.pattern.search(b'{"name"')  # before the name: the grammar then holds it
     required = tool_request({"tools": _tools("b"), "tool_choice": "required"}, lambda: HERMES, "m")
     assert required.trigger is None
 
@@ -153,10 +163,40 @@ def test_the_grammar_wakes_at_a_fenced_calls_opening_and_a_dotted_name_goes_thro
     seen = _walk(synth, _tools(DOTTED, "other"), text)
     assert seen["refused"] == []
     assert seen["cut_at"] == seen["woke_at"]  # the draft stops before the token that completes the opening
-    assert seen["prefix"].endswith(f'"{DOTTED}"')
-    assert not seen["quote_allowed_now"]  # from there on the mask applies: a comma must come
+    assert seen["prefix"].endswith('"name"')
+    assert not seen["quote_allowed_now"]  # from there on the mask applies: a colon must come
     assert seen["accepting"]
     assert _calls(text, names=[DOTTED]) == ("Sure.", [(DOTTED, {"city": "Paris"})])
+
+
+def test_the_grammar_wakes_in_a_wrapped_call_inside_a_tag_and_closes_both_objects(synth):
+    text = '<tools>\n{"type": "function", "function": {"name": "write", "parameters": {"city": "Paris"}}}\n</tools>'
+    seen = _walk(synth, _tools("write"), text)
+    assert seen["refused"] == [] and seen["accepting"]
+    assert seen["prefix"].endswith('"name"')
+    cut = text.index("}}}") + 2  # the inner object closed, the wrapping not yet
+    assert not _walk(synth, _tools("write"), text[:cut])["accepting"]
+    assert _calls(text) == ("", [("write", {"city": "Paris"})])
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        ("Sure.\n<to", "<to"),
+        ("Sure.\n<tools>\n", "<tools>\n"),
+        (
+            'Sure.\n<tools>\n{"type": "function", "function": {"name": "wri',
+            '<tools>\n{"type": "function", "function": {"name": "wri',
+        ),
+        ('Sure.\n```json\n{\n  "na', '```json\n{\n  "na'),
+        ('Ok.\n```json\n{\n  "name": "create', '```json\n{\n  "name": "create'),  # Codex's, before the name is whole
+        ("Sure.\n<b>bold</b>", ""),
+        ('Sure.\n{"x": 1}', ""),
+        ("Sure, <tools> is a tag.", ""),
+    ],
+)
+def test_a_stream_holds_back_what_may_open_a_call(text, held):
+    assert text[undecided_from(text, NAMES) :] == held
 
 
 def test_an_argument_off_the_schema_is_refused_once_awake(synth):
@@ -164,10 +204,17 @@ def test_an_argument_off_the_schema_is_refused_once_awake(synth):
     assert seen["woke_at"] is not None and seen["refused"]
 
 
-def test_prose_and_undeclared_names_do_not_wake_it(synth):
-    text = 'Use {"name": "write"} inline, or\n{"name": "delete", "arguments": {}}'
-    seen = _walk(synth, _tools("write"), text)
+def test_prose_does_not_wake_it(synth):
+    seen = _walk(synth, _tools("write"), 'Use {"name": "write"} inline, or {"name": "x"} too.')
     assert seen["woke_at"] is None and seen["cut_at"] is None and seen["accepting"]
+
+
+def test_a_call_opened_at_a_line_s_start_may_name_only_a_declared_tool(synth):
+    # the 1.5B under Codex's prompt wrote {"name": "create_hello.py", ...}: awake from the
+    # "name" key on, the grammar holds the name to the declared tools
+    seen = _walk(synth, _tools("write", "read"), 'Ok.\n```json\n{"name": "create_hello.py", "arguments": {}}')
+    assert seen["prefix"].endswith('"name"') and seen["refused"]
+    assert seen["refused"] == ["c"]  # '"' was allowed (write, read), "c" of "create" is not
 
 
 def test_names_the_grammar_must_quote_compile(synth):

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from localspec.decoding.grammar import LazyTrigger, json_schema_grammar
-from localspec.decoding.tool_fallback import fallback_calls, fallback_rules, opening, text_around, trigger_pattern
+from localspec.decoding.tool_fallback import fallback_calls, fallback_rules, opening, text_around, wake_pattern
 from localspec.errors import InvalidOptionError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -153,11 +153,11 @@ def tool_request(options: dict, get_format, model_name: str) -> ToolRequest | No
 
 
 def _trigger(fmt: ToolFormat) -> LazyTrigger | None:
-    """Under "auto": Hermes wakes on ``<tool_call>`` or a fallback call's opening; Llama 3.x's
+    """Under "auto": Hermes wakes on ``<tool_call>`` or where a fallback call may open; Llama 3.x's
     grammar is active from the first token."""
     if fmt.lazy_trigger is None:
         return None
-    return LazyTrigger(token=fmt.lazy_trigger, pattern=trigger_pattern(fmt.tools) if fmt.tools else None)
+    return LazyTrigger(token=fmt.lazy_trigger, pattern=wake_pattern() if fmt.tools else None)
 
 
 def _check_parameters(index: int, function: dict) -> None:

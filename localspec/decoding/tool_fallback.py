@@ -1,16 +1,21 @@
 """Tool calls the way small models write them besides their template's own form: a JSON
-object ``{"name": <a declared tool>, "arguments": {...}}`` (or ``"parameters"``), fenced
-(```` ```json ```` or ```` ``` ````) or bare, in the answer's text.
+object ``{"name": <a declared tool>, "arguments": {...}}`` (or ``"parameters"``), or that
+object wrapped as the template lists tools (``{"type": "function", "function": {...}}``),
+fenced (```` ```json ```` or ```` ``` ````) or bare, maybe inside a tag line such as
+``<tools>`` (llama.cpp's Hermes parser accepts the same tags), in the answer's text.
 
 A 1.5B Qwen2.5-Coder under tool_choice "auto" often writes the right call this way instead
-of ``<tool_call>`` (design.md section 14).  Three pieces:
+of ``<tool_call>`` (design.md section 14).  Four pieces:
 
 - :func:`fallback_calls` finds such calls in a finished answer; an object whose name is not
   a declared tool, with other keys (a copy of a tool's schema has ``description``) or that
   is not valid JSON stays text;
-- :func:`trigger_pattern` is the opening of one (a line that starts ```` ```json ```` then
-  ``{"name": "NAME"`` or ``{"name": "NAME"`` itself, NAME declared), which wakes the lazy
-  call grammar (:class:`~localspec.decoding.grammar.LazyTrigger`);
+- :func:`wake_pattern` is where one may open (a line that starts ```` ```json ```` or a tag,
+  then ``{"name"``, or ``{"name"`` itself, wrapped or not), which wakes the lazy call
+  grammar (:class:`~localspec.decoding.grammar.LazyTrigger`) before the name, as llama.cpp's
+  Hermes trigger does: the name is then one of the declared tools;
+- :func:`trigger_pattern` is the opening of a call to a declared NAME (``{"name": "NAME"``),
+  where a text's content ends;
 - :func:`fallback_rules` is that grammar's text part (llguidance Lark): from the opening on,
   the call's arguments follow the tool's schema and the object and fence are closed.
 """
@@ -21,12 +26,23 @@ import json
 import re
 from collections.abc import Iterable
 
+import regex
+
 ARGUMENT_KEYS = ("arguments", "parameters")
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)\n?[ \t]*```", re.S)
-_OBJECT = re.compile(r'\{\s*"name"\s*:')
-# where a fallback call opens: at a line's start, an optional fence line, then the object's
-# head up to the closing quote of a declared name (group "start": the fence or the brace)
-_OPENING = r'(?:^|\n)[ \t]*(?P<start>(?:```[A-Za-z]*[ \t]*\n[ \t]*)?\{[ \t\n]*"name"[ \t\n]*:[ \t\n]*"(?:%s)")'
+_TAG = "<(?P<tag>tools?|function_call|json|response)>"
+_WRAP = r'"type"[ \t\n]*:[ \t\n]*"function"[ \t\n]*,[ \t\n]*"function"[ \t\n]*:[ \t\n]*\{[ \t\n]*'
+_OBJECT = re.compile(r"\{\s*(?:" + _WRAP + r')?"name"\s*:')
+# where a fallback call opens: at a line's start, an optional tag line and fence line, then
+# the object's head up to its "name" key (_HEAD) or the closing quote of a declared name
+# (_OPENING); group "start" is the first of them
+_HEAD = (
+    r"(?:^|\n)[ \t]*(?P<start>(?:" + _TAG + r"[ \t]*\n[ \t]*)?(?:```[A-Za-z]*[ \t]*\n[ \t]*)?"
+    r"\{[ \t\n]*(?:" + _WRAP + r')?"name"'
+)
+_OPENING = _HEAD + r'[ \t\n]*:[ \t\n]*"(?:%s)")'
+_WAKE = re.compile((_HEAD + ")").encode())
+_MAY_OPEN = regex.compile(_HEAD + ")")
 
 
 def fallback_calls(text: str, names: Iterable[str]) -> list[tuple[int, int, list[dict]]]:
@@ -50,7 +66,17 @@ def fallback_calls(text: str, names: Iterable[str]) -> list[tuple[int, int, list
         call = _call(body, names)
         if call is not None:
             found.append((m.start(), end, [call]))
-    return sorted(found, key=lambda f: f[0])
+    return sorted((_with_tags(text, start, end) + (calls,) for start, end, calls in found), key=lambda f: f[0])
+
+
+def _with_tags(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span ``start:end`` widened over a tag line just before it (``<tools>``) and
+    that tag's close just after it."""
+    before = re.search(_TAG + r"[ \t]*\n?[ \t]*\Z", text[:start])
+    if before is None:
+        return start, end
+    after = re.match(r"[ \t]*\n?[ \t]*</" + before.group("tag") + ">", text[end:])
+    return before.start(), end + (after.end() if after else 0)
 
 
 def text_around(text: str, spans: list[tuple[int, int, list[dict]]]) -> str:
@@ -75,6 +101,8 @@ def _calls_in(body_text: str, names: set[str]) -> list[dict]:
 
 def _call(body, names: set[str]) -> dict | None:
     """``{"name", "arguments": dict}`` from a fallback object, else None."""
+    if isinstance(body, dict) and body.keys() == {"type", "function"} and body["type"] == "function":
+        body = body["function"]  # the wrapping of the template's tool listing
     if not isinstance(body, dict) or body.get("name") not in names or len(body) != 2:
         return None
     key = next((k for k in ARGUMENT_KEYS if k in body), None)
@@ -99,6 +127,14 @@ def trigger_pattern(names: Iterable[str]) -> re.Pattern[bytes]:
     return re.compile((_OPENING % alternatives).encode())
 
 
+def wake_pattern() -> re.Pattern[bytes]:
+    """Where a fallback call may open (up to its ``"name"`` key), over the answer's UTF-8
+    bytes; group ``start`` is where the call's text (and its grammar) begins.  The token
+    that completes it is the model's own; from the next one on the grammar holds the name
+    to the declared tools and the arguments to the named tool's schema."""
+    return _WAKE
+
+
 def opening(text: str, names: Iterable[str]) -> int:
     """Where the first fallback-call opening of ``text`` starts (-1: none)."""
     m = trigger_pattern(names).search(text.encode())
@@ -115,11 +151,13 @@ def fallback_rules(schemas: dict[str, dict]) -> str:
     # the model's own layout (small models indent these objects), with bounded whitespace
     layout = {"whitespace_flexible": True, "whitespace_pattern": "[ \\t\\n]{0,24}"}
     lines = [
-        "fallback: LEAD? (FENCE fb_call FENCE_END | fb_call)",
+        "fallback: LEAD? (FENCE fb_call FENCE_END | fb_call) TAG_END?",
         "LEAD: /[^`{]+/",
         "FENCE: /```[A-Za-z]*[ \\t]*\\n[ \\t]*/",
         "FENCE_END: /[ \\t\\n]{0,8}```\\n?/",
         'FB_HEAD: /\\{[ \\t\\n]*"name"[ \\t\\n]*:[ \\t\\n]*/',
+        "FB_WRAP: /\\{[ \\t\\n]*" + _WRAP + '"name"[ \\t\\n]*:[ \\t\\n]*/',
+        "TAG_END: /[ \\t\\n]{0,8}<\\/(tools?|function_call|json|response)>\\n?/",
         'FB_SEP: /,[ \\t\\n]{0,16}"(arguments|parameters)"[ \\t\\n]{0,4}:[ \\t]{0,4}/',
         "FB_CLOSE: /[ \\t\\n]{0,16}\\}/",
         "fb_call: " + " | ".join(f"fb_{i}" for i in range(len(schemas))),
@@ -127,7 +165,8 @@ def fallback_rules(schemas: dict[str, dict]) -> str:
     for i, (name, schema) in enumerate(schemas.items()):
         args = {**(schema or {"type": "object"}), "x-guidance": layout}
         lines += [
-            f"fb_{i}: FB_HEAD fb_name_{i} FB_SEP fb_args_{i} FB_CLOSE",
+            f"fb_{i}: FB_HEAD fb_body_{i} | FB_WRAP fb_body_{i} FB_CLOSE",
+            f"fb_body_{i}: fb_name_{i} FB_SEP fb_args_{i} FB_CLOSE",
             f"fb_name_{i}: %json {json.dumps({'const': name})}",
             f"fb_args_{i}: %json {json.dumps(args)}",
         ]
@@ -136,20 +175,16 @@ def fallback_rules(schemas: dict[str, dict]) -> str:
 
 def undecided_from(text: str, names: Iterable[str]) -> int:
     """Where the part of a streamed ``text`` begins that may still turn out to be a fallback
-    call to one of ``names`` (``len(text)``: none), for a stream to hold back: an opened call
-    not closed yet, or a last line that may open one (it starts with ```` ``` ```` or ``{``,
-    or it is empty after a fence line)."""
-    names = tuple(names)
-    pattern = re.compile(trigger_pattern(names).pattern.decode())
+    call to one of ``names`` (``len(text)``: none), for a stream to hold back: a call opened
+    (at its ``"name"`` key, where the grammar wakes) and not closed yet, or the start of the
+    last line when what follows may still become such an opening (``regex``'s partial match:
+    a fence, a tag such as ``<tools>``, ``{``, ``{"na``)."""
     closed = {start: end for start, end, _ in fallback_calls(text, names)}
     at = 0
-    while (m := pattern.search(text, at)) is not None:
+    while (m := _MAY_OPEN.search(text, at, partial=True)) is not None:
+        if m.partial:
+            return m.start() + 1 if text[m.start() : m.start() + 1] == "\n" else m.start()
         if m.start("start") not in closed:
             return m.start("start")
         at = closed[m.start("start")]
-    line = text.rfind("\n") + 1
-    last = text[line:].lstrip(" \t")
-    before = text.rfind("\n", 0, max(line - 1, 0)) + 1
-    if line and last[:1] in ("", "{") and text[before : line - 1].strip().startswith("```"):
-        return before  # a fence line, then the object's start (or nothing yet)
-    return line if last.startswith(("`", "{")) else len(text)
+    return len(text)

@@ -60,10 +60,8 @@ from localspec.server.errors import APIError, FieldPath, RequestError, dotted, f
 from localspec.server.openai_shapes import timings
 from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
 from localspec.server.reasoning_fields import (
-    REASONING,
     ReasoningKeys,
     anthropic_reasoning,
-    channel_runs,
     checked_thinking,
 )
 from localspec.server.request import GenerationRequest, Sampling, prompt_tokens
@@ -395,13 +393,6 @@ class MessagesShape(StreamedTextAndCalls):
     def stream_error(self, message: str = "internal server error") -> list[str]:
         error = {"type": "error", "error": {"type": "api_error", "message": message}}
         return [sse.event("error", error)]
-
-    def stream_events(self, events: list) -> list[str]:
-        """The thinking in a ``thinking`` block, the answer's text and calls in theirs."""
-        out = []
-        for kind, run in channel_runs(events):
-            out += self._thinking(run) if kind == REASONING else super().stream_events(run)
-        return out
 
     def _thinking(self, text: str) -> list[str]:
         opened = self.open == "thinking"

@@ -165,6 +165,18 @@ def _call(item: Item, at: FieldPath, tools: Toolset) -> dict:
     return {"id": item.call_id, "type": "function", "function": function}
 
 
+def _output(item: Item, at: FieldPath) -> dict:
+    """A call's output item as a ``tool`` message.  Codex also sends outputs that answer no
+    call (no ``call_id``; ``name: "goal_objective"``, its own goal text): those keep their
+    name instead of an id."""
+    _need(item, at, "output")
+    message = {"role": "tool", "content": _text(item.output, at + ("output",))}
+    if item.call_id is None and item.name is not None:
+        return {**message, "name": item.name}
+    _need(item, at, "call_id")
+    return {**message, "tool_call_id": item.call_id}
+
+
 def messages_from(
     items: str | list[Item], tools: Toolset | None = None, keys: ReasoningKeys | None = None
 ) -> list[dict]:
@@ -195,8 +207,7 @@ def messages_from(
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif item.type in _OUTPUTS:
-            _need(item, at, "call_id", "output")
-            out.append({"role": "tool", "tool_call_id": item.call_id, "content": _text(item.output, at + ("output",))})
+            out.append(_output(item, at))
         elif item.type not in _DROPPED:
             message = f"{dotted(at)}: input items of type {item.type!r} are not supported"
             raise RequestError(message, at + ("type",))

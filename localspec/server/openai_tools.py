@@ -17,6 +17,7 @@ import uuid
 
 from localspec.decoding.tool_calls import ToolFormat
 from localspec.decoding.tool_fallback import fallback_calls, undecided_from
+from localspec.server.reasoning_fields import REASONING, channel_runs
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _HEADER = re.compile(r'\s*\{"name": "((?:[^"\\]|\\.)*)", "arguments": ')
@@ -160,14 +161,22 @@ class StreamedTextAndCalls:
     """For a protocol's answer shape that streams text and tool calls as its own events:
     subclasses set ``tool_stream`` (a reader from :func:`tool_call_stream`, or None),
     keep ``sent`` (the text streamed so far) and ``calls`` (calls opened so far), and give
-    ``_text(str)`` and ``_call(delta)``, each a list of encoded events."""
+    ``_thinking(str)``, ``_text(str)`` and ``_call(delta)``, each a list of encoded events."""
 
     tool_stream: ToolCallStream | JsonCallStream | None = None
     sent: str = ""
     calls: int = 0
 
     def stream_events(self, events: list) -> list[str]:
-        """The events for a batch of ``(event, stats)`` pairs from the generation."""
+        """The events for a batch of ``(event, stats)`` pairs from the generation: the
+        thinking through ``_thinking(str)``, the answer's text and calls through ``_text`` and
+        ``_call``."""
+        out = []
+        for kind, run in channel_runs(events):
+            out += self._thinking(run) if kind == REASONING else self._answer_events(run)
+        return out
+
+    def _answer_events(self, events: list) -> list[str]:
         text = "".join(e.text for e, _ in events)
         content, calls = self.tool_stream.feed(text) if self.tool_stream is not None else (text, [])
         out = self._text(content)

@@ -21,6 +21,11 @@ from localspec.server.errors import FieldPath, RequestError, dotted, path_of
 NO_FIM = "{} has no fill-in-the-middle tokens (suffix and /infill need a model trained for FIM, e.g. Qwen2.5-Coder)"
 
 
+def given(**options) -> dict:
+    """``options`` without those that are None (not set by the client)."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
 @dataclass(frozen=True)
 class Sampling:
     """Sampling options a request sets (None: the server's default)."""
@@ -71,13 +76,12 @@ class Reasoning:
 
     def options(self) -> dict:
         """The :meth:`SpeculativeModel.chat` options set (``reasoning_budget``, ...)."""
-        pairs = (
-            ("reasoning_budget", self.budget),
-            ("enable_thinking", self.enable_thinking),
-            ("reasoning_format", self.reasoning_format),
-            ("chat_template_kwargs", self.template_kwargs),
+        return given(
+            reasoning_budget=self.budget,
+            enable_thinking=self.enable_thinking,
+            reasoning_format=self.reasoning_format,
+            chat_template_kwargs=self.template_kwargs,
         )
-        return {name: value for name, value in pairs if value is not None}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from localspec.decoding.stats import GenerationResult
 from localspec.server import sse
 from localspec.server.openai_shapes import timings
 from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
-from localspec.server.reasoning_fields import REASONING, ReasoningKeys, channel_runs, reasoning_item, reasoning_tokens
+from localspec.server.reasoning_fields import ReasoningKeys, reasoning_item, reasoning_tokens
 from localspec.server.responses_tools import Toolset, output_item
 
 
@@ -133,13 +133,6 @@ class ResponseShape(StreamedTextAndCalls):
     def _open_message(self) -> list[str]:
         out = self._add(_message_item("", "in_progress"))
         return out + [self._event("response.content_part.added", **self._at(), content_index=0, part=_part())]
-
-    def stream_events(self, events: list) -> list[str]:
-        """The thinking in a reasoning item, the answer's text and calls in theirs."""
-        out = []
-        for kind, run in channel_runs(events):
-            out += self._thinking(run) if kind == REASONING else super().stream_events(run)
-        return out
 
     def _thinking(self, text: str) -> list[str]:
         opened = self.open is not None and self.open["type"] == "reasoning"

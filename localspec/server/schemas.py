@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from localspec.server.request import Speculative
+from localspec.server.request import Speculative, given
 
 
 def _refused(*fields: str, why: str):
@@ -151,13 +151,7 @@ class SpeculativeOptions(BaseModel):
 
     def as_options(self) -> dict:
         """The library's option names: draft_max, draft_min, p_min, strategy (those set)."""
-        pairs = (
-            ("draft_max", self.n_max),
-            ("draft_min", self.n_min),
-            ("p_min", self.p_min),
-            ("strategy", self.strategy),
-        )
-        return {ours: theirs for ours, theirs in pairs if theirs is not None}
+        return given(draft_max=self.n_max, draft_min=self.n_min, p_min=self.p_min, strategy=self.strategy)
 
     @staticmethod
     def of(options: SpeculativeOptions | None, prediction: str | None = None) -> Speculative:
