@@ -34,15 +34,45 @@ def test_a_child_killed_by_sigill_is_a_result_not_a_crash():
     assert not result.ok and result.crash_signal == "SIGILL"
 
 
-def test_the_real_probe_child_decodes_a_q4_k_m_model_here_or_dies_of_the_amx_crash():
-    """The probe decodes, except on a CPU with AMX and a build with llama.cpp's AMX
-    kernels, where SIGILL is the very crash it is there to catch (machine B of the
-    design notes; the Xeon this was last run on)."""
+def test_the_real_probe_child_decodes_here_or_crashes_and_the_fallback_decodes(tmp_path, no_env_force, monkeypatch):
+    """The probe decodes, except on a CPU with AMX and a build with llama.cpp's AMX kernels,
+    where a crash is what it is there to catch: SIGILL on machine B of the design notes,
+    SIGSEGV on the Xeon of 2026-12-07.  After a crash, an engine that asks the decision
+    loads its weights without AMX and decodes the same Q4_K_M model."""
+    from localspec.llama.amx_child import write_probe_model
+
     result = amx_probe.run_probe()
-    if machine.cpu_has_amx() and backend.amx_in_build():
-        assert result.ok or result.crash_signal == "SIGILL", result.detail
-    else:
+    if not (machine.cpu_has_amx() and backend.amx_in_build()):
         assert result.ok, result.detail
+        return
+    assert result.ok or result.crash_signal in amx_probe.CRASH_SIGNALS, result.detail
+    decision = amx_probe.decide(True, tmp_path / "probe.json", lambda: result)
+    assert decision.avoid_amx == (not result.ok) and decision.source == "probe"
+    if result.ok:
+        return
+    assert "crash on this machine" in decision.status and result.crash_signal in decision.status
+    monkeypatch.setattr(amx_probe, "amx_decision", lambda: decision)
+    model = write_probe_model(tmp_path)
+    engine = Engine(model, EngineConfig(n_ctx=256, n_gpu_layers=0, n_threads=2, cpu_buffers="auto"))
+    try:
+        assert engine.cpu_buffers.startswith("without AMX")
+        logits = engine.decode([3 + (i * 7) % 300 for i in range(64)], [63])[0]
+        assert np.isfinite(logits).all()
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("signal_name", ["SIGILL", "SIGSEGV", "SIGBUS"])
+def test_each_crash_signal_of_the_amx_kernels_turns_amx_off(tmp_path, no_env_force, signal_name):
+    child = [sys.executable, "-c", f"import os, signal; os.kill(os.getpid(), signal.{signal_name})"]
+    decision = amx_probe.decide(True, tmp_path / "probe.json", lambda: amx_probe.run_probe(child))
+    assert decision.avoid_amx and f"crash on this machine (probe child killed by {signal_name})" in decision.status
+
+
+def test_a_child_killed_for_another_reason_avoids_amx_without_blaming_it(tmp_path, no_env_force):
+    child = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    decision = amx_probe.decide(True, tmp_path / "probe.json", lambda: amx_probe.run_probe(child))
+    assert decision.avoid_amx and "the probe failed (killed by SIGTERM)" in decision.status
 
 
 def test_a_failing_child_is_reported_with_its_last_line():

@@ -15,14 +15,23 @@ from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.synthetic import write_model
 
 
+def write_probe_model(folder: Path) -> Path | None:
+    """A tiny random model quantized to Q4_K_M by llama.cpp itself (the tensor types whose
+    AMX kernels crash), written in ``folder``; None when llama.cpp cannot quantize it."""
+    f32 = write_model(folder / "f32.gguf", seed=0, n_embd=256, n_ff=512)
+    q4k = folder / "q4_k_m.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    if llama_cpp.llama_model_quantize(str(f32).encode(), str(q4k).encode(), params) != 0:
+        return None
+    return q4k
+
+
 def probe_child() -> int:
     """The probe itself: quantize a tiny model to Q4_K_M, load it with AMX allowed, decode."""
     with tempfile.TemporaryDirectory(prefix="localspec-amx-probe-") as tmp:
-        f32 = write_model(Path(tmp) / "f32.gguf", seed=0, n_embd=256, n_ff=512)
-        q4k = Path(tmp) / "q4_k_m.gguf"
-        params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
-        if llama_cpp.llama_model_quantize(str(f32).encode(), str(q4k).encode(), params) != 0:
+        q4k = write_probe_model(Path(tmp))
+        if q4k is None:
             print("llama_model_quantize failed", file=sys.stderr)
             return 3
         engine = Engine(q4k, EngineConfig(n_ctx=256, n_gpu_layers=0, n_threads=2, cpu_buffers="default"))

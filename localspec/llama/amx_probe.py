@@ -36,6 +36,11 @@ from localspec.llama import backend
 ENV_NO_AMX = "LOCALSPEC_NO_AMX"
 PROBE_TIMEOUT_S = 180.0
 OK_LINE = "localspec-amx-probe: ok"
+# How llama.cpp's AMX kernels have been seen to kill the child: SIGILL (``tilezero`` on a CPU
+# whose hypervisor hides the tile state), SIGSEGV / SIGBUS (tile configuration faults), SIGFPE
+# and SIGABRT (a GGML_ASSERT).  Another signal (SIGKILL from the OOM killer, SIGTERM) says
+# nothing about AMX; it still avoids AMX to be safe, but is reported as a failed probe.
+CRASH_SIGNALS = frozenset({"SIGILL", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGABRT"})
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,7 @@ def amx_decision() -> AmxDecision:
 def _status(result: ProbeResult) -> str:
     if result.ok:
         return "in use (the probe decoded with it)"
-    if result.crash_signal:
+    if result.crash_signal in CRASH_SIGNALS:
         return f"off: llama.cpp's AMX kernels crash on this machine (probe child killed by {result.crash_signal})"
     return f"off: the probe failed ({result.detail}); AMX avoided to be safe"
 
