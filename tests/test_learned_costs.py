@@ -4,11 +4,15 @@ carried over, doctor's listing and --recalibrate; and plain decoding where nothi
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
 
 import pytest
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.calibration import CostAverage
+from localspec.decoding.calibration import CostAverage, implausible_costs, stored_c1_holds
 from localspec.decoding.drafters import Draft, Drafter
 from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.policy import AdaptivePolicy
@@ -56,6 +60,47 @@ def test_a_second_load_with_the_same_key_measures_nothing_and_has_the_first_load
     with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as second:
         assert _costs(second) == measured  # JSON keeps floats exactly
         second.generate("a b c", max_tokens=4, temperature=0.0)  # runs on the loaded costs
+
+
+@contextmanager
+def _every_core_busy():
+    """Other processes spinning on every core, as while a user builds something."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        yield
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+
+
+def test_a_second_load_on_a_busy_machine_keeps_the_stored_costs(target_gguf, count_measures):
+    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512):
+        pass
+    stored = MachineStore().entries()[0]["record"]["costs"]["verify"]
+    assert len(count_measures) == 1 and implausible_costs(stored, None) is None  # no stall written down
+    with _every_core_busy():
+        for _ in range(3):
+            with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as model:
+                model.generate("a b c", max_tokens=4, temperature=0.0)
+    assert len(count_measures) == 1
+
+
+@pytest.mark.parametrize(
+    ("stored_ms", "now_ms", "holds"),
+    [
+        (30.0, 30.0, True),
+        (30.0, 95.0, True),  # slower now: busy now, the stored costs stay
+        (30.0, 55.0, True),
+        (55.0, 30.0, True),  # within STORED_C1_DRIFT
+        (95.0, 30.0, False),  # faster now: the store was written on a busy machine
+        (1.1, 0.2, True),  # within a clock's noise
+        (30.0, None, True),  # no reading now
+    ],
+)
+def test_only_a_machine_clearly_faster_than_its_store_measures_again(stored_ms, now_ms, holds):
+    now_s = None if now_ms is None else now_ms / 1000
+    assert stored_c1_holds(stored_ms / 1000, now_s) is holds
 
 
 def test_another_gguf_starts_fresh_and_a_corrupt_store_still_loads(target_gguf, other_gguf, count_measures):
