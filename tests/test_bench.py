@@ -206,6 +206,7 @@ def test_results_are_named_by_machine_date_and_commit_and_share_one_header(tmp_p
     record = {"cpu": "AMD EPYC", "threads": 2}
     results = Results(tmp_path, "fim", record)
     assert machine_slug(record) == "amd-epyc"
+    assert machine_slug({"cpu": "Intel(R) Xeon(R) Processor"}) == "intel-xeon-processor"
     assert results.stem == f"fim-amd-epyc-{results.date}-{results.commit}"
     path = results.write({"summary": {"x": 1}}, "| a |", lambda p: p.write_bytes(b"png"))
     import json

@@ -31,7 +31,7 @@ def _args(*argv):
     return commands._parser().parse_args(["bench", *argv])
 
 
-def test_the_new_benchmarks_parse_their_options_and_refuse_bad_ones():
+def test_the_new_benchmarks_parse_their_options():
     from localspec.bench.cli import _chosen, check
 
     args = _args("concurrency", "--fresh", "--seed", "7", "--llama-server", "/x/llama-server", "--out", "/tmp/o")
@@ -46,7 +46,11 @@ def test_the_new_benchmarks_parse_their_options_and_refuse_bad_ones():
     )
     args = _args("prefill", "--smoke")
     assert _chosen(args) is prefill and args.reps == 5 and prefill.sizes_of(args.tokens) == (2048, 8192, 16384)
-    for argv, says in [
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
         (["concurrency", "--seed", "3"], "--seed"),
         (["concurrency", "--fresh", "--one-client", "2"], "--one-client"),
         (["concurrency", "--fresh", "--endpoint", "http://h:1"], "--endpoint"),
@@ -54,9 +58,13 @@ def test_the_new_benchmarks_parse_their_options_and_refuse_bad_ones():
         (["prefill", "--reps", "0"], "--reps"),
         (["prefill", "--tokens", "2k"], "--tokens"),
         (["prefill", "--tokens", "8"], "--tokens"),
-    ]:
-        with pytest.raises(InvalidOptionError, match=says):
-            check(_args(*argv))
+    ],
+)
+def test_the_new_benchmarks_refuse_bad_options(argv, says):
+    from localspec.bench.cli import check
+
+    with pytest.raises(InvalidOptionError, match=says):
+        check(_args(*argv))
 
 
 def test_greedy_equality_counts_answers_and_names_the_first_differing_character():

@@ -217,11 +217,11 @@ def test_a_call_opened_at_a_line_s_start_may_name_only_a_declared_tool(synth):
     assert seen["refused"] == ["c"]  # '"' was allowed (write, read), "c" of "create" is not
 
 
-def test_names_the_grammar_must_quote_compile(synth):
-    for name in ['we"ird}name', "back\\slash", DOTTED, "emoji😀"]:
-        text = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": {"city": "x"}}'
-        seen = _walk(synth, _tools(name), text)
-        assert seen["woke_at"] is not None and not seen["refused"] and seen["accepting"], name
+@pytest.mark.parametrize("name", ['we"ird}name', "back\\slash", DOTTED, "emoji😀"])
+def test_names_the_grammar_must_quote_compile(synth, name):
+    text = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": {"city": "x"}}'
+    seen = _walk(synth, _tools(name), text)
+    assert seen["woke_at"] is not None and not seen["refused"] and seen["accepting"], name
 
 
 @pytest.mark.real_pair

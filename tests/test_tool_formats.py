@@ -78,22 +78,25 @@ def test_the_call_renders_back_for_the_next_turn(llama_model):
     assert final.finish_reason == "length" and not final.tool_calls
 
 
-def test_auto_allows_one_call_or_prose_that_does_not_open_one(llama_model):
-    tools = tool_request({"tools": TOOLS, "tool_choice": "auto"}, lambda: llama_model.tool_format, "m")
-    assert tools.trigger is None  # active from the first token: the call is the whole answer
-    for text, ok in [
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
         ('{"name": "ping", "parameters": {}}', True),
         ('{"name": "forecast", "parameters": {"unit": "celsius", "days": 3}}', True),
         ("Three days of sun.", True),
         ('{"name": "nope", "parameters": {}}', False),
         ('{"name": "forecast", "parameters": {"unit": "kelvin", "days": 3}}', False),
         (' {"name": "ping", "parameters": {}}', False),
-    ]:
-        constraint = llama_model._constraint(tools.grammar, tools.trigger)
-        tokens = list(constraint._tokenizer.tokenize_bytes(text.encode()))  # no SentencePiece space in front
-        allowed = constraint.allowed(tokens)
-        complete = allowed == len(tokens) and (constraint.advance(tokens) or True) and constraint.accepting
-        assert complete == ok, text
+    ],
+)
+def test_auto_allows_one_call_or_prose_that_does_not_open_one(llama_model, text, ok):
+    tools = tool_request({"tools": TOOLS, "tool_choice": "auto"}, lambda: llama_model.tool_format, "m")
+    assert tools.trigger is None  # active from the first token: the call is the whole answer
+    constraint = llama_model._constraint(tools.grammar, tools.trigger)
+    tokens = list(constraint._tokenizer.tokenize_bytes(text.encode()))  # no SentencePiece space in front
+    allowed = constraint.allowed(tokens)
+    complete = allowed == len(tokens) and (constraint.advance(tokens) or True) and constraint.accepting
+    assert complete == ok, text
 
 
 def test_the_answer_is_split_and_streamed_as_openai_shapes_it():

@@ -88,15 +88,22 @@ def test_a_named_function_is_the_one_called_once(real_model):
 
 
 @pytest.mark.real_pair
-def test_bad_tools_are_refused_before_anything_runs(real_model):
-    for tools, choice, message in [
+@pytest.mark.parametrize(
+    ("tools", "choice", "message"),
+    [
         ([{"type": "function"}], "auto", "function.name"),
         (TOOLS, {"type": "function", "function": {"name": "nope"}}, "tool_choice"),
         (TOOLS, "sometimes", "tool_choice"),
         (TOOLS + TOOLS[:1], "auto", "unique"),
-    ]:
-        with pytest.raises(InvalidOptionError, match=message):
-            real_model.chat(ASK, tools=tools, tool_choice=choice)
+    ],
+)
+def test_bad_tools_are_refused_before_anything_runs(real_model, tools, choice, message):
+    with pytest.raises(InvalidOptionError, match=message):
+        real_model.chat(ASK, tools=tools, tool_choice=choice)
+
+
+@pytest.mark.real_pair
+def test_tools_and_a_response_format_together_are_refused(real_model):
     with pytest.raises(InvalidOptionError, match="combined"):
         real_model.chat(ASK, tools=TOOLS, response_format={"type": "json_object"})
 

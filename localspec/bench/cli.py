@@ -31,6 +31,7 @@ SUBCOMMANDS = (
     "first_answer",
     "prefill",
     "fim",
+    "agents",
     "threads",
     "replay",
     "ablation",

@@ -140,7 +140,14 @@ def engine_table(result: dict) -> str:
     return table(result["summary"])
 
 
+def agents_table(result: dict) -> str:
+    from localspec.bench.agents import session_table
+
+    return session_table(result)
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
+    "agents": agents_table,
     "speed": speed_table,
     "concurrency": concurrency_table,
     "protocols": protocols_table,

@@ -10,6 +10,7 @@ a measurement to keep.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,8 +22,10 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 
 def machine_slug(record: dict) -> str:
-    """The file-name form of a machine record's CPU: ``"AMD EPYC"`` -> ``"amd-epyc"``."""
-    return str(record.get("cpu") or "unknown-cpu").lower().replace(" ", "-").replace("/", "-")
+    """The file-name form of a machine record's CPU: ``"AMD EPYC"`` -> ``"amd-epyc"``,
+    ``"Intel(R) Xeon(R) Processor"`` -> ``"intel-xeon-processor"``."""
+    name = re.sub(r"\((r|tm)\)", "", str(record.get("cpu") or "unknown-cpu").lower())
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "unknown-cpu"
 
 
 def commit() -> str:
