@@ -9,13 +9,13 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from localspec.decoding.calibration import fastest_of_two
-from localspec.decoding.channel_policy import adaptive_parts
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.loop import Generation
 from localspec.decoding.params import CallOptions, DraftParams, GenerationParams, LoadOptions, call_options
+from localspec.decoding.policy import adaptive_parts, batch_sizes
+from localspec.decoding.policy.costs import DRAFT_MODEL, fastest_of_two
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.thinking import ChatReasoning, read_chat_template
@@ -139,8 +139,6 @@ class SpeculativeModel:
         self.learned = LearnedState.of_load(self.target_path, self.draft_path, self.load_options)
         if self.parallel > 1 or (self.default_draft.adaptive and self.default_draft.strategy != "none"):
             self._policy(DraftParams(), greedy=True, predicted=False, constrained=False)  # measure costs now
-            for slot in self.slots.slots[1:]:
-                slot.share_costs_of(first)
         self._closed = False
 
     def _load_engines(self, load_progress: Callable[[str, float], None] | None) -> tuple[Engine, Engine | None]:
@@ -184,17 +182,24 @@ class SpeculativeModel:
         acceptance stored for its kind of request (and channel)."""
         slot = slot or self.slots.slots[0]
         policy = slot.policy(dp, greedy, predicted, constrained, channels)
-        for channel, adaptive in adaptive_parts(policy):
-            if not adaptive.costs_measured:  # the costs are shared: measured for the first one only
-                sizes = (1, 2, 3, 5, 9, 17) + ((33, 65) if self.parallel > 1 else ())
-                c1_now = partial(self.owner.run, fastest_of_two, self.target, [100], [0])
-                missing, draft_missing = self.learned.load_costs(adaptive, slot.drafter, sizes, c1_now)
-                if missing or draft_missing:
-                    engines = {id(slot.drafter): self.draft_engine} if draft_missing else {}
-                    self.owner.run(adaptive.measure_costs, self.target, engines, 100, missing)
-                    self.learned.save_slots(self.slots.slots, force=True)
+        parts = adaptive_parts(policy)
+        if parts and not slot.costs.measured:  # the pair's costs, shared: loaded or measured once
+            self._load_or_measure_costs(slot.costs, slot.drafter is not None)
+        for channel, adaptive in parts:
             self.learned.seed(adaptive, kind_name(dp.strategy, greedy, predicted, constrained, channel))
         return policy
+
+    def _load_or_measure_costs(self, costs, with_draft_model: bool) -> None:
+        """The stored costs of this pair on this machine where they hold, the rest measured
+        (target batches up to 17 tokens, 65 with several slots; the draft model's step)."""
+        c1_now = partial(self.owner.run, fastest_of_two, self.target, [100], [0])
+        self.learned.load_costs(costs, c1_now)
+        missing = costs.unmeasured(batch_sizes(self.parallel))
+        draft_missing = with_draft_model and not costs.draft_known()
+        if missing or draft_missing:
+            engines = {DRAFT_MODEL: self.draft_engine} if draft_missing else {}
+            self.owner.run(costs.measure, self.target, engines, 100, missing)
+            self.learned.save_slots(self.slots.slots, force=True)
 
     def _generation_ended(self, generation: Generation) -> None:
         self.slots.release(generation)

@@ -5,10 +5,10 @@ learning in the policy, its statistics, and a real generation that uses it."""
 import json
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.calibration import Calibration
 from localspec.decoding.drafters import Draft, GrammarDrafter, PromptLookupDrafter, SuffixDrafter
 from localspec.decoding.drafters.grammar import chained
 from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.policy.estimates import Calibration
 from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.stats import GenerationStats, TokenSource
@@ -65,7 +65,7 @@ def test_a_chained_draft_is_the_forced_tokens_the_guess_after_them_and_the_force
 
 def _policy():
     grammar, lookup = GrammarDrafter(), PromptLookupDrafter()
-    policy = AdaptivePolicy([grammar, lookup], max_k={id(grammar): 16, id(lookup): 16})
+    policy = AdaptivePolicy([grammar, lookup], caps={grammar.name: 16, lookup.name: 16})
     for _ in range(30):  # the lookup's half-sure copies fail; the grammar's tokens hold
         copy, keys = Draft([8, 9], confidence=[0.5, 0.5]), Draft([1, 2], confidence=[1.0, 1.0])
         policy.observe(RoundOutcome(0.04, 3, lookup, copy, n_accepted=0, draft_s=1e-5, emitted=(1,)))
@@ -89,9 +89,9 @@ def test_forced_tokens_in_another_drafters_draft_are_priced_and_learnt_as_the_gr
 
 def test_forced_tokens_verified_in_a_chained_draft_are_learnt_once():
     grammar, lookup = GrammarDrafter(), PromptLookupDrafter()
-    policy = AdaptivePolicy([grammar, lookup], max_k={id(grammar): 16, id(lookup): 16})
+    policy = AdaptivePolicy([grammar, lookup], caps={grammar.name: 16, lookup.name: 16})
     chain = Draft([1, 2, 3], confidence=[1.0, 0.5, 1.0], forced=[True, False, True])
-    policy.plan(16, {id(grammar): Draft([1], confidence=[1.0]), id(lookup): chain})  # the round's free drafts
+    policy.plan(16, {grammar.name: Draft([1], confidence=[1.0]), lookup.name: chain})  # the round's free drafts
     policy.observe(RoundOutcome(0.05, 4, lookup, chain, n_accepted=3, draft_s=1e-5, emitted=(1, 2, 3, 4)))
     once = Calibration()
     once.observe([1.0, 1.0], 2)  # the chain's two forced tokens; the grammar's own [1] is the same token

@@ -1,5 +1,5 @@
 """The adaptive policy's estimates kept per channel of a reasoning model's output
-(localspec.decoding.channel_policy): each channel learns its own drafters' acceptance and
+(localspec.decoding.policy.channels): each channel learns its own drafters' acceptance and
 the choice follows it, the measured costs are shared, every round is judged by the channel
 it starts in, and the stored priors come back per channel in a new process."""
 
@@ -11,12 +11,19 @@ import pytest
 from test_reasoning_loop import QUESTION, R1_DISTILL, thinking_pair  # noqa: F401 (a fixture)
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.calibration import CostAverage
-from localspec.decoding.channel_policy import ChannelPolicy, adaptive_parts
 from localspec.decoding.drafters import Draft, Drafter
 from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.params import DraftParams
-from localspec.decoding.policy import AdaptivePolicy, FixedPolicy, Policy
+from localspec.decoding.policy import (
+    BATCH_SIZES,
+    AdaptivePolicy,
+    ChannelPolicy,
+    CostAverage,
+    CostModel,
+    FixedPolicy,
+    Policy,
+    adaptive_parts,
+)
 from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.machine_store import MachineStore
@@ -30,12 +37,13 @@ class FakeDrafter(Drafter):
 def _pair_policy(left, right, shared: dict) -> ChannelPolicy:
     """A ChannelPolicy over two drafters, on a machine where a draft of 8 costs little more
     than one token (either drafter pays from a modest acceptance on)."""
-    verify = shared.setdefault("verify", {b: CostAverage(0.030 + 0.0002 * (b - 1), 1.0) for b in (1, 2, 3, 5, 9, 17)})
-    draft = shared.setdefault("draft", {})
+    costs = shared.setdefault(
+        "costs", CostModel(verify={b: CostAverage(0.030 + 0.0002 * (b - 1), 1.0) for b in BATCH_SIZES})
+    )
     for d in (left, right):
-        draft.setdefault(id(d), CostAverage(0.001, 1.0))
-    caps = {id(left): 8, id(right): 8}
-    make = lambda: AdaptivePolicy([left, right], max_k=caps, verify_costs=verify, draft_costs=draft)  # noqa: E731
+        costs.draft.setdefault(d.name, CostAverage(0.001, 1.0))
+    caps = {left.name: 8, right.name: 8}
+    make = lambda: AdaptivePolicy([left, right], caps=caps, costs=costs)  # noqa: E731
     return ChannelPolicy({CONTENT: make(), REASONING: make()})
 
 
@@ -69,8 +77,7 @@ def test_each_channel_keeps_its_own_estimates_and_the_choice_follows():
     policy.new_generation()  # a new text: pulled back toward the priors, the answer's current
     assert policy.current is answer
     assert _choice(policy, REASONING) is left and _choice(policy, CONTENT) is right
-    assert thinking.verify_costs is answer.verify_costs is shared["verify"]  # the machine's, shared
-    assert thinking.draft_costs is answer.draft_costs
+    assert thinking.costs is answer.costs is shared["costs"]  # the machine's, shared
 
 
 def test_a_channel_without_a_policy_of_its_own_uses_the_answers():
@@ -94,7 +101,7 @@ def test_the_stored_priors_come_back_per_channel_in_a_new_process(thinking_pair)
     key = ("auto", True, False, False)
     slot = SimpleNamespace(
         adaptive={key: taught.policies[CONTENT], (*key, REASONING): taught.policies[REASONING]},
-        costs=(taught.current.verify_costs, taught.current.draft_costs, taught.current.prefill_costs),
+        costs=taught.current.costs,
         drafter=None,
     )
     assert LearnedState(target, draft, threads=2, offload=False).save_slots([slot], force=True)
@@ -137,7 +144,7 @@ def test_every_round_is_judged_by_the_channel_it_starts_in(r1_adaptive, monkeypa
     assert channels[REASONING].rounds and channels[CONTENT].rounds
     assert observed.get(id(thinking), 0) == channels[REASONING].rounds
     assert observed.get(id(answer), 0) == channels[CONTENT].rounds
-    assert thinking.verify_costs is answer.verify_costs  # the pair's measured costs, shared
+    assert thinking.costs is answer.costs  # the pair's measured costs, shared
 
     observed.clear()
     plain = model.generate(QUESTION, max_tokens=12, temperature=0.0)  # no reasoning format: as before

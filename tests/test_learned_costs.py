@@ -12,10 +12,10 @@ from contextlib import contextmanager
 import pytest
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.calibration import CostAverage, implausible_costs, stored_c1_holds
 from localspec.decoding.drafters import Draft, Drafter
 from localspec.decoding.learned import LearnedState, kind_name
-from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, CostAverage, CostModel
+from localspec.decoding.policy.costs import implausible_costs, stored_c1_holds
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.machine_store import MachineStore
 
@@ -26,25 +26,24 @@ class FakeDrafter(Drafter):
 
 
 def _costs(model) -> dict:
-    verify, draft, prefill = model.slots.slots[0].costs
-    key = id(model.drafter)
+    costs = model.slots.slots[0].costs
     return {
-        "verify": {b: a.value for b, a in verify.items()},
-        "draft": draft[key].value,
-        "prefill": prefill[key],
+        "verify": {b: a.value for b, a in costs.verify.items()},
+        "draft": costs.draft[model.drafter.name].value,
+        "prefill": costs.prefill[model.drafter.name],
     }
 
 
 @pytest.fixture
 def count_measures(monkeypatch):
     calls = []
-    original = AdaptivePolicy.measure_costs
+    original = CostModel.measure
 
-    def counting(self, target, engines, token=100, sizes=(1, 2, 3, 5, 9, 17)):
+    def counting(self, target, engines, token=100, sizes=BATCH_SIZES):
         calls.append((tuple(sizes), len(engines)))
         return original(self, target, engines, token, sizes)
 
-    monkeypatch.setattr(AdaptivePolicy, "measure_costs", counting)
+    monkeypatch.setattr(CostModel, "measure", counting)
     return calls
 
 
@@ -56,7 +55,7 @@ def test_a_second_load_with_the_same_key_measures_nothing_and_has_the_first_load
     def no_measuring(*args, **kwargs):
         raise AssertionError("costs measured although the store has them")
 
-    monkeypatch.setattr(AdaptivePolicy, "measure_costs", no_measuring)
+    monkeypatch.setattr(CostModel, "measure", no_measuring)
     with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as second:
         assert _costs(second) == measured  # JSON keeps floats exactly
         second.generate("a b c", max_tokens=4, temperature=0.0)  # runs on the loaded costs
@@ -140,32 +139,31 @@ def _state(target_gguf, other_gguf) -> LearnedState:
 def _cheap_machine(policy):
     """A verify of 17 costs little more than one, a draft token 1 ms: the draft model pays
     from an acceptance of about 0.1 on."""
-    policy.verify_costs.update({b: CostAverage(0.030 + 0.0002 * (b - 1), weight=1.0) for b in (1, 2, 3, 5, 9, 17)})
-    policy.draft_costs[id(policy.drafters[0])] = CostAverage(0.001, weight=1.0)
-    policy.prefill_costs[id(policy.drafters[0])] = 0.0
+    policy.costs.verify.update({b: CostAverage(0.030 + 0.0002 * (b - 1), weight=1.0) for b in (1, 2, 3, 5, 9, 17)})
+    policy.costs.draft[policy.drafters[0].name] = CostAverage(0.001, weight=1.0)
+    policy.costs.prefill[policy.drafters[0].name] = 0.0
 
 
 def _steep_machine(policy):
     """c(b) grows 20 ms a token from 30 ms: the draft model pays only when almost always right."""
-    policy.verify_costs.update({b: CostAverage(0.030 + 0.020 * (b - 1), weight=1.0) for b in (1, 2, 3, 5, 9, 17)})
-    policy.draft_costs[id(policy.drafters[0])] = CostAverage(0.002, weight=1.0)
-    policy.prefill_costs[id(policy.drafters[0])] = 0.0
+    policy.costs.verify.update({b: CostAverage(0.030 + 0.020 * (b - 1), weight=1.0) for b in (1, 2, 3, 5, 9, 17)})
+    policy.costs.draft[policy.drafters[0].name] = CostAverage(0.002, weight=1.0)
+    policy.costs.prefill[policy.drafters[0].name] = 0.0
 
 
 def _taught(target_gguf, other_gguf, accepted: bool) -> None:
     """A first process: the draft model is always (or never) right for 60 rounds, then stored."""
     d = FakeDrafter("draft-model", 0.7)
-    policy = AdaptivePolicy([d], max_k={id(d): 8})
+    policy = AdaptivePolicy([d], caps={d.name: 8})
     _cheap_machine(policy)
     for _ in range(60):
         policy.observe(RoundOutcome(0.031, 5, d, Draft([0] * 4), n_accepted=4 if accepted else 0, draft_s=0.004))
-    costs = (policy.verify_costs, policy.draft_costs, policy.prefill_costs)
-    assert _state(target_gguf, other_gguf).save(costs, d, [(kind_name("auto", True, False, False), policy)], True)
+    assert _state(target_gguf, other_gguf).save(policy.costs, [(kind_name("auto", True, False, False), policy)], True)
 
 
 def _first_choice(target_gguf, other_gguf, machine, seeded: bool):
     d = FakeDrafter("draft-model", 0.7)
-    policy = AdaptivePolicy([d], max_k={id(d): 8})
+    policy = AdaptivePolicy([d], caps={d.name: 8})
     machine(policy)
     if seeded:
         _state(target_gguf, other_gguf).seed(policy, "auto|greedy")
@@ -190,10 +188,10 @@ def test_two_processes_writing_merge_newest_wins_per_field(target_gguf, other_gg
     a, b = _state(target_gguf, other_gguf), _state(target_gguf, other_gguf)
     da, db = FakeDrafter("draft-model", 0.7), FakeDrafter("draft-model", 0.7)
     pa, pb = AdaptivePolicy([da]), AdaptivePolicy([db])
-    pa.verify_costs.update({1: CostAverage(0.03, 1.0), 17: CostAverage(0.2, 1.0)})
-    pb.verify_costs.update({1: CostAverage(0.04, 1.0), 33: CostAverage(0.4, 1.0)})
-    a.save((pa.verify_costs, pa.draft_costs, pa.prefill_costs), da, [("auto|greedy", pa)], force=True)
-    b.save((pb.verify_costs, pb.draft_costs, pb.prefill_costs), db, [("auto|sampled", pb)], force=True)
+    pa.costs.verify.update({1: CostAverage(0.03, 1.0), 17: CostAverage(0.2, 1.0)})
+    pb.costs.verify.update({1: CostAverage(0.04, 1.0), 33: CostAverage(0.4, 1.0)})
+    a.save(pa.costs, [("auto|greedy", pa)], force=True)
+    b.save(pb.costs, [("auto|sampled", pb)], force=True)
     (entry,) = MachineStore().entries()
     assert entry["record"]["costs"]["verify"] == {"1": 0.04, "17": 0.2, "33": 0.4}
 
@@ -201,9 +199,8 @@ def test_two_processes_writing_merge_newest_wins_per_field(target_gguf, other_gg
 def test_a_save_within_a_few_seconds_of_the_last_is_skipped(target_gguf, other_gguf):
     state, d = _state(target_gguf, other_gguf), FakeDrafter("draft-model", 0.7)
     policy = AdaptivePolicy([d])
-    costs = (policy.verify_costs, policy.draft_costs, policy.prefill_costs)
-    assert state.save(costs, d, [("auto|greedy", policy)], force=True)
-    assert not state.save(costs, d, [("auto|greedy", policy)])
+    assert state.save(policy.costs, [("auto|greedy", policy)], force=True)
+    assert not state.save(policy.costs, [("auto|greedy", policy)])
 
 
 def test_doctor_lists_what_is_stored_and_recalibrate_forgets_it(target_gguf, other_gguf, capsys):
@@ -228,19 +225,19 @@ def test_a_batch_of_fresh_sequences_where_drafting_cannot_pay_runs_plain():
     """A verify costs its length (c(b) = b c(1)): no draft, however likely, beats plain,
     alone or sharing the verify with three other sequences."""
     verify = {b: CostAverage(0.03 * b, weight=1.0) for b in (1, 2, 3, 5, 9, 17, 33, 65)}
-    draft_costs, prefill = {}, {}
+    costs = CostModel(verify=verify)
     policies = []
     for _ in range(4):  # one per slot, the costs shared as SpeculativeModel shares them
         model, lookup = FakeDrafter("draft-model", 0.7), FakeDrafter("prompt-lookup", 0.3, free=True)
-        p = AdaptivePolicy([model, lookup], verify_costs=verify, draft_costs=draft_costs, prefill_costs=prefill)
-        draft_costs.update({id(model): CostAverage(0.001, weight=1.0), id(lookup): CostAverage(2e-5, weight=1.0)})
+        p = AdaptivePolicy([model, lookup], costs=costs)
+        costs.draft.update({model.name: CostAverage(0.001, weight=1.0), lookup.name: CostAverage(2e-5, weight=1.0)})
         p.new_generation()
         policies.append((p, lookup))
     sure = Draft([1] * 8, confidence=[0.99] * 8)
     for p, lookup in policies:
         # alone; beside fresh sequences verifying one token each; beside drafts and a prompt being read
         for others in ((0, 0), (1, 1), (3, 3), (12, 3), (131, 3)):
-            assert p.plan(16, {id(lookup): sure}, n_context=100, others=others) == (None, 0)
+            assert p.plan(16, {lookup.name: sure}, n_context=100, others=others) == (None, 0)
 
 
 def test_beside_a_prompt_being_read_a_draft_pays_only_for_its_own_rows():
@@ -250,10 +247,10 @@ def test_beside_a_prompt_being_read_a_draft_pays_only_for_its_own_rows():
     sure = Draft([1] * 8, confidence=[0.99] * 8)
     for cost, drafts in ((lambda b: 0.03, True), (lambda b: 0.03 * b, False)):
         verify = {b: CostAverage(cost(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17, 33, 65, 129, 257)}
-        p = AdaptivePolicy([model, lookup], verify_costs=verify)
-        p.draft_costs.update({id(model): CostAverage(0.03, weight=1.0), id(lookup): CostAverage(2e-5, weight=1.0)})
+        p = AdaptivePolicy([model, lookup], costs=CostModel(verify=verify))
+        p.costs.draft.update({model.name: CostAverage(0.03, weight=1.0), lookup.name: CostAverage(2e-5, weight=1.0)})
         p.new_generation()
-        chosen, k = p.plan(16, {id(lookup): sure}, n_context=100, others=(129, 2))
+        chosen, k = p.plan(16, {lookup.name: sure}, n_context=100, others=(129, 2))
         assert (chosen is lookup and k > 0) == drafts
 
 
@@ -267,7 +264,7 @@ def test_a_draft_model_not_expected_to_draft_reads_no_prompt(target_gguf, other_
         policy.start_from({"draft-model": {"successes": 0.0, "trials": 1000.0}})
         # a second a token: the synthetic pair's microsecond decodes, stalled on a busy
         # machine, could otherwise make a near-free one-token bet win by a hair
-        policy.draft_costs[id(model.drafter)] = CostAverage(1.0, weight=1.0)
+        policy.costs.draft[model.drafter.name] = CostAverage(1.0, weight=1.0)
         before = model.draft_engine.decode_s
         result = model.generate("one two three four five six seven", max_tokens=16, temperature=0.0)
         assert result.stats.generated_tokens == 16
@@ -280,13 +277,13 @@ def test_a_bigger_batch_measured_cheaper_does_not_make_a_useless_draft_look_free
     lose to plain (the costs are taken as never falling with the batch size)."""
     d = FakeDrafter("draft-model", 0.7)
     verify = {1: 0.030, 2: 0.020, 3: 0.031, 5: 0.033, 9: 0.036, 17: 0.040}
-    policy = AdaptivePolicy([d], verify_costs={b: CostAverage(c, weight=1.0) for b, c in verify.items()})
-    policy.draft_costs[id(d)] = CostAverage(0.001, weight=1.0)
-    policy.prefill_costs[id(d)] = 0.0
+    policy = AdaptivePolicy([d], costs=CostModel(verify={b: CostAverage(c, weight=1.0) for b, c in verify.items()}))
+    policy.costs.draft[d.name] = CostAverage(0.001, weight=1.0)
+    policy.costs.prefill[d.name] = 0.0
     policy.start_from({"draft-model": {"successes": 0.0, "trials": 1000.0}})
     policy.new_generation()
     assert policy.plan(8) == (None, 0)
-    assert policy.verify_cost(2) == pytest.approx(0.030)
+    assert policy.costs.verify_s(2) == pytest.approx(0.030)
 
 
 def _rewrite_stored_verify(change) -> None:
@@ -327,7 +324,9 @@ def test_a_first_reading_of_a_new_batch_size_is_clipped_against_the_estimate():
     """A stalled verify at a batch size never seen before is not taken whole (else that size
     would look dear for good and never be verified again to correct it)."""
     d = FakeDrafter("draft-model", 0.7)
-    policy = AdaptivePolicy([d], verify_costs={1: CostAverage(0.03, weight=1.0), 17: CostAverage(0.06, weight=1.0)})
-    estimate = policy.verify_cost(9)
+    policy = AdaptivePolicy(
+        [d], costs=CostModel(verify={1: CostAverage(0.03, weight=1.0), 17: CostAverage(0.06, weight=1.0)})
+    )
+    estimate = policy.costs.verify_s(9)
     policy.observe(RoundOutcome(4.0, 9, d, Draft([0] * 8), n_accepted=8, draft_s=0.008))
-    assert estimate < policy.verify_costs[9].value <= 3 * estimate
+    assert estimate < policy.costs.verify[9].value <= 3 * estimate

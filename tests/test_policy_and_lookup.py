@@ -5,6 +5,7 @@ import pytest
 
 from localspec.decoding.drafters import Draft, Drafter, PromptLookupDrafter
 from localspec.decoding.policy import AdaptivePolicy, FixedPolicy, Policy, expected_tokens
+from localspec.decoding.policy.costs import warm_up
 from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
 
@@ -111,14 +112,14 @@ def cpu_like(batch):  # a batch of b costs 30 ms + 10 ms per extra token
 
 def test_costly_draft_model_gives_way_to_plain_decoding():
     d = FakeDrafter("draft-model", 0.7)
-    policy = AdaptivePolicy([d], max_k={id(d): 8})
+    policy = AdaptivePolicy([d], caps={d.name: 8})
     teach(policy, d, alpha=1.0, k=4, draft_s_per_token=0.025, verify_s=cpu_like)
     assert policy.plan(8) == (None, 0)
 
 
 def test_cheap_accurate_draft_is_used_with_a_long_draft():
     d = FakeDrafter("draft-model", 0.7)
-    policy = AdaptivePolicy([d], max_k={id(d): 8})
+    policy = AdaptivePolicy([d], caps={d.name: 8})
     teach(policy, d, alpha=0.9, k=4, draft_s_per_token=0.002, verify_s=lambda b: 0.030 + 0.001 * (b - 1))
     drafter, k = policy.plan(8)
     assert drafter is d and k >= 4
@@ -127,7 +128,7 @@ def test_cheap_accurate_draft_is_used_with_a_long_draft():
 
 def test_prompt_lookup_is_chosen_when_it_is_accepted():
     model, lookup = FakeDrafter("draft-model", 0.7), FakeDrafter("prompt-lookup", 0.3)
-    policy = AdaptivePolicy([model, lookup], max_k={id(model): 8, id(lookup): 16})
+    policy = AdaptivePolicy([model, lookup], caps={model.name: 8, lookup.name: 16})
     teach(policy, model, alpha=0.6, k=4, draft_s_per_token=0.012, verify_s=cpu_like)
     teach(policy, lookup, alpha=0.9, k=4, draft_s_per_token=0.0001, verify_s=cpu_like)
     assert all(policy.plan(16)[0] is lookup for _ in range(10))
@@ -137,7 +138,7 @@ def test_a_draft_model_that_sat_out_a_text_gets_its_chance_on_the_next():
     """No probes within a text: a draft model that failed there sits it out, and the next
     text starts its estimate back near the prior (a quarter of the evidence kept)."""
     d = FakeDrafter("draft-model", 0.7)
-    policy = AdaptivePolicy([d], max_k={id(d): 8})
+    policy = AdaptivePolicy([d], caps={d.name: 8})
     teach(policy, d, alpha=0.0, k=4, draft_s_per_token=0.001, verify_s=lambda b: 0.030 + 0.001 * (b - 1))
     assert all(policy.plan(8) == (None, 0) for _ in range(50))
     policy.new_generation()
@@ -147,14 +148,14 @@ def test_a_draft_model_that_sat_out_a_text_gets_its_chance_on_the_next():
 def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
     """c(1) calibrated in a stall (3x its true 30 ms) makes a 40 %-accepted draft model
     look better than plain; drafting every round would never measure c(1) again."""
-    from localspec.decoding.calibration import CostAverage
-    from localspec.decoding.policy import _PLAIN_PROBE_EVERY
+    from localspec.decoding.policy import CostAverage, CostModel
+    from localspec.decoding.policy.costs import PLAIN_PROBE_EVERY as _PLAIN_PROBE_EVERY
 
     d = FakeDrafter("draft-model", 0.4)
     verify = {b: CostAverage(cpu_like(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
     verify[1] = CostAverage(0.090, weight=1.0)
-    policy = AdaptivePolicy([d], max_k={id(d): 8}, verify_costs=verify)
-    policy.draft_costs[id(d)] = CostAverage(0.010, weight=1.0)
+    policy = AdaptivePolicy([d], caps={d.name: 8}, costs=CostModel(verify=verify))
+    policy.costs.draft[d.name] = CostAverage(0.010, weight=1.0)
     plans = []
     for i in range(_PLAIN_PROBE_EVERY + 40):
         drafter, k = policy.plan(8)
@@ -167,7 +168,7 @@ def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
     assert plans[0] is d  # the stalled c(1) has it drafting
     assert None not in plans[:_PLAIN_PROBE_EVERY]
     assert plans[-10:] == [None] * 10  # measured again, plain wins and stays
-    assert policy.verify_cost(1) < 0.036
+    assert policy.costs.verify_s(1) < 0.036
 
 
 def test_both_policies_are_what_the_loop_asks_for():
@@ -237,14 +238,21 @@ class ClockedEngine:
         del self.cache_tokens[n:]
 
 
+def _warm_up_decodes(cost) -> int:
+    """How many decodes the warm-up before measuring takes on an engine with these costs."""
+    engine = ClockedEngine(cost)
+    warm_up(engine, 100)
+    return engine.calls
+
+
 def test_calibration_keeps_the_faster_of_two_runs_so_one_stall_is_not_taken_for_a_cost():
     d = FakeDrafter("prompt-lookup", 0.3)
-    for stall_at in range(1, 13):  # a stall on any one of the 12 calibration decodes
+    for stall_at in range(1, _warm_up_decodes(cpu_like) + 13):  # in the warm-up or a reading
         target = ClockedEngine(cpu_like, stall_at=stall_at, stall_s=0.5)
-        policy = AdaptivePolicy([d], max_k={id(d): 16})
-        policy.measure_costs(target, {})
+        policy = AdaptivePolicy([d], caps={d.name: 16})
+        policy.costs.measure(target, {})
         assert target.cache_tokens == [1, 2, 3]  # trimmed back each time
-        assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
+        assert {b: policy.costs.verify[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
             {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)}
         )
 
@@ -253,25 +261,26 @@ def test_calibration_of_a_draft_model_keeps_the_faster_run_too():
     """A draft model calibrated too dear is never chosen again, so one stall must not set
     its cost per token or per prompt token."""
     d = FakeDrafter("draft-model", 0.7)
-    for stall_at in range(1, 5):  # its two 1-token decodes, then its two 17-token ones
+    warm = _warm_up_decodes(lambda b: 0.003 * b)
+    for stall_at in range(warm + 1, warm + 5):  # its two 1-token decodes, then its two 17-token ones
         draft = ClockedEngine(lambda b: 0.003 * b, stall_at=stall_at, stall_s=0.5)
-        policy = AdaptivePolicy([d], max_k={id(d): 8})
-        policy.measure_costs(ClockedEngine(cpu_like), {id(d): draft})
-        assert policy.draft_costs[id(d)].value == pytest.approx(0.003)
-        assert policy.prefill_costs[id(d)] == pytest.approx(0.003)
+        policy = AdaptivePolicy([d], caps={d.name: 8})
+        policy.costs.measure(ClockedEngine(cpu_like), {d.name: draft})
+        assert policy.costs.draft[d.name].value == pytest.approx(0.003)
+        assert policy.costs.prefill[d.name] == pytest.approx(0.003)
 
 
 def test_calibration_drops_readings_that_are_not_times():
     """A clock that jumps back once gives one negative reading: the other run is kept.
     A clock that reads NaN gives nothing: the prior stays, and calibration is retried."""
     d = FakeDrafter("prompt-lookup", 0.3)
-    for stall_at in range(1, 13):
-        policy = AdaptivePolicy([d], max_k={id(d): 16})
-        policy.measure_costs(ClockedEngine(cpu_like, stall_at=stall_at, stall_s=-1.0), {})
-        assert {b: policy.verify_costs[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
+    for stall_at in range(1, _warm_up_decodes(cpu_like) + 13):
+        policy = AdaptivePolicy([d], caps={d.name: 16})
+        policy.costs.measure(ClockedEngine(cpu_like, stall_at=stall_at, stall_s=-1.0), {})
+        assert {b: policy.costs.verify[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
             {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)}
         )
     for broken in (float("nan"), float("inf")):
-        policy = AdaptivePolicy([d], max_k={id(d): 16})
-        policy.measure_costs(ClockedEngine(lambda b: broken), {})
-        assert not policy.costs_measured and policy.verify_cost(4) == pytest.approx(0.03 * 1.3)  # the prior
+        policy = AdaptivePolicy([d], caps={d.name: 16})
+        policy.costs.measure(ClockedEngine(lambda b: broken), {})
+        assert not policy.costs.measured and policy.costs.verify_s(4) == pytest.approx(0.03 * 1.3)  # the prior

@@ -2,10 +2,10 @@
 
 import pytest
 
-from localspec.decoding.calibration import Calibration, CostAverage
 from localspec.decoding.drafters import Draft, Drafter, SuffixDrafter
 from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
-from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.policy import AdaptivePolicy, CostAverage, CostModel
+from localspec.decoding.policy.estimates import Calibration
 from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
 
@@ -136,8 +136,8 @@ def test_calibration_tells_a_long_match_from_a_short_one_at_the_same_confidence(
     assert cal(0.5) == cal(0.5, 2)  # no depth: the first group
     short = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[2, 3, 4, 5])
     long = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[16, 17, 18, 19])
-    assert policy.plan(8, {id(d): short}) == (None, 0)
-    assert policy.plan(8, {id(d): long}) == (d, 4)
+    assert policy.plan(8, {d.name: short}) == (None, 0)
+    assert policy.plan(8, {d.name: long}) == (d, 4)
 
 
 class Free(Drafter):
@@ -155,7 +155,7 @@ class Model(Drafter):
 
 
 def policy_for(drafters, verify):
-    policy = AdaptivePolicy(drafters, max_k={id(d): 16 for d in drafters})
+    policy = AdaptivePolicy(drafters, caps={d.name: 16 for d in drafters})
     for b in range(1, 18):
         for _ in range(3):
             policy.observe(RoundOutcome(verify_s=verify(b), verify_batch=b))
@@ -174,10 +174,10 @@ def test_a_confident_free_draft_is_kept_long_where_verifying_is_cheap():
     d = Free()
     policy = policy_for([d], flat)
     sure = Draft(list(range(16)), confidence=[0.99] * 16)
-    assert policy.plan(16, {id(d): sure}) == (d, 16)
-    assert policy.plan(5, {id(d): sure}) == (d, 5)  # the loop's cap wins
+    assert policy.plan(16, {d.name: sure}) == (d, 16)
+    assert policy.plan(5, {d.name: sure}) == (d, 5)  # the loop's cap wins
     unsure = Draft(list(range(16)), confidence=[0.99, 0.99, 0.05] + [0.99] * 13)
-    drafter, k = policy.plan(16, {id(d): unsure})
+    drafter, k = policy.plan(16, {d.name: unsure})
     assert drafter is d and k == 2  # stops before the token that will probably fail
 
 
@@ -189,26 +189,26 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     policy = policy_for([d], flat)
     for b in (2, 3, 5, 9, 17):
         policy.observe(RoundOutcome(verify_s=100 * flat(b), verify_batch=b))
-    assert all(policy.verify_cost(b) <= 1.25 * b * policy.verify_cost(1) for b in range(2, 18))
-    assert policy.verify_cost(17) < 4 * flat(17)
+    assert all(policy.costs.verify_s(b) <= 1.25 * b * policy.costs.verify_s(1) for b in range(2, 18))
+    assert policy.costs.verify_s(17) < 4 * flat(17)
     sure = Draft(list(range(16)), confidence=[0.99] * 16)
-    drafter, k = policy.plan(16, {id(d): sure})
+    drafter, k = policy.plan(16, {d.name: sure})
     assert drafter is d and k >= 8
     model = Model()
     slow_start = policy_for([model], flat)
-    cost = slow_start.draft_costs[id(model)] = CostAverage(0.003, weight=1.0)
+    cost = slow_start.costs.draft[model.name] = CostAverage(0.003, weight=1.0)
     stalled_step = RoundOutcome(flat(5), 5, model, Draft([0] * 4), n_accepted=4, draft_s=4 * 0.3)
     slow_start.observe(stalled_step)  # a draft step stalled 100 times over
     assert cost.value <= 3 * 0.003  # the draft model's cost is no more locked out than the target's
-    stalled = AdaptivePolicy([d], verify_costs={1: CostAverage(0.03, 1.0), 5: CostAverage(3.0, 1.0)})
-    assert stalled.verify_cost(5) == pytest.approx(1.25 * 5 * 0.03)  # the bound, however it got there
+    stalled = AdaptivePolicy([d], costs=CostModel(verify={1: CostAverage(0.03, 1.0), 5: CostAverage(3.0, 1.0)}))
+    assert stalled.costs.verify_s(5) == pytest.approx(1.25 * 5 * 0.03)  # the bound, however it got there
 
 
 def test_where_verifying_costs_its_length_only_near_certain_drafts_pay():
     d = Free()
     policy = policy_for([d], steep)
-    assert policy.plan(16, {id(d): Draft(list(range(8)), confidence=[0.6] * 8)}) == (None, 0)
-    assert policy.plan(16, {id(d): Draft([], confidence=[])}) == (None, 0)
+    assert policy.plan(16, {d.name: Draft(list(range(8)), confidence=[0.6] * 8)}) == (None, 0)
+    assert policy.plan(16, {d.name: Draft([], confidence=[])}) == (None, 0)
 
 
 def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
@@ -216,8 +216,8 @@ def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
     fresh, lagging = Model(lag=0), Model(lag=3000)
     for m in (fresh, lagging):
         policy = policy_for([m], cheap)
-        policy.draft_costs[id(m)].value = 0.003
-        policy.prefill_costs[id(m)] = 0.002
+        policy.costs.draft[m.name].value = 0.003
+        policy.costs.prefill[m.name] = 0.002
         acceptance = policy.acceptance(m)
         acceptance.successes, acceptance.trials = 8.0, 10.0
         chosen = policy.plan(12, {}, n_context=3100)
@@ -229,8 +229,8 @@ def test_a_draft_models_catch_up_is_charged_over_the_tokens_left():
     cheap = lambda b: 0.030 * (1 + 0.02 * (b - 1))  # noqa: E731
     m = Model(lag=200)
     policy = policy_for([m], cheap)
-    policy.draft_costs[id(m)].value = 0.003
-    policy.prefill_costs[id(m)] = 0.002
+    policy.costs.draft[m.name].value = 0.003
+    policy.costs.prefill[m.name] = 0.002
     policy.new_generation()
     acceptance = policy.acceptance(m)
     acceptance.successes, acceptance.trials = 8.0, 10.0
@@ -322,12 +322,12 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
     policy = policy_for([free, model], flat)
     acceptance = policy.acceptance(model)
     acceptance.successes, acceptance.trials = 9.0, 10.0  # the model looks good
-    policy.draft_costs[id(model)] = CostAverage(0.001, weight=1.0)  # and is cheap
+    policy.costs.draft[model.name] = CostAverage(0.001, weight=1.0)  # and is cheap
     answer = list(range(100, 200))
     picks = []
     for j in range(0, 60, 3):
         suffix_draft = Draft(answer[j : j + 8], confidence=[0.3] * 8)
-        drafter, k = policy.plan(16, {id(free): suffix_draft}, 50 + j)
+        drafter, k = policy.plan(16, {free.name: suffix_draft}, 50 + j)
         picks.append(drafter.name if drafter else "plain")
         if drafter is model:  # it drafts 4, the target keeps 2 and corrects the 3rd
             drafted = Draft(answer[j : j + 2] + [0, 0])
@@ -339,7 +339,7 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
     assert policy.confidence_calibration(free)(0.3) > 0.8
     wrong = Draft([1, 2, 3], confidence=[0.3] * 3)
     before = policy.confidence_calibration(free)(0.3)
-    policy.plan(16, {id(free): wrong}, 200)
+    policy.plan(16, {free.name: wrong}, 200)
     policy.observe(
         RoundOutcome(flat(5), 5, model, Draft(answer[:4]), 4, emitted=tuple(answer[:5]))
     )  # the unverified draft was wrong at once
@@ -354,7 +354,7 @@ def test_a_draft_model_whose_drafts_are_never_verified_stops_being_chosen(declin
     over.  Before, such rounds taught the policy nothing and it chose the model every round."""
     m = Model()
     policy = policy_for([m], cpu_like_verify)
-    policy.draft_costs[id(m)] = CostAverage(0.001, weight=1.0)
+    policy.costs.draft[m.name] = CostAverage(0.001, weight=1.0)
     acceptance = policy.acceptance(m)
     acceptance.successes, acceptance.trials = 9.0, 10.0
     picks = []
@@ -389,20 +389,20 @@ def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
         policy.confidence_calibration(d).observe([0.5] * 4, 4, depth=[16, 17, 18, 19])
     deep = Draft([1, 2, 3, 4], confidence=[0.5] * 4, depth=[16, 17, 18, 19])
     policy.new_generation()
-    assert policy.plan(8, {id(d): deep}) == (d, 4)
+    assert policy.plan(8, {d.name: deep}) == (d, 4)
     plans = []
     for _ in range(5):
-        plans.append(policy.plan(8, {id(d): deep})[1])
+        plans.append(policy.plan(8, {d.name: deep})[1])
         k = plans[-1]
         policy.observe(RoundOutcome(verify(k + 1), k + 1, d, deep.truncated(k), 0, emitted=(7,)))  # rejected, or judged
     assert plans[0] == 4 and plans[3] <= 1  # shorter at once: 3 misses leave 0.4 of a 0.99 chance
-    assert policy.plan(8, {id(d): deep}) == (None, 0)
+    assert policy.plan(8, {d.name: deep}) == (None, 0)
     calibrated = policy.confidence_calibration(d)(0.5, 16)
     assert 0.6 < calibrated < 0.8  # five misses: 0.93 ** 5
     assert policy.accept_chances(d, deep, 1)[0] < 0.5 * calibrated  # this text's trust fell faster
     policy.observe(RoundOutcome(0.030, 1, emitted=(7,)))
     policy.new_generation()
-    assert policy.plan(8, {id(d): deep}) == (d, 2)
+    assert policy.plan(8, {d.name: deep}) == (d, 2)
 
 
 def test_a_failed_deep_draft_is_not_outvoted_by_the_short_matches_that_held():
@@ -421,10 +421,10 @@ def test_a_failed_deep_draft_is_not_outvoted_by_the_short_matches_that_held():
     short = Draft([5], confidence=[0.5], depth=[2])
     policy.new_generation()
     for _ in range(10):  # short proposals, each right
-        drafter, k = policy.plan(8, {id(d): short})
+        drafter, k = policy.plan(8, {d.name: short})
         emitted = tuple([5][:k] + [9])
         policy.observe(RoundOutcome(cpu_like_verify(k + 1), k + 1, drafter, short.truncated(k), k, emitted=emitted))
-    assert policy.plan(8, {id(d): deep}) == (d, 4)
+    assert policy.plan(8, {d.name: deep}) == (d, 4)
     policy.observe(RoundOutcome(cpu_like_verify(5), 5, d, deep, 0, emitted=(7,)))
     assert cal(0.5, 16) > 0.9
     assert policy.accept_chances(d, deep, 1)[0] < 0.7  # (0 + 2) / (0.93 + 2) of the calibrated chance
@@ -446,14 +446,17 @@ def test_costs_shared_by_two_policies_are_read_fresh_and_broken_timings_are_igno
     nothing, and a zero one does not make planning divide by zero."""
     shared = {1: CostAverage(0.030, weight=1.0), 17: CostAverage(0.060, weight=1.0)}
     a, b = Free(), Free()
-    first, second = AdaptivePolicy([a], verify_costs=shared), AdaptivePolicy([b], verify_costs=shared)
-    assert first.verify_cost(9) == pytest.approx(0.045)
+    first, second = (
+        AdaptivePolicy([a], costs=CostModel(verify=shared)),
+        AdaptivePolicy([b], costs=CostModel(verify=shared)),
+    )
+    assert first.costs.verify_s(9) == pytest.approx(0.045)
     second.observe(RoundOutcome(verify_s=0.090, verify_batch=9))
-    assert first.verify_cost(9) == pytest.approx(0.090)
+    assert first.costs.verify_s(9) == pytest.approx(0.090)
     for broken in (-1.0, float("nan"), float("inf")):
         second.observe(RoundOutcome(verify_s=broken, verify_batch=1))
         second.observe(RoundOutcome(verify_s=broken, verify_batch=3))
-    assert first.verify_cost(1) == pytest.approx(0.030) and 3 not in {k for k, v in shared.items() if v.weight > 0}
+    assert first.costs.verify_s(1) == pytest.approx(0.030) and 3 not in {k for k, v in shared.items() if v.weight > 0}
     for _ in range(50):
         second.observe(RoundOutcome(verify_s=0.0, verify_batch=1))
-    assert first.plan(8, {id(a): Draft([1, 2], confidence=[0.9, 0.9], depth=[8, 9])})[1] <= 2
+    assert first.plan(8, {a.name: Draft([1, 2], confidence=[0.9, 0.9], depth=[8, 9])})[1] <= 2

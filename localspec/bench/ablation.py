@@ -27,7 +27,8 @@ from unittest import mock
 from localspec.bench.cli import add_out
 from localspec.bench.replay import load_profiles, load_traces
 from localspec.bench.results import Results
-from localspec.decoding import calibration, policy, replay
+from localspec.decoding import replay
+from localspec.decoding.policy import costs, estimates, pricing
 from localspec.llama.report import machine_record
 
 NAME = "ablation"
@@ -35,12 +36,12 @@ HELP = "the adaptive policy's mechanisms switched off one at a time in the repla
 
 VARIANTS = {
     "all on (the policy as shipped)": [],
-    "no per-text trust": [mock.patch.object(calibration.TextTrust, "scale", lambda self, chance, group: chance)],
+    "no per-text trust": [mock.patch.object(estimates.TextTrust, "scale", lambda self, chance, group: chance)],
     "no depth groups in the calibration": [
-        mock.patch.object(calibration.Calibration, "group", classmethod(lambda cls, d: 0))
+        mock.patch.object(estimates.Calibration, "group", classmethod(lambda cls, d: 0))
     ],
-    "no plain probe": [mock.patch.object(policy, "_PLAIN_PROBE_EVERY", 10**9)],
-    "no cap on a batch's cost (_BATCH_MARGIN)": [mock.patch.object(policy, "_BATCH_MARGIN", math.inf)],
+    "no plain probe": [mock.patch.object(costs, "PLAIN_PROBE_EVERY", 10**9)],
+    "no cap on a batch's cost (_BATCH_MARGIN)": [mock.patch.object(pricing, "_BATCH_MARGIN", math.inf)],
 }
 COST_GUARDS = {"no plain probe", "no cap on a batch's cost (_BATCH_MARGIN)"}
 

@@ -29,10 +29,9 @@ import numpy as np
 
 from localspec.bench.cli import add_out
 from localspec.bench.results import Results
-from localspec.decoding.calibration import CostAverage
 from localspec.decoding.drafters import PromptLookupDrafter, SuffixDrafter
 from localspec.decoding.drafters.base import Drafter
-from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, CostAverage, CostModel
 from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import (
     CandidateRows,
@@ -112,18 +111,15 @@ class _DraftModelStandIn(Drafter):
 def policy_over(suffix, lookup) -> AdaptivePolicy:
     """The default set of drafters with costs of the shape measured on a 2-core CPU."""
     model = _DraftModelStandIn()
-    costs = {b: CostAverage(0.09 * (1 + 0.2 * (b - 1)), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
-    policy = AdaptivePolicy(
-        [model, suffix, lookup], max_k={id(model): 8, id(suffix): 16, id(lookup): 16}, verify_costs=costs
-    )
-    policy.draft_costs[id(model)] = CostAverage(0.04, weight=1.0)
-    return policy
+    costs = CostModel(verify={b: CostAverage(0.09 * (1 + 0.2 * (b - 1)), weight=1.0) for b in BATCH_SIZES})
+    costs.draft[model.name] = CostAverage(0.04, weight=1.0)
+    return AdaptivePolicy([model, suffix, lookup], costs=costs)
 
 
 def plan_and_observe(policy, context, suffix, lookup) -> None:
     """One round of the adaptive policy's own work on two free drafts of 16 tokens (a
     plain round follows, so both drafts are judged against the emitted token)."""
-    proposals = {id(d): d.propose(context, 16, GREEDY, 0.0, None) for d in (suffix, lookup)}
+    proposals = {d.name: d.propose(context, 16, GREEDY, 0.0, None) for d in (suffix, lookup)}
     policy.plan(len(context), proposals, len(context))
     policy.observe(RoundOutcome(verify_s=0.09, verify_batch=1, emitted=(context[-1],)))
 

@@ -43,6 +43,7 @@ from localspec.bench.workloads import (
 )
 from localspec.decoding import replay
 from localspec.decoding.drafters import SuffixDrafter
+from localspec.decoding.policy import BATCH_SIZES
 from localspec.llama.report import machine_line, machine_record
 
 NAME = "replay"
@@ -65,9 +66,9 @@ def measured_profile(model, name: str) -> replay.Profile:
     policy = model._policy(model.default_draft, greedy=True, predicted=False)
     return replay.Profile(
         name,
-        {b: policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
-        policy.draft_costs[id(model.drafter)].value,
-        policy.prefill_costs.get(id(model.drafter), 0.0),
+        {b: policy.costs.verify_s(b) for b in BATCH_SIZES},
+        policy.costs.draft_cost(model.drafter).value,
+        policy.costs.prefill.get(model.drafter.name, 0.0),
         f"measured by the policy's calibration on {machine_line(machine_record())}, {date.today()}",
     )
 

@@ -28,6 +28,7 @@ from localspec.bench.workloads import (
     mtbench_second_turns,
     revision_conversations,
 )
+from localspec.decoding.policy import BATCH_SIZES
 from localspec.errors import InvalidOptionError
 from localspec.llama.engine import default_threads
 from localspec.llama.peer import load_peer_llama, peer_prompt_lookup
@@ -189,12 +190,12 @@ def copy_ceiling(model: SpeculativeModel) -> dict:
     """This machine's copy ceiling max_b b*c(1)/c(b) from the calibrated verify costs c(b):
     the decode speed-up of a drafter that is always right."""
     policy = model._policy(model.default_draft, greedy=True, predicted=False)
-    c1 = policy.verify_cost(1)
-    best = max(range(1, 18), key=lambda b: b / policy.verify_cost(b))
+    c1 = policy.costs.verify_s(1)
+    best = max(range(1, 18), key=lambda b: b / policy.costs.verify_s(b))
     return {
-        "speedup": best * c1 / policy.verify_cost(best),
+        "speedup": best * c1 / policy.costs.verify_s(best),
         "batch": best,
-        "verify_ms": {b: 1000 * policy.verify_cost(b) for b in (1, 2, 3, 5, 9, 17)},
+        "verify_ms": {b: 1000 * policy.costs.verify_s(b) for b in BATCH_SIZES},
     }
 
 

@@ -5,7 +5,7 @@ record of its key (machine, threads, llama.cpp build, offload, the two GGUFs' sh
 writes back what its policies learn:
 
 - ``costs``: the target's verify cost per batch size (seconds, ``{"<b>": s}``) and the
-  draft model's ``{"per_token", "prefill"}`` (:mod:`localspec.decoding.calibration`); loaded
+  draft model's ``{"per_token", "prefill"}`` (:class:`~localspec.decoding.policy.CostModel`); loaded
   instead of measured at the first adaptive call, so a known pair has no calibration pause;
 - ``priors``: per kind of request (:func:`kind_name`; a reasoning model's thinking is a kind
   of its own), each drafter's acceptance over all texts (:meth:`AdaptivePolicy.learnt_priors`),
@@ -30,16 +30,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from localspec.decoding.calibration import (
-    draft_cost_record,
-    implausible_costs,
-    load_draft_cost,
-    load_verify_costs,
-    stored_c1_holds,
-    verify_costs_record,
-)
 from localspec.decoding.params import LoadOptions
-from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.policy import AdaptivePolicy, CostModel
 from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.llama import backend
 from localspec.llama.engine_config import default_threads
@@ -52,7 +44,7 @@ log = logging.getLogger("localspec.store")
 def kind_name(strategy: str, greedy: bool, predicted: bool, constrained: bool, channel: str = CONTENT) -> str:
     """The stored name of a kind of request: ``"auto|greedy"``, ``"auto|sampled|predicted"``…;
     a reasoning model's thinking (``channel`` ``"reasoning"``) is a kind of its own,
-    ``"auto|greedy|reasoning"`` (:mod:`localspec.decoding.channel_policy`)."""
+    ``"auto|greedy|reasoning"`` (:mod:`localspec.decoding.policy.channels`)."""
     parts = [strategy, "greedy" if greedy else "sampled"]
     parts += ["predicted"] if predicted else []
     parts += ["constrained"] if constrained else []
@@ -75,7 +67,7 @@ class LearnedState:
         self._key_tried = False
         self._record: dict | None = None
         self._loaded = False
-        self._seeded: set[int] = set()
+        self._seeded: set[AdaptivePolicy] = set()
         self._last_save = 0.0
         self._saving = threading.Lock()
 
@@ -107,42 +99,19 @@ class LearnedState:
                 log.warning("localspec: could not read the learned store (%s)", exc)
         return self._record or {}
 
-    def load_costs(
-        self, policy: AdaptivePolicy, drafter, sizes: Sequence[int], c1_now: Callable[[], float | None]
-    ) -> tuple[tuple[int, ...], bool]:
-        """Put the stored costs into ``policy``'s (shared) cost dicts; returns the batch sizes
-        of ``sizes`` still unmeasured and whether ``drafter`` (the draft model, or None)
-        still needs measuring.  Stored costs that no machine could have
-        (:func:`~localspec.decoding.calibration.implausible_costs`), or whose c(1) is not
-        what ``c1_now()`` (one reading, seconds) finds, are left out with one log line."""
-        costs = _dict(self.record.get("costs"))
-        verify, draft = _dict(costs.get("verify")), _dict(costs.get("draft"))
-        if verify and not self._costs_hold(verify, draft, c1_now):
-            verify, draft = {}, {}
-        load_verify_costs(verify, policy.verify_costs)
-        draft_known = drafter is None
-        if drafter is not None and draft:
-            draft_known = load_draft_cost(draft, id(drafter), policy.draft_costs, policy.prefill_costs)
-        return tuple(b for b in sizes if b not in policy.verify_costs), not draft_known
-
-    @staticmethod
-    def _costs_hold(verify: dict, draft: dict, c1_now: Callable[[], float | None]) -> bool:
-        readable = {b: s for b, s in verify.items() if isinstance(s, (int, float)) and str(b).isdigit()}
-        per_token = draft.get("per_token") if isinstance(draft.get("per_token"), (int, float)) else None
-        why = implausible_costs(readable, per_token)
-        if why is None and isinstance(readable.get("1"), (int, float)):
-            measured = c1_now()
-            if not stored_c1_holds(readable["1"], measured):
-                why = f"c(1) is {measured * 1000:.1f} ms now, {readable['1'] * 1000:.1f} ms stored"
+    def load_costs(self, costs: CostModel, c1_now: Callable[[], float | None]) -> None:
+        """Put the stored costs into the pair's ``costs`` where they hold
+        (:meth:`~localspec.decoding.policy.costs.CostModel.load_stored`; ``c1_now()``: one
+        reading of c(1) now, seconds); costs that do not hold are left out with one log line."""
+        why = costs.load_stored(self.record.get("costs"), c1_now)
         if why is not None:
             log.warning("localspec: measuring this pair's costs again, the stored ones do not hold (%s)", why)
-        return why is None
 
     def seed(self, policy: AdaptivePolicy, kind: str) -> None:
         """Start a policy new to this process from the stored priors of its kind (once)."""
-        if id(policy) in self._seeded:
+        if policy in self._seeded:
             return
-        self._seeded.add(id(policy))
+        self._seeded.add(policy)
         priors = self.record.get("priors")
         stored = priors.get(kind) if isinstance(priors, dict) else None
         if isinstance(stored, dict):
@@ -152,12 +121,11 @@ class LearnedState:
         """:meth:`save` what the adaptive policies of these :class:`~localspec.decoding.slots.Slot`
         learnt (their shared costs, slot 0's draft model); False when they have none."""
         policies = [(kind_name(*key), policy) for slot in slots for key, policy in slot.adaptive.items()]
-        return bool(policies) and self.save(slots[0].costs, slots[0].drafter, policies, force)
+        return bool(policies) and self.save(slots[0].costs, policies, force)
 
-    def save(self, costs, drafter, policies: Iterable[tuple[str, AdaptivePolicy]], force: bool = False) -> bool:
-        """Write the current estimates (``costs``: the pair's shared (verify, draft, prefill)
-        dicts; ``drafter``: the draft model whose costs they hold, or None; ``policies``:
-        (kind name, policy) of every slot), merged with the stored record.  Skipped (False)
+    def save(self, costs: CostModel, policies: Iterable[tuple[str, AdaptivePolicy]], force: bool = False) -> bool:
+        """Write the current estimates (``costs``: the pair's shared :class:`CostModel`;
+        ``policies``: (kind name, policy) of every slot), merged with the stored record.  Skipped (False)
         within ``SAVE_EVERY_S`` of the last write unless ``force``, while another thread
         writes, or without a key."""
         now = time.monotonic()
@@ -168,7 +136,7 @@ class LearnedState:
         try:
             self._last_save = now
             try:
-                mine = self._current(costs, drafter, policies)
+                mine = self._current(costs, policies)
             except RuntimeError:  # a cost dict grew under us (another slot's round): next time
                 return False
             try:
@@ -180,10 +148,8 @@ class LearnedState:
         finally:
             self._saving.release()
 
-    def _current(self, costs, drafter, policies) -> dict:
-        verify, draft, prefill = costs
+    def _current(self, costs: CostModel, policies) -> dict:
         target, draft_path = self._pair[0], self._pair[1]
-        draft_record = draft_cost_record(draft.get(id(drafter)), prefill.get(id(drafter))) if drafter else {}
         priors: dict = {}
         for kind, policy in list(policies):
             mine = priors.setdefault(kind, {})
@@ -192,7 +158,7 @@ class LearnedState:
                     mine[name] = entry
         return {
             "pair": {"target": target.name, "draft": draft_path.name if draft_path else None},
-            "costs": {"verify": verify_costs_record(dict(verify)), "draft": draft_record},
+            "costs": costs.record(),
             "priors": {k: v for k, v in priors.items() if v},
         }
 

@@ -385,8 +385,8 @@ class Generation:
         drafter, k = self.policy.plan(k_cap, proposals, len(context), others)
         if drafter is None or k < draft_min:
             return None, Draft.empty(), 0.0
-        if id(drafter) in proposals:
-            draft, cost_s = proposals[id(drafter)], costs[id(drafter)]
+        if drafter.name in proposals:
+            draft, cost_s = proposals[drafter.name], costs[drafter.name]
         else:
             start, lag = time.perf_counter(), drafter.catch_up_s
             draft = self._cut(self._ask(drafter, context, k, draft_rng))
@@ -397,7 +397,7 @@ class Generation:
 
     def _free_drafts(self, context: list[int], k_cap: int, draft_rng: np.random.Generator) -> tuple[dict, dict]:
         """The policy's free drafters' drafts of this round and what each cost in seconds,
-        both by id(drafter).  Under a grammar, a drafter that ``looks_ahead`` drafts a
+        both by drafter name.  Under a grammar, a drafter that ``looks_ahead`` drafts a
         chained draft: the forced tokens, its guess after them, the forced tokens after
         that (:func:`chained`)."""
         proposals, costs, forced = {}, {}, None
@@ -409,11 +409,11 @@ class Generation:
             start = time.perf_counter()
             if forced is not None and awake and d.looks_ahead:  # grammar, guess, grammar
                 guess = lambda ahead, k, d=d: self._ask(d, context, k, draft_rng, ahead=ahead)  # noqa: E731
-                proposals[id(d)] = chained(self.constraint, forced, guess, self._cut, cap)
+                proposals[d.name] = chained(self.constraint, forced, guess, self._cut, cap)
             else:
-                proposals[id(d)] = self._cut(self._ask(d, context, cap, draft_rng))
-            forced = proposals[id(d)] if d.forces else forced
-            costs[id(d)] = time.perf_counter() - start
+                proposals[d.name] = self._cut(self._ask(d, context, cap, draft_rng))
+            forced = proposals[d.name] if d.forces else forced
+            costs[d.name] = time.perf_counter() - start
         return proposals, costs
 
     def _ask(self, drafter: Drafter, context: list[int], k: int, draft_rng: np.random.Generator, **ahead) -> Draft:

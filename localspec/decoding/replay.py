@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.decoding.calibration import CostAverage
 from localspec.decoding.drafters import Draft, Drafter, round_label
-from localspec.decoding.policy import AdaptivePolicy
+from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, CostAverage, CostModel
 from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
 
@@ -177,13 +176,12 @@ class _Stand(Drafter):
 
 
 def _policy(profile: Profile, stands: list[_Stand]) -> AdaptivePolicy:
-    verify = {b: CostAverage(profile.verify(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
-    policy = AdaptivePolicy(stands, max_k={id(s): (8 if not s.free else MAX_K) for s in stands}, verify_costs=verify)
+    costs = CostModel(verify={b: CostAverage(profile.verify(b), weight=1.0) for b in BATCH_SIZES})
     for s in stands:
         if not s.free:
-            policy.draft_costs[id(s)] = CostAverage(profile.draft_s, weight=1.0)
-            policy.prefill_costs[id(s)] = profile.draft_prefill_s
-    return policy
+            costs.draft[s.name] = CostAverage(profile.draft_s, weight=1.0)
+            costs.prefill[s.name] = profile.draft_prefill_s
+    return AdaptivePolicy(stands, caps={s.name: (8 if not s.free else MAX_K) for s in stands}, costs=costs)
 
 
 def _session_policy(trace: Trace, profile: Profile, policy_maker, session: dict | None) -> tuple:
@@ -274,13 +272,13 @@ def _replayed_draft(policy, stands: list[_Stand], trace: Trace, profile: Profile
     """(drafter, draft, catch-up seconds, drafting seconds) of the round at answer[j]:
     the policy's plan over the recorded free drafts, or the draft model's recorded view."""
     n_context = trace.n_prompt + j
-    proposals = {id(s): _free_draft(trace, s.name, j) for s in stands if s.free}
+    proposals = {s.name: _free_draft(trace, s.name, j) for s in stands if s.free}
     k_cap = len(trace.answer) - j  # tokens left, as live (each drafter's own cap is at most MAX_K)
     drafter, k = policy.plan(k_cap, proposals, n_context)
     if drafter is None:
         return None, Draft([]), 0.0, 0.0
     if drafter.free:
-        return drafter, proposals[id(drafter)].truncated(k), 0.0, 0.0
+        return drafter, proposals[drafter.name].truncated(k), 0.0, 0.0
     draft = _draft_model_draft(trace, j, k)
     catch_up_s = drafter.lag(n_context) * profile.draft_prefill_s
     draft_s = len(draft.tokens) * profile.draft_s

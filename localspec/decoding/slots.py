@@ -17,9 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from typing import NamedTuple
 
-from localspec.decoding.channel_policy import ChannelPolicy
 from localspec.decoding.drafters import (
     DraftModelDrafter,
     GrammarDrafter,
@@ -28,7 +26,7 @@ from localspec.decoding.drafters import (
     SuffixDrafter,
 )
 from localspec.decoding.params import DraftParams
-from localspec.decoding.policy import AdaptivePolicy, FixedPolicy
+from localspec.decoding.policy import AdaptivePolicy, ChannelPolicy, CostModel, FixedPolicy
 from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.decoding.scheduler import Batcher
 from localspec.errors import InvalidOptionError
@@ -38,30 +36,14 @@ from localspec.llama.state_cache import MIN_TOKENS, PromptCache
 
 SHARE_MIN = 16  # a shared prefix shorter than this is read again rather than waited for or taken over
 WAIT_POLL_S = 0.02  # how often a sequence waiting for another's prompt read looks at its progress
-_DRAFT_CAP = {"draft-model": 8}  # most tokens per round by drafter name; the others 16
-
-
-class MeasuredCosts(NamedTuple):
-    """The pair's measured costs, shared by every slot's adaptive policies: target verifies,
-    drafts and prompt prefills, each a dict as :class:`AdaptivePolicy` keeps it."""
-
-    verify: dict
-    draft: dict
-    prefill: dict
-
-    @classmethod
-    def empty(cls) -> MeasuredCosts:
-        return cls({}, {}, {})
 
 
 class Slot:
     """One sequence: ``target`` (the engine itself with one slot, else an
     :class:`~localspec.llama.sequence.EngineSequence`), its drafters and policies.
-    ``costs``: the pair's shared :class:`MeasuredCosts`."""
+    ``costs``: the pair's shared :class:`~localspec.decoding.policy.CostModel`."""
 
-    def __init__(
-        self, index: int, target, draft_engine, batchers: tuple, costs: MeasuredCosts, suffix: dict, sharing=None
-    ):
+    def __init__(self, index: int, target, draft_engine, batchers: tuple, costs: CostModel, suffix: dict, sharing=None):
         self.index = index
         batcher, draft_batcher = batchers
         many = batcher is not None
@@ -92,7 +74,7 @@ class Slot:
         """The policy for these options: fixed, or this slot's adaptive one for the same
         kind of text (created on first use; calibrated by the caller when new).  With
         ``channels`` (a generation split into thinking and answer) an adaptive choice is a
-        :class:`~localspec.decoding.channel_policy.ChannelPolicy`: the answer judged by the
+        :class:`~localspec.decoding.policy.channels.ChannelPolicy`: the answer judged by the
         same policy as a generation without thinking, the thinking by its own (its key ends
         with ``"reasoning"``)."""
         if dp.strategy == "draft-model" and self.drafter is None:
@@ -124,21 +106,8 @@ class Slot:
     def _adaptive(self, key: tuple, chosen: list) -> AdaptivePolicy:
         """This slot's adaptive policy of ``key`` over the ``chosen`` drafters (made on first use)."""
         if key not in self.adaptive:
-            verify_costs, draft_costs, prefill_costs = self.costs
-            caps = {id(d): _DRAFT_CAP.get(d.name, 16) for d in self.drafters}
-            self.adaptive[key] = AdaptivePolicy(
-                chosen, max_k=caps, verify_costs=verify_costs, draft_costs=draft_costs, prefill_costs=prefill_costs
-            )
+            self.adaptive[key] = AdaptivePolicy(chosen, costs=self.costs)
         return self.adaptive[key]
-
-    def share_costs_of(self, other: Slot) -> None:
-        """Use ``other``'s measured draft-model costs (one machine, one draft model)."""
-        if self.drafter is None or other is self:
-            return
-        _, draft_costs, prefill_costs = self.costs
-        for costs in (draft_costs, prefill_costs):
-            if id(other.drafter) in costs:
-                costs[id(self.drafter)] = costs[id(other.drafter)]
 
     def free(self) -> bool:
         running = self.generation() if self.generation is not None else None
@@ -159,9 +128,9 @@ class SlotPool:
         parallel: int,
         suffix_store_tokens: int,
         cache_ram_bytes: int = 0,
-        costs: MeasuredCosts | None = None,
+        costs: CostModel | None = None,
     ):
-        costs = MeasuredCosts.empty() if costs is None else costs
+        costs = CostModel() if costs is None else costs
         self.batcher = Batcher(target) if parallel > 1 else None
         self.draft_batcher = Batcher(draft_engine, grace_s=0.0) if parallel > 1 and draft_engine is not None else None
         batchers = (self.batcher, self.draft_batcher)

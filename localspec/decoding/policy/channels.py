@@ -4,7 +4,7 @@ A draft model, prompt lookup or the suffix drafter fare differently in a model's
 and in its answer (reasoning text copies less from the prompt and wanders more), so a
 generation split into ``reasoning`` and ``content`` (:mod:`localspec.decoding.reasoning`)
 judges each channel's rounds with that channel's own
-:class:`~localspec.decoding.policy.AdaptivePolicy`: drafters' acceptance, confidence
+:class:`~localspec.decoding.policy.adaptive.AdaptivePolicy`: drafters' acceptance, confidence
 calibration and text trust apart, the pair's measured costs shared (they belong to the
 machine).  A round belongs to the channel in force when it starts, as
 :class:`~localspec.decoding.stats.ChannelStats` counts it; the loop says which
@@ -18,13 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from localspec.decoding.drafters import Draft, Drafter
-from localspec.decoding.policy import AdaptivePolicy, Policy
+from localspec.decoding.policy.adaptive import AdaptivePolicy
+from localspec.decoding.policy.protocol import Policy
 from localspec.decoding.reasoning import CONTENT
 from localspec.decoding.rounds import RoundOutcome
 
 
 class ChannelPolicy:
-    """A :class:`~localspec.decoding.policy.Policy` that hands every call to the policy of the
+    """A :class:`~localspec.decoding.policy.protocol.Policy` that hands every call to the policy of the
     channel the current round started in.  ``policies``: channel name -> policy (``content``
     required; a channel without one, a marker, uses ``content``'s).  Every generation starts
     in ``content`` until :meth:`enter_channel` says otherwise."""
@@ -58,7 +59,7 @@ class ChannelPolicy:
     def plan(
         self,
         k_cap: int,
-        proposals: Mapping[int, Draft] | None = None,
+        proposals: Mapping[str, Draft] | None = None,
         n_context: int = 0,
         others: tuple[int, int] = (0, 0),
     ) -> tuple[Drafter | None, int]:

@@ -1,0 +1,70 @@
+"""What the round being planned yields per second, from the target's verify costs
+(:class:`RoundPricing`): measured sizes interpolated, never falling with the batch, never
+above b single steps (a stall written down must not make drafting look hopeless)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from localspec.decoding.policy.costs import CostAverage
+
+_BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
+
+
+class RoundPricing:
+    """Tokens per second of the round being planned, from the target's verify costs as
+    measured when pricing starts (``verify_costs``: batch size -> :class:`CostAverage` of
+    seconds; the prior shape scaled to ``step_s`` until one is measured) and the batch the
+    round's verify joins: ``others`` = (tokens, sequences) of the other sequences sharing
+    that decode ((0, 0) alone)."""
+
+    def __init__(self, verify_costs: Mapping[int, CostAverage], step_s: float, others: tuple[int, int] = (0, 0)):
+        known = sorted((b, a.value) for b, a in verify_costs.items() if a.weight > 0)
+        # a bigger batch never costs less: measured so (noise), a useless draft would look free
+        self.measured = [(b, c) for (b, _), c in zip(known, accumulate((c for _, c in known), max))]
+        self.step_s = step_s
+        self.tokens, self.sequences = others
+
+    def rate(self, expected: float, extra_s: float, k: int) -> float:
+        """Tokens per second of the batch this round's verify joins, drafting k tokens that
+        yield ``expected`` at ``extra_s`` seconds of drafting: the other sequences (one token
+        each) share the decode, so a draft must pay for its rows in all of them.  The time
+        is what the batch takes with every sequence plain, c(S + 1), plus this draft's own
+        rows at the batch's size, c(T + k + 1) - c(T + 1): the others' rows beyond one each
+        (drafts, a prompt being read) are theirs to pay for, and must not make this draft
+        look cheap beside them.  With T = S (the others plain) that is c(S + k + 1)."""
+        if self.tokens <= self.sequences:
+            return (self.sequences + expected) / (extra_s + self.verify_s(self.tokens + k + 1))
+        own = max(0.0, self.verify_s(self.tokens + k + 1) - self.verify_s(self.tokens + 1))
+        return (self.sequences + expected) / (extra_s + self.verify_s(self.sequences + 1) + own)
+
+    def verify_s(self, batch: int) -> float:
+        """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
+        linearly between measured sizes, else the prior shape scaled to c_verify(1)."""
+        known = self.measured
+        if not known:
+            return self.step_s * (1 + 0.1 * (batch - 1))
+        return max(1e-9, min(_interpolated(known, batch), _batch_bound(known, batch)))
+
+
+def _interpolated(known: list, batch: int) -> float:
+    for (b0, c0), (b1, c1) in zip(known, known[1:]):
+        if b0 <= batch <= b1:
+            return c0 + (c1 - c0) * (batch - b0) / (b1 - b0)
+    if batch > known[-1][0] and len(known) >= 2:  # past the largest measured batch: its slope goes on
+        (b0, c0), (b1, c1) = known[-2], known[-1]
+        return max(c1 + (c1 - c0) / (b1 - b0) * (batch - b1), c1)
+    b_edge, c_edge = known[0] if batch < known[0][0] else known[-1]
+    base = known[0][1] / (1 + 0.1 * (known[0][0] - 1))
+    return max(c_edge + base * 0.1 * (batch - b_edge), 1e-6)
+
+
+def _batch_bound(known: list, batch: int) -> float:
+    """A batch of b never costs more than b single steps (plus a margin): a stalled
+    measurement (the machine busy elsewhere) must not make drafting look hopeless,
+    since a drafter never run again would never correct it."""
+    b1, c1 = known[0]
+    return _BATCH_MARGIN * batch * c1 / b1 if b1 == 1 else float("inf")

@@ -1,0 +1,61 @@
+"""What the loop (:class:`~localspec.decoding.loop.Generation`) asks of a policy, and the
+arithmetic every policy shares."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from localspec.decoding.drafters import Draft, Drafter
+from localspec.decoding.rounds import RoundOutcome
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the loop (:class:`~localspec.decoding.loop.Generation`) asks of a policy.
+
+    Per generation: :meth:`new_generation`, then :attr:`prefill_drafters` read the prompt
+    during prompt eval.  Per round: each of :attr:`free_drafters` drafts up to
+    ``min(k_cap, cap(d))`` tokens, :meth:`plan` picks (drafter, k) given those drafts,
+    a drafter not yet asked drafts k and :meth:`length` says how much of it to verify,
+    and :meth:`observe` learns from the round's :class:`RoundOutcome`."""
+
+    @property
+    def free_drafters(self) -> Sequence[Drafter]: ...
+
+    @property
+    def prefill_drafters(self) -> Sequence[Drafter]: ...
+
+    def new_generation(self) -> None: ...
+
+    def cap(self, drafter: Drafter) -> int: ...
+
+    def plan(
+        self,
+        k_cap: int,
+        proposals: Mapping[str, Draft] | None = None,
+        n_context: int = 0,
+        others: tuple[int, int] = (0, 0),
+    ) -> tuple[Drafter | None, int]:
+        """(drafter, k <= ``k_cap``) for the next round, (None, 0) for a plain one.
+        ``proposals``: drafter name -> the free drafters' drafts of this round;
+        ``n_context``: tokens in the context; ``others``: (tokens, sequences) of the other
+        sequences sharing the verify decode."""
+        ...
+
+    def length(self, drafter: Drafter, draft: Draft, k: int) -> int:
+        """How many tokens of ``draft`` (just made by ``drafter``, asked for ``k``) to verify."""
+        ...
+
+    def observe(self, outcome: RoundOutcome) -> None: ...
+
+    def enter_channel(self, channel: str) -> None:
+        """The next round starts in ``channel``: ``reasoning``, or ``content`` (always, without thinking)."""
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected tokens emitted by a round drafting k tokens with acceptance ``alpha``
+    (accepted draft tokens plus the target's correction or bonus token)."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
