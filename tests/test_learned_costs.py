@@ -14,7 +14,7 @@ import pytest
 from localspec.api import SpeculativeModel
 from localspec.decoding.drafters import Draft, Drafter
 from localspec.decoding.learned import LearnedState, kind_name
-from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, CostAverage, CostModel
+from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, CostAverage, CostModel, batch_sizes
 from localspec.decoding.policy.costs import implausible_costs, stored_c1_holds
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.machine_store import MachineStore
@@ -50,7 +50,7 @@ def count_measures(monkeypatch):
 def test_a_second_load_with_the_same_key_measures_nothing_and_has_the_first_loads_costs(target_gguf, monkeypatch):
     with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as first:
         measured = _costs(first)
-    assert set(measured["verify"]) >= {1, 2, 3, 5, 9, 17}
+    assert set(measured["verify"]) >= set(BATCH_SIZES)
 
     def no_measuring(*args, **kwargs):
         raise AssertionError("costs measured although the store has them")
@@ -139,14 +139,14 @@ def _state(target_gguf, other_gguf) -> LearnedState:
 def _cheap_machine(policy):
     """A verify of 17 costs little more than one, a draft token 1 ms: the draft model pays
     from an acceptance of about 0.1 on."""
-    policy.costs.verify.update({b: CostAverage(0.030 + 0.0002 * (b - 1), weight=1.0) for b in (1, 2, 3, 5, 9, 17)})
+    policy.costs.verify.update({b: CostAverage(0.030 + 0.0002 * (b - 1), weight=1.0) for b in BATCH_SIZES})
     policy.costs.draft[policy.drafters[0].name] = CostAverage(0.001, weight=1.0)
     policy.costs.prefill[policy.drafters[0].name] = 0.0
 
 
 def _steep_machine(policy):
     """c(b) grows 20 ms a token from 30 ms: the draft model pays only when almost always right."""
-    policy.costs.verify.update({b: CostAverage(0.030 + 0.020 * (b - 1), weight=1.0) for b in (1, 2, 3, 5, 9, 17)})
+    policy.costs.verify.update({b: CostAverage(0.030 + 0.020 * (b - 1), weight=1.0) for b in BATCH_SIZES})
     policy.costs.draft[policy.drafters[0].name] = CostAverage(0.002, weight=1.0)
     policy.costs.prefill[policy.drafters[0].name] = 0.0
 
@@ -224,7 +224,7 @@ def test_doctor_lists_what_is_stored_and_recalibrate_forgets_it(target_gguf, oth
 def test_a_batch_of_fresh_sequences_where_drafting_cannot_pay_runs_plain():
     """A verify costs its length (c(b) = b c(1)): no draft, however likely, beats plain,
     alone or sharing the verify with three other sequences."""
-    verify = {b: CostAverage(0.03 * b, weight=1.0) for b in (1, 2, 3, 5, 9, 17, 33, 65)}
+    verify = {b: CostAverage(0.03 * b, weight=1.0) for b in batch_sizes(parallel=4)}
     costs = CostModel(verify=verify)
     policies = []
     for _ in range(4):  # one per slot, the costs shared as SpeculativeModel shares them
@@ -246,7 +246,7 @@ def test_beside_a_prompt_being_read_a_draft_pays_only_for_its_own_rows():
     model, lookup = FakeDrafter("draft-model", 0.7), FakeDrafter("prompt-lookup", 0.3, free=True)
     sure = Draft([1] * 8, confidence=[0.99] * 8)
     for cost, drafts in ((lambda b: 0.03, True), (lambda b: 0.03 * b, False)):
-        verify = {b: CostAverage(cost(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17, 33, 65, 129, 257)}
+        verify = {b: CostAverage(cost(b), weight=1.0) for b in (*batch_sizes(parallel=4), 129, 257)}
         p = AdaptivePolicy([model, lookup], costs=CostModel(verify=verify))
         p.costs.draft.update({model.name: CostAverage(0.03, weight=1.0), lookup.name: CostAverage(2e-5, weight=1.0)})
         p.new_generation()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from localspec.decoding.drafters import Draft, Drafter, PromptLookupDrafter
-from localspec.decoding.policy import AdaptivePolicy, FixedPolicy, Policy, expected_tokens
+from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, FixedPolicy, Policy, expected_tokens
 from localspec.decoding.policy.costs import warm_up
 from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
@@ -152,7 +152,7 @@ def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
     from localspec.decoding.policy.costs import PLAIN_PROBE_EVERY as _PLAIN_PROBE_EVERY
 
     d = FakeDrafter("draft-model", 0.4)
-    verify = {b: CostAverage(cpu_like(b), weight=1.0) for b in (1, 2, 3, 5, 9, 17)}
+    verify = {b: CostAverage(cpu_like(b), weight=1.0) for b in BATCH_SIZES}
     verify[1] = CostAverage(0.090, weight=1.0)
     policy = AdaptivePolicy([d], caps={d.name: 8}, costs=CostModel(verify=verify))
     policy.costs.draft[d.name] = CostAverage(0.010, weight=1.0)
@@ -252,8 +252,8 @@ def test_calibration_keeps_the_faster_of_two_runs_so_one_stall_is_not_taken_for_
         policy = AdaptivePolicy([d], caps={d.name: 16})
         policy.costs.measure(target, {})
         assert target.cache_tokens == [1, 2, 3]  # trimmed back each time
-        assert {b: policy.costs.verify[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
-            {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)}
+        assert {b: policy.costs.verify[b].value for b in BATCH_SIZES} == pytest.approx(
+            {b: cpu_like(b) for b in BATCH_SIZES}
         )
 
 
@@ -277,8 +277,8 @@ def test_calibration_drops_readings_that_are_not_times():
     for stall_at in range(1, _warm_up_decodes(cpu_like) + 13):
         policy = AdaptivePolicy([d], caps={d.name: 16})
         policy.costs.measure(ClockedEngine(cpu_like, stall_at=stall_at, stall_s=-1.0), {})
-        assert {b: policy.costs.verify[b].value for b in (1, 2, 3, 5, 9, 17)} == pytest.approx(
-            {b: cpu_like(b) for b in (1, 2, 3, 5, 9, 17)}
+        assert {b: policy.costs.verify[b].value for b in BATCH_SIZES} == pytest.approx(
+            {b: cpu_like(b) for b in BATCH_SIZES}
         )
     for broken in (float("nan"), float("inf")):
         policy = AdaptivePolicy([d], caps={d.name: 16})

@@ -14,13 +14,14 @@ import statistics
 from localspec.api import SpeculativeModel, resolve_pair
 from localspec.bench.cli import add_out
 from localspec.bench.results import Results
+from localspec.decoding.policy import BATCH_SIZES
 from localspec.llama.engine import default_threads
 from localspec.llama.report import machine_record
 
 NAME = "verify-cost"
 HELP = "the target's decode cost by batch size and the draft model's per token"
 
-BATCHES = (1, 2, 3, 5, 9, 17)
+BATCHES = BATCH_SIZES
 
 
 def cost_ms(engine, batch, context=300, runs=5):
