@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -20,57 +20,14 @@ from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.thinking import ChatReasoning, read_chat_template
 from localspec.decoding.tool_calls import ToolFormat, ToolRequest, normalise_messages, tool_format, tool_request
-from localspec.errors import EngineError, IncompatibleDraftError, InvalidOptionError
-from localspec.llama import backend
+from localspec.errors import EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
 from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
-from localspec.models.catalog import PairEntry, load_catalog
-from localspec.models.compat import check_compatibility
-from localspec.models.discovery import ModelRef, ensure_local, model_ref, pick_draft, recommended_pair
-from localspec.models.gguf_info import check_gguf_file
 from localspec.models.hub import ProgressFn
-from localspec.models.memory import AutoContext, auto_context
+from localspec.pairs import ResolvedPair, auto_context_for, check_pair, resolve_pair  # noqa: F401 (public here)
 
 Messages = list[dict]
-
-
-@dataclass(frozen=True)
-class ResolvedPair:
-    target: Path
-    draft: Path | None
-    pair: PairEntry | None  # the catalogue pair it came from, if any
-
-
-def resolve_pair(
-    target: str | Path | None = None,
-    draft: str | Path | None = "auto",
-    progress: ProgressFn | None = None,
-    cancel: threading.Event | None = None,
-) -> ResolvedPair:
-    """Turn user-facing names into local files, fetching catalogue files if needed.
-
-    ``target``: None (the default pair), a pair or model name from ``models.toml``,
-    ``REPO:FILE``, ``REPO:QUANT`` or a path to a GGUF file (see
-    :func:`localspec.models.discovery.model_ref`).  ``draft``: "auto" (the named pair's draft,
-    else :func:`localspec.models.discovery.pick_draft`), None / "none" (no draft model), or a
-    name or path as for ``target``.  ``progress`` and ``cancel`` go to the downloads.
-    Raises ModelFileError for a path that does not exist, CatalogError, DownloadError.
-    """
-    catalog = load_catalog()
-    named_pair = catalog.pairs.get(str(target)) if target is not None else catalog.pair()
-    target_ref = model_ref(target)
-    draft_ref: ModelRef | None
-    if draft is None or str(draft).lower() == "none":
-        draft_ref = None
-    elif str(draft) == "auto":
-        draft_ref = model_ref(named_pair.draft.name) if named_pair else pick_draft(target_ref)
-    else:
-        draft_ref = model_ref(draft)
-    pair = named_pair or recommended_pair(target_ref, draft_ref)
-    target_path = ensure_local(target_ref, progress, cancel)
-    draft_path = ensure_local(draft_ref, progress, cancel) if draft_ref is not None else None
-    return ResolvedPair(target=target_path, draft=draft_path, pair=pair)
 
 
 class SpeculativeModel:
@@ -113,11 +70,11 @@ class SpeculativeModel:
         self.default_draft = self.load_options.draft
         self.target_path = Path(target)
         self.draft_path = Path(draft) if draft is not None else None
-        _check_pair(self.target_path, self.draft_path)
+        check_pair(self.target_path, self.draft_path)
         chat_template = read_chat_template(self.load_options.chat_template)
         self.auto_context = None
         if self.load_options.n_ctx == "auto":
-            self.auto_context = _auto_context(self.target_path, self.draft_path, self.load_options)
+            self.auto_context = auto_context_for(self.target_path, self.draft_path, self.load_options)
             self.load_options = replace(self.load_options, n_ctx=self.auto_context.n_ctx)
         self.owner = LlamaThread()
         self.target, self.draft_engine = self._load_engines(load_progress)
@@ -431,19 +388,6 @@ def check_response_format(response_format) -> None:
     response_format_grammar(response_format)
 
 
-def _check_pair(target: Path, draft: Path | None) -> None:
-    """Raise ModelFileError for a missing, non-GGUF or truncated file, IncompatibleDraftError
-    for a draft whose vocabulary does not match the target's; loads nothing."""
-    target_info = check_gguf_file(target)
-    if draft is None:
-        return
-    verdict = check_compatibility(target_info, check_gguf_file(draft))
-    if not verdict.compatible:
-        raise IncompatibleDraftError(
-            f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons), verdict.reasons
-        )
-
-
 def _for_role(load_progress: Callable[[str, float], None] | None, role: str) -> Callable[[float], None] | None:
     return None if load_progress is None else (lambda fraction: load_progress(role, fraction))
 
@@ -494,10 +438,3 @@ def chat(
             _shared = None
         _shared = (key, load(target, draft))
     return _shared[1].chat(messages, stream=stream, **options)
-
-
-def _auto_context(target: Path, draft: Path | None, options: LoadOptions) -> AutoContext:
-    """``n_ctx="auto"``: the pair's trained context, capped by the memory its layers go to
-    (VRAM when the build offloads them, else RAM)."""
-    offload = options.n_gpu_layers != 0 and backend.supports_gpu_offload()
-    return auto_context(target, draft, budget=backend.memory_budget(offload))

@@ -17,6 +17,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 from localspec.llama.synthetic import write_model  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test that loads the default pair (through ``real_pair_paths``, the fixture all
+    the real-pair fixtures rest on) is ``real_pair``, every GUI test ``gui``: so
+    ``pytest -m "not real_pair and not gui"`` is the fast suite (CONTRIBUTING.md)."""
+    for item in items:
+        if "real_pair_paths" in item.fixturenames:
+            item.add_marker(pytest.mark.real_pair)
+        if "qtbot" in item.fixturenames or item.path.name.startswith("test_gui"):
+            item.add_marker(pytest.mark.gui)
+
+
 @pytest.fixture(autouse=True)
 def isolated_user_paths(tmp_path, monkeypatch):
     """Keep tests away from the user's Hugging Face cache, config and learned store.  The real model

@@ -20,7 +20,7 @@ LAYERS = [
     ("localspec.models",),
     ("localspec.llama",),
     ("localspec.decoding",),
-    ("localspec.api", "localspec"),
+    ("localspec.api", "localspec.pairs", "localspec"),
     ("localspec.server",),
     ("localspec.cli", "localspec.bench"),
     ("gui",),

@@ -223,7 +223,7 @@ def test_fixed_policy_cuts_a_suffix_draft_to_max_spec_factor_times_its_match():
 
 class ClockedEngine:
     """A target whose decode of b tokens takes ``cost(b)`` seconds of its clock, with
-    one stall of ``stall_s`` on the ``stall_at``-th decode (1-based)."""
+    a stall of ``stall_s`` on the ``stall_at``-th decode (1-based; or each of a set)."""
 
     def __init__(self, cost, stall_at=None, stall_s=0.0, n_ctx=4096):
         self.cost, self.stall_at, self.stall_s, self.n_ctx = cost, stall_at, stall_s, n_ctx
@@ -231,7 +231,10 @@ class ClockedEngine:
 
     def decode(self, tokens, rows=()):
         self.calls += 1
-        self.decode_s += self.cost(len(tokens)) + (self.stall_s if self.calls == self.stall_at else 0.0)
+        stalled = (
+            self.calls in self.stall_at if isinstance(self.stall_at, (set, range)) else self.calls == self.stall_at
+        )
+        self.decode_s += self.cost(len(tokens)) + (self.stall_s if stalled else 0.0)
         self.cache_tokens += list(tokens)
 
     def trim(self, n):
@@ -255,6 +258,20 @@ def test_calibration_keeps_the_faster_of_two_runs_so_one_stall_is_not_taken_for_
         assert {b: policy.costs.verify[b].value for b in BATCH_SIZES} == pytest.approx(
             {b: cpu_like(b) for b in BATCH_SIZES}
         )
+
+
+def test_a_stall_over_both_runs_of_a_size_is_measured_again():
+    """Both decodes of batch 2 stalled: c(2) = 0.54 s beside c(1) = 0.03 s is no machine's
+    cost, so every size is read again and each keeps its fastest reading."""
+    d = FakeDrafter("prompt-lookup", 0.3)
+    warm = _warm_up_decodes(cpu_like)
+    target = ClockedEngine(cpu_like, stall_at={warm + 3, warm + 4}, stall_s=0.5)
+    policy = AdaptivePolicy([d], caps={d.name: 16})
+    policy.costs.measure(target, {})
+    assert target.calls == warm + 2 * 2 * len(BATCH_SIZES)  # read twice
+    assert {b: policy.costs.verify[b].value for b in BATCH_SIZES} == pytest.approx(
+        {b: cpu_like(b) for b in BATCH_SIZES}
+    )
 
 
 def test_calibration_of_a_draft_model_keeps_the_faster_run_too():

@@ -100,7 +100,8 @@ class CostModel:
     def pricing(self, others: tuple[int, int] = (0, 0)) -> RoundPricing:
         """A round priced as the costs stand now, in a batch with ``others`` =
         (tokens, sequences) of the other sequences sharing the verify decode."""
-        return RoundPricing(self.verify, STEP_PRIOR_S, others)
+        measured = {b: a.value for b, a in self.verify.items() if a.weight > 0}
+        return RoundPricing(measured, STEP_PRIOR_S, others)
 
     def verify_s(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens (:meth:`RoundPricing.verify_s`)."""
@@ -157,11 +158,12 @@ class CostModel:
         warm_up(target, token)
         readings = _verify_readings(target, token, fitting)
         for _ in range(MEASURE_RETRIES):
-            if implausible_costs(verify_costs_record({**self.verify, **readings}), None) is None:
+            known = {str(b): a.value for b, a in self.verify.items() if a.weight > 0}
+            if implausible_costs({**known, **{str(b): s for b, s in readings.items()}}, None) is None:
                 break
             again = _verify_readings(target, token, fitting)  # a stall over both runs of a size
             readings = {b: min(s, again.get(b, s)) for b, s in readings.items()}
-        self.verify.update(readings)
+        self.verify.update({b: CostAverage(s, weight=1.0) for b, s in readings.items()})
         for name, engine in draft_engines.items():
             self._measure_draft(name, engine, token)
 
@@ -237,12 +239,13 @@ def warm_up(engine, token: int) -> None:
             break
 
 
-def _verify_readings(target, token: int, sizes: Sequence[int]) -> dict[int, CostAverage]:
+def _verify_readings(target, token: int, sizes: Sequence[int]) -> dict[int, float]:
+    """Seconds of the fastest of two decodes of each batch size (where one was a time)."""
     readings = {}
     for batch in sizes:
         seconds = fastest_of_two(target, [token] * batch, range(batch))
         if seconds is not None:
-            readings[batch] = CostAverage(seconds, weight=1.0)
+            readings[batch] = seconds
     return readings
 
 

@@ -6,23 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import accumulate
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from localspec.decoding.policy.costs import CostAverage
 
 _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 
 
 class RoundPricing:
     """Tokens per second of the round being planned, from the target's verify costs as
-    measured when pricing starts (``verify_costs``: batch size -> :class:`CostAverage` of
-    seconds; the prior shape scaled to ``step_s`` until one is measured) and the batch the
-    round's verify joins: ``others`` = (tokens, sequences) of the other sequences sharing
-    that decode ((0, 0) alone)."""
+    measured when pricing starts (``measured``: batch size -> seconds; the prior shape scaled
+    to ``step_s`` until one is measured) and the batch the round's verify joins: ``others``
+    = (tokens, sequences) of the other sequences sharing that decode ((0, 0) alone)."""
 
-    def __init__(self, verify_costs: Mapping[int, CostAverage], step_s: float, others: tuple[int, int] = (0, 0)):
-        known = sorted((b, a.value) for b, a in verify_costs.items() if a.weight > 0)
+    def __init__(self, measured: Mapping[int, float], step_s: float, others: tuple[int, int] = (0, 0)):
+        known = sorted(measured.items())
         # a bigger batch never costs less: measured so (noise), a useless draft would look free
         self.measured = [(b, c) for (b, _), c in zip(known, accumulate((c for _, c in known), max))]
         self.step_s = step_s
