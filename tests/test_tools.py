@@ -9,9 +9,8 @@ import jsonschema
 import pytest
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.tool_calls import split_tool_calls
+from localspec.decoding.tool_parser import ToolCallParser, split_tool_calls
 from localspec.errors import InvalidOptionError
-from localspec.server.openai_tools import ToolCallStream
 
 WEATHER = {
     "type": "object",
@@ -46,21 +45,22 @@ def test_the_stream_splits_content_and_call_pieces_as_the_sdk_reassembles_them()
         '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": {"x": "}"}}}\n</tool_call>'
     )
     for step in (1, 3, 7, len(text)):
-        stream, content, calls = ToolCallStream(), "", {}
+        stream, content, calls = ToolCallParser(), "", {}
         for i in range(0, len(text), step):
             piece, deltas = stream.feed(text[i : i + step])
             content += piece
             for d in deltas:
-                call = calls.setdefault(d["index"], {"name": None, "arguments": "", "id": None})
-                call["id"] = call["id"] or d.get("id")
-                call["name"] = call["name"] or d["function"].get("name")
-                call["arguments"] += d["function"]["arguments"]
+                call = calls.setdefault(d.index, {"name": None, "arguments": "", "id": None})
+                call["id"] = call["id"] or d.id
+                call["name"] = call["name"] or d.name
+                call["arguments"] += d.arguments
         assert content == "Let me check.\n"
         assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
             ("get_weather", {"city": "Paris"}),
             ("add", {"a": 1, "b": {"x": "}"}}),
         ]
         assert all(c["id"].startswith("call_") for c in calls.values())
+        assert [(c.id, c.arguments) for c in stream.finish()] == [(c["id"], c["arguments"]) for c in calls.values()]
     assert split_tool_calls(text)[0] == "Let me check."
 
 
@@ -68,14 +68,14 @@ def test_the_stream_splits_content_and_call_pieces_as_the_sdk_reassembles_them()
 def test_a_required_call_follows_its_schema_and_the_round_trip_answers(real_model):
     r = real_model.chat(ASK, tools=TOOLS, tool_choice="required", max_tokens=96)
     assert r.finish_reason == "tool_calls" and r.tool_calls, r.text
-    call = r.tool_calls[0]["function"]
-    assert call["name"] in ("get_weather", "add")
-    schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == call["name"])
-    jsonschema.validate(json.loads(call["arguments"]), schema)
+    call = r.tool_calls[0]
+    assert call.name in ("get_weather", "add") and call.id.startswith("call_") and call.index == 0
+    schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == call.name)
+    jsonschema.validate(json.loads(call.arguments), schema)
     assert r.stats.accepted_by_drafter.get("grammar", 0) >= 5  # the call's keys and quotes, drafted for free
     follow = ASK + [
         {"role": "assistant", "content": None, "tool_calls": r.tool_calls},
-        {"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": '{"celsius": 21}'},
+        {"role": "tool", "tool_call_id": r.tool_calls[0].id, "content": '{"celsius": 21}'},
     ]
     final = real_model.chat(follow, tools=TOOLS, tool_choice="none", max_tokens=64)
     assert final.finish_reason in ("stop", "length") and final.text and not final.tool_calls
@@ -84,7 +84,7 @@ def test_a_required_call_follows_its_schema_and_the_round_trip_answers(real_mode
 @pytest.mark.real_pair
 def test_a_named_function_is_the_one_called_once(real_model):
     r = real_model.chat(ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}}, max_tokens=96)
-    assert [c["function"]["name"] for c in r.tool_calls] == ["add"]
+    assert [c.name for c in r.tool_calls] == ["add"]
 
 
 @pytest.mark.real_pair
