@@ -37,6 +37,29 @@ TOOLS = [
     },
 ]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+# under tool_choice "auto" the default pair writes this call as a fenced JSON block, its
+# arguments some 60 tokens: they must stream while written (issue 49)
+WRITE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write",
+            "description": "Write a file",
+            "parameters": {
+                "type": "object",
+                "properties": {"filePath": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["filePath", "content"],
+            },
+        },
+    }
+]
+WRITE_ASK = [
+    {
+        "role": "user",
+        "content": "Create the file hello.py with a Python program that prints hello world three times, "
+        "using the write tool.",
+    }
+]
 
 
 def test_the_stream_splits_content_and_call_pieces_as_the_sdk_reassembles_them():
@@ -115,3 +138,16 @@ def test_a_template_without_a_call_format_is_refused(smollm2_gguf):
         with pytest.raises(InvalidOptionError, match="no tool-call format"):
             m.chat(ASK, tools=TOOLS)
         assert m.chat(ASK, max_tokens=2).finish_reason == "length"
+
+
+@pytest.mark.real_pair
+def test_an_auto_call_streams_as_the_model_writes_it(real_model):
+    """The loop's events carry the call's pieces while it is generated, and the finished
+    result holds the same call (its id made once)."""
+    generation = real_model.chat(WRITE_ASK, tools=WRITE_TOOLS, tool_choice="auto", max_tokens=200, stream=True)
+    pieces = [d for event in generation if event.token != -1 for d in event.calls]
+    [call] = generation.result.tool_calls
+    assert pieces[0].id == call.id and pieces[0].name == call.name == "write"
+    assert len([d for d in pieces if d.arguments]) > 1
+    assert "".join(d.arguments for d in pieces) == call.arguments
+    assert json.loads(call.arguments)["filePath"] == "hello.py" and generation.result.finish_reason == "tool_calls"
