@@ -107,7 +107,8 @@ class Generation:
         self._owner = owner or target.owner
         self.constraint = constraint  # a grammar every emitted token satisfies (None: free text)
         self._parse = parse  # turns a finished answer into result.parsed
-        self._calls = ToolCallParser(tool_format) if tool_format else None  # reads the answer's tool calls
+        # reads the answer's tool calls as they are written
+        self._calls = ToolCallParser(tool_format) if tool_format else None
         self._batcher = batcher  # shares the target's decodes with other sequences (scheduler.Batcher)
         self._on_end = on_end  # told once when the generation ends (its slot is free again)
         self._prompt_truncated = prompt_truncated  # the caller cut the prompt to fit (a FIM prompt)
@@ -339,9 +340,11 @@ class Generation:
         stats.total_s = time.perf_counter() - self._started_at
         text = run.out.finish()
         reasoning = run.out.take_reasoning()
-        last = self._with_calls(TokenEvent(-1, text, TokenSource.TARGET, run.round_no, reasoning=reasoning), end=True)
-        if text or reasoning or last.calls or last.content:
-            yield replace(last, channel=CONTENT if text or last.calls or last.content else REASONING)
+        last = TokenEvent(-1, text, TokenSource.TARGET, run.round_no, reasoning=reasoning)
+        last = self._with_calls(last, end=True)
+        answer = text or last.calls or last.content
+        if answer or reasoning:
+            yield replace(last, channel=CONTENT if answer else REASONING)
         out = run.out
         calls = self._calls.finish() if self._calls else []
         self.result = GenerationResult(

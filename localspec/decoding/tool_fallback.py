@@ -45,10 +45,16 @@ _WAKE = re.compile((_HEAD + ")").encode())
 # a fallback call's head as the parser reads it: the opening, the name (any JSON string: its
 # declared name is checked once whole) and the arguments key, up to the arguments' value;
 # groups: start (where its text begins), fence, body (the object's "{"), wrap, name
+_SPACE = r"[ \t\n]*"
 CALL_HEAD = regex.compile(
-    r"(?:^|\n)[ \t]*(?P<start>(?:" + _TAG + r"[ \t]*\n[ \t]*)?(?P<fence>```[A-Za-z]*[ \t]*\n[ \t]*)?"
-    r"(?P<body>\{)[ \t\n]*(?P<wrap>" + _WRAP + r')?"name"[ \t\n]*:[ \t\n]*"(?P<name>(?:[^"\\\n]|\\.)*)"'
-    r'[ \t\n]*,[ \t\n]*"(?:arguments|parameters)"[ \t\n]*:[ \t\n]*)'
+    r"(?:^|\n)[ \t]*(?P<start>(?:" + _TAG + r"[ \t]*\n[ \t]*)?"
+    r"(?P<fence>```[A-Za-z]*[ \t]*\n[ \t]*)?(?P<body>\{)"
+    + _SPACE
+    + "(?P<wrap>"
+    + _WRAP
+    + ")?"
+    + f'"name"{_SPACE}:{_SPACE}"(?P<name>(?:[^"\\\\\\n]|\\\\.)*)"{_SPACE},{_SPACE}'
+    + f'"(?:arguments|parameters)"{_SPACE}:{_SPACE})'
 )
 OBJECT_END = regex.compile(r"[ \t\n]*\}")  # after the arguments: the call object's close
 FENCE_END = regex.compile(r"[ \t\n]*```")

@@ -325,7 +325,7 @@ class ToolCallParser:
         self._pos = close + (len(CLOSE) if call.kind == "own" else 0)
         return True
 
-    def _end_fallback(self, call: _Call, end: int, content: list[str], deltas: list[CallDelta]) -> bool:
+    def _end_fallback(self, call: _Call, end: int, content: list, deltas: list) -> bool:
         """A fallback call ends at its object's close (a wrapped one's two); one that proves
         not to be a call is content."""
         at, closes = end, 2 if call.head.group("wrap") else 1

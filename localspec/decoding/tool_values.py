@@ -65,4 +65,5 @@ class ValueEnd:
 
 def tail_prefix(text: str, marker: str) -> int:
     """Length of the longest tail of ``text`` that may be the start of ``marker``."""
-    return next((n for n in range(min(len(marker) - 1, len(text)), 0, -1) if text.endswith(marker[:n])), 0)
+    longest = min(len(marker) - 1, len(text))
+    return next((n for n in range(longest, 0, -1) if text.endswith(marker[:n])), 0)

@@ -309,7 +309,8 @@ def tool_use_id(call_id: str) -> str:
 
 
 def _tool_use(call: ToolCall) -> dict:
-    return {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": json.loads(call.arguments)}
+    arguments = json.loads(call.arguments)
+    return {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": arguments}
 
 
 def _after_answer(full: str, result: GenerationResult) -> str:
@@ -327,7 +328,7 @@ class MessagesShape(StreamedTextAndCalls):
     stop sequences; ``token_bytes``: the target's (to tell which stop sequence ended it);
     ``keys``: the server's, signing the thinking (a fresh pair when None)."""
 
-    def __init__(self, model_name: str, stops: list[str], token_bytes, keys: ReasoningKeys | None = None):
+    def __init__(self, model_name: str, stops: list[str], token_bytes, keys=None):
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
         self.model_name, self.stops, self.token_bytes = model_name, stops, token_bytes
         self.keys, self.thinking = keys or ReasoningKeys(), ""  # the thinking streamed so far
@@ -416,7 +417,8 @@ class MessagesShape(StreamedTextAndCalls):
         out = []
         if delta.id is not None:
             self.calls += 1
-            block = {"type": "tool_use", "id": tool_use_id(delta.id), "name": delta.name, "input": {}}
+            block = {"type": "tool_use", "id": tool_use_id(delta.id), "name": delta.name}
+            block["input"] = {}
             out += self._start_block(block)
         if delta.arguments:
             out.append(self._delta({"type": "input_json_delta", "partial_json": delta.arguments}))

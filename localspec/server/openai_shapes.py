@@ -127,7 +127,8 @@ class ChatShape(_OpenAIStream):
         delta: dict = {"content": content} if content or not calls else {}
         if calls:
             delta["tool_calls"] = [openai_delta(d) for d in calls]
-        return self._chunk([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+        return self._chunk([choice])
 
     def final_chunk(self, result: GenerationResult) -> dict:
         chunk = self._chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(result)}])
@@ -163,7 +164,7 @@ class ChatShape(_OpenAIStream):
 def _message(result: GenerationResult) -> dict:
     """The answer's message; a reasoning model's thinking in ``reasoning_content`` (llama-server's field)."""
     thinking = {"reasoning_content": result.reasoning} if result.reasoning else {}
-    if not result.tool_calls:  # a call cut by max_tokens is not content (the stream held it back too)
+    if not result.tool_calls:  # a call cut by max_tokens is not content (nor streamed as such)
         return {"role": "assistant", "content": result.content, "refusal": None, **thinking}
     calls = {"tool_calls": [openai_call(c) for c in result.tool_calls]}
     return {"role": "assistant", "content": result.content or None, "refusal": None, **thinking, **calls}

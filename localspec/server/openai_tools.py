@@ -17,7 +17,8 @@ from localspec.server.reasoning_fields import REASONING, channel_runs
 
 def openai_call(call: ToolCall) -> dict:
     """A call as an entry of OpenAI's ``message.tool_calls``."""
-    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    function = {"name": call.name, "arguments": call.arguments}
+    return {"id": call.id, "type": "function", "function": function}
 
 
 def openai_delta(delta: CallDelta) -> dict:
@@ -32,8 +33,13 @@ def openai_delta(delta: CallDelta) -> dict:
 def answer_pieces(events: list) -> tuple[str, list[CallDelta]]:
     """The content and call pieces of a run of ``(TokenEvent, logprobs)`` pairs (an event
     without ``content`` is all content)."""
-    content = "".join(e.text if getattr(e, "content", None) is None else e.content for e, _ in events)
+    content = "".join(_content(e) for e, _ in events)
     return content, [d for e, _ in events for d in getattr(e, "calls", ())]
+
+
+def _content(event) -> str:
+    content = getattr(event, "content", None)
+    return event.text if content is None else content
 
 
 class StreamedTextAndCalls:

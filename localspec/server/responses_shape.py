@@ -52,7 +52,7 @@ class ResponseShape(StreamedTextAndCalls):
     ``encrypted_content`` (``reasoning.encrypted_content``) and text (``reasoning.content``);
     ``reasoning``: the finished answer's thinking (for :func:`assistant_message`)."""
 
-    def __init__(self, echo: dict, done, tools: Toolset | None = None, keys=None, include: tuple[str, ...] = ()):
+    def __init__(self, echo: dict, done, tools: Toolset | None = None, keys=None, include=()):
         self.id, self.created = f"resp_{uuid.uuid4().hex[:24]}", int(time.time())
         self.echo, self.done, self.tools = echo, done, tools or Toolset()
         self.keys, self.include, self.reasoning = keys or ReasoningKeys(), tuple(include), None

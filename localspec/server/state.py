@@ -296,7 +296,7 @@ class _Quiet:
             self.at = time.monotonic()
 
 
-async def _batches(job: Job, http: Request, wait_s: Callable[[], float]) -> AsyncIterator[list | None]:
+async def _batches(job: Job, http: Request, wait_s: Callable[[], float]) -> AsyncIterator[list]:
     """The job's items, one batch per round or so, up to its end; None after ``wait_s()``
     of nothing; stops when the client is gone."""
     while True:
