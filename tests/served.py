@@ -76,3 +76,20 @@ def serve_once(body: bytes) -> str:
     httpd = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.handle_request, daemon=True).start()
     return f"http://127.0.0.1:{httpd.server_port}"
+
+
+def answer_batches(text: str, fmt=None, step: int = 5) -> tuple[list[list], object]:
+    """``text`` read as the generation reads it, ``step`` characters an event: batches of
+    ``(event, None)`` pairs whose events carry ``content`` and ``calls`` (the last what the
+    answer's end released), and the parser (its ``finish()`` and ``content``)."""
+    from types import SimpleNamespace
+
+    from localspec.decoding.tool_parser import ToolCallParser
+
+    parser, batches = ToolCallParser(fmt), []
+    for i in range(0, len(text), step):
+        content, calls = parser.feed(text[i : i + step])
+        batches.append([(SimpleNamespace(text=text[i : i + step], content=content, calls=tuple(calls)), None)])
+    content, calls = parser.close()
+    batches.append([(SimpleNamespace(text="", content=content, calls=tuple(calls)), None)])
+    return batches, parser

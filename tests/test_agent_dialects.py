@@ -12,7 +12,7 @@ from pathlib import Path
 import anthropic
 import httpx
 import pytest
-from served import KEY, RunningServer
+from served import KEY, RunningServer, answer_batches
 
 from localspec.api import SpeculativeModel
 from localspec.server import state as server_state
@@ -298,18 +298,20 @@ def test_a_streamed_custom_call_ends_as_a_custom_tool_call_item():
     from types import SimpleNamespace
 
     from localspec.decoding.stats import GenerationResult, GenerationStats
-    from localspec.decoding.tool_calls import ToolFormat, split_tool_calls
+    from localspec.decoding.tool_calls import ToolFormat
     from localspec.server.openai_responses import ResponseShape
 
     tools = codex_tools("codex-0.171.0-gpt-5.5-01-responses")
-    shape = ResponseShape({}, ToolFormat("hermes", open_token=1, close_token=2), lambda r: None, tools)
+    shape = ResponseShape({}, lambda r: None, tools)
     args = json.dumps({"input": "*** Begin Patch\n*** End Patch\n"})
     text = '<tool_call>\n{"name": "apply_patch", "arguments": ' + args + "}\n</tool_call>"
     events = shape.stream_start()
-    for i in range(0, len(text), 7):
-        events += shape.stream_events([(SimpleNamespace(text=text[i : i + 7]), None)])
+    batches, parser = answer_batches(text, ToolFormat("hermes", open_token=1, close_token=2), step=7)
+    for batch in batches:
+        events += shape.stream_events(batch)
+    calls = parser.finish()
     result = GenerationResult(
-        text, [1, 2], [], "tool_calls", GenerationStats(prompt_tokens=3), split_tool_calls(text)[1]
+        text, [1, 2], [], "tool_calls", GenerationStats(prompt_tokens=3), tool_calls=calls, content=parser.content
     )
     events += shape.stream_end(result, False)
     payloads = [json.loads(e.split("data: ", 1)[1]) for e in events]
@@ -320,28 +322,29 @@ def test_a_streamed_custom_call_ends_as_a_custom_tool_call_item():
 
 
 def test_a_streamed_fenced_json_call_is_held_back_and_sent_as_a_call():
-    """opencode's failure in issue 37: the right call written as a fenced JSON block."""
-    from types import SimpleNamespace
-
+    """opencode's failure in issue 37: the right call written as a fenced JSON block; its
+    fence and head are held back, its arguments stream as they are written (issue 49)."""
     from localspec.decoding.stats import GenerationResult, GenerationStats
-    from localspec.decoding.tool_calls import ToolFormat, split_tool_calls
+    from localspec.decoding.tool_calls import ToolFormat
     from localspec.server.openai_shapes import ChatShape
 
     fmt = ToolFormat("hermes", open_token=1, close_token=2, tools=("write",))
     text = 'I will write it.\n```json\n{"name": "write", "arguments": {"filePath": "hello.py"}}\n```'
-    shape = ChatShape("pair", False, tool_format=fmt)
+    shape = ChatShape("pair", False)
     chunks = shape.stream_start()
-    for i in range(0, len(text), 4):
-        chunks += shape.stream_events([(SimpleNamespace(text=text[i : i + 4]), None)])
-    calls = split_tool_calls(text, fmt)[1]
+    batches, parser = answer_batches(text, fmt, step=4)
+    for batch in batches:
+        chunks += shape.stream_events(batch)
+    calls = parser.finish()
     result = GenerationResult(text, [1, 2], [], "tool_calls", GenerationStats(prompt_tokens=3), tool_calls=calls)
     chunks += shape.stream_end(result, False)
     deltas = [json.loads(c[6:])["choices"][0]["delta"] for c in chunks if c.startswith("data: {")]
     content = "".join(d.get("content") or "" for d in deltas)
     pieces = [tc for d in deltas for tc in d.get("tool_calls", [])]
     assert content.strip() == "I will write it." and "```" not in content
-    assert pieces[0]["function"]["name"] == "write"
+    assert pieces[0]["function"]["name"] == "write" and pieces[0]["id"] == calls[0].id
     assert json.loads("".join(p["function"].get("arguments", "") for p in pieces)) == {"filePath": "hello.py"}
+    assert len([p for p in pieces if p["function"].get("arguments")]) > 1  # streamed, not sent whole at the end
 
 
 def test_claude_codes_billing_header_is_left_out_of_the_prompt():

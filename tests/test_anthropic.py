@@ -9,7 +9,7 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
-from served import KEY, RunningServer, serve_once
+from served import KEY, RunningServer, answer_batches, serve_once
 from test_server import assert_same_greedy
 from test_tools import WEATHER
 
@@ -163,6 +163,24 @@ def test_streamed_tool_use_reassembles_to_the_same_input(server, weather_call):
     assert delta.delta.stop_reason == "tool_use"
 
 
+def test_an_auto_tool_use_s_input_streams_while_it_is_written(server):
+    """Under tool_choice auto the tool_use block opens once the name is known and its input
+    arrives in many input_json_delta events (issue 49)."""
+    from test_tools import WRITE_ASK, WRITE_TOOLS
+
+    tools = [{"name": "write", "input_schema": WRITE_TOOLS[0]["function"]["parameters"]}]
+    ask = dict(model="m", max_tokens=200, messages=WRITE_ASK, tools=tools, tool_choice={"type": "auto"}, **GREEDY)
+    with client(server).messages.stream(**ask) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    pieces = [
+        e.delta.partial_json for e in events if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
+    [use] = [b for b in final.content if b.type == "tool_use"]
+    assert use.name == "write" and use.id.startswith("toolu_") and final.stop_reason == "tool_use"
+    assert len(pieces) > 1 and json.loads("".join(pieces)) == use.input and use.input["filePath"] == "hello.py"
+
+
 def test_a_prefill_is_continued_and_a_stop_sequence_named(server):
     c = client(server)
     messages = [*ASK, {"role": "assistant", "content": "```python\ndef reverse_string"}]
@@ -310,17 +328,19 @@ def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
     from types import SimpleNamespace
 
     from localspec.decoding.stats import GenerationResult, GenerationStats
-    from localspec.decoding.tool_calls import ToolFormat, split_tool_calls
+    from localspec.decoding.tool_calls import ToolFormat
     from localspec.server.anthropic_messages import MessagesShape
 
     text = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-    shape = MessagesShape("pair", ToolFormat("hermes", open_token=1, close_token=2), [], lambda t: b"")
+    shape = MessagesShape("pair", [], lambda t: b"")
     shape.input_tokens = 12
     sse = shape.stream_start()
-    for i in range(0, len(text), 5):
-        sse += shape.stream_events([(SimpleNamespace(text=text[i : i + 5]), None)])
+    batches, parser = answer_batches(text, ToolFormat("hermes", open_token=1, close_token=2))
+    for batch in batches:
+        sse += shape.stream_events(batch)
     stats = GenerationStats(prompt_tokens=12, generated_tokens=20)
-    result = GenerationResult(text, list(range(20)), [], "tool_calls", stats, tool_calls=split_tool_calls(text)[1])
+    calls = parser.finish()
+    result = GenerationResult(text, list(range(20)), [], "tool_calls", stats, tool_calls=calls, content=parser.content)
     sse += shape.stream_end(result, False)
     assert all(chunk.startswith("event: ") and chunk.endswith("\n\n") for chunk in sse)
     sdk = anthropic.Anthropic(base_url=serve_once("".join(sse).encode()), api_key="x", max_retries=0)
@@ -334,6 +354,7 @@ def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
     whole = shape.whole([], result)
     assert whole["content"][0] == {"type": "text", "text": "Let me check."}
     assert whole["content"][1]["input"] == {"city": "Paris"} and whole["content"][1]["id"].startswith("toolu_")
+    assert whole["content"][1]["id"] == final.content[1].id == "toolu_" + calls[0].id.removeprefix("call_")
 
 
 @pytest.mark.parametrize("finish, reason", [("length", "max_tokens"), ("context", "model_context_window_exceeded")])
@@ -341,7 +362,7 @@ def test_a_cut_answer_names_its_stop_reason(finish, reason):
     from localspec.decoding.stats import GenerationResult, GenerationStats
     from localspec.server.anthropic_messages import MessagesShape
 
-    shape = MessagesShape("pair", None, ["D"], {1: b"ab"}.get)
+    shape = MessagesShape("pair", ["D"], {1: b"ab"}.get)
     assert shape.stop_reason(GenerationResult("ab", [1], [], finish, GenerationStats()))[0] == reason
 
 
@@ -353,12 +374,13 @@ def test_stop_reasons_and_text_held_back_for_a_tool_call_that_never_came():
     from localspec.server.anthropic_messages import MessagesShape
 
     pieces = {1: b"ab", 2: b"cEN", 3: b"D and more"}
-    shape = MessagesShape("pair", None, ["D", "END"], pieces.get)
+    shape = MessagesShape("pair", ["D", "END"], pieces.get)
     result = GenerationResult("abc", [1, 2, 3], [], "stop", GenerationStats())
     assert shape.stop_reason(result) == ("stop_sequence", "END")
     assert shape.stop_reason(GenerationResult("ab", [1], [], "stop", GenerationStats())) == ("end_turn", None)
-    hermes = MessagesShape("pair", ToolFormat("hermes", open_token=1, close_token=2), [], pieces.get)
-    sse = hermes.stream_events([(SimpleNamespace(text="1 <"), None)])  # "<" may begin <tool_call>
+    hermes, sse = MessagesShape("pair", [], pieces.get), []
+    for batch in answer_batches("1 <", ToolFormat("hermes", open_token=1, close_token=2), step=3)[0]:
+        sse += hermes.stream_events(batch)  # "<" may begin <tool_call>: held back to the end
     sse += hermes.stream_end(GenerationResult("1 <", [1], [], "stop", GenerationStats()), False)
     deltas = [json.loads(c.split("data: ", 1)[1])["delta"] for c in sse if "content_block_delta" in c]
     assert "".join(d["text"] for d in deltas) == "1 <"

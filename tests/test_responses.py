@@ -12,12 +12,12 @@ import jsonschema
 import openai
 import pytest
 from pydantic import TypeAdapter
-from served import KEY, RunningServer, serve_once
+from served import KEY, RunningServer, answer_batches, serve_once
 from test_server import assert_same_greedy
 from test_tools import WEATHER
 
 from localspec.decoding.stats import GenerationResult, GenerationStats
-from localspec.decoding.tool_calls import ToolFormat, normalise_messages, split_tool_calls
+from localspec.decoding.tool_calls import ToolFormat, normalise_messages
 from localspec.server.errors import RequestError
 from localspec.server.openai_responses import ResponseShape, ResponsesRequest, messages_from, responses_request
 from localspec.server.request import Limits, model_options
@@ -133,6 +133,24 @@ def test_a_function_call_round_trips_through_previous_response_id(server, real_m
     )
     assert json.loads(deltas) == json.loads(call.arguments) == json.loads(calls[0].arguments)
     assert next(e for e in events if e.type == "response.function_call_arguments.done").arguments == call.arguments
+
+
+def test_an_auto_function_call_s_arguments_stream_while_they_are_written(server):
+    """Under tool_choice auto the function_call item is added once the name is known and its
+    arguments arrive in many response.function_call_arguments.delta events (issue 49)."""
+    from test_tools import WRITE_ASK, WRITE_TOOLS
+
+    function = WRITE_TOOLS[0]["function"]
+    tools = [{"type": "function", "name": "write", "parameters": function["parameters"]}]
+    ask = dict(model="m", input=WRITE_ASK[0]["content"], tools=tools, tool_choice="auto", max_output_tokens=200)
+    with server.client().responses.stream(**ask, temperature=0) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert_sequenced(events)
+    pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    [call] = [o for o in final.output if o.type == "function_call"]
+    assert call.name == "write" and len(pieces) > 1 and "".join(pieces) == call.arguments
+    assert json.loads(call.arguments)["filePath"] == "hello.py"
 
 
 def test_text_format_json_schema_parses(server):
@@ -340,12 +358,14 @@ def test_the_stream_shape_as_the_sdks_types_and_reader_take_it():
 
     text = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     stored = []
-    shape = ResponseShape(ECHO, HERMES, stored.append)
+    shape = ResponseShape(ECHO, stored.append)
     sse = shape.stream_start()
-    for i in range(0, len(text), 5):
-        sse += shape.stream_events([(SimpleNamespace(text=text[i : i + 5]), None)])
+    batches, parser = answer_batches(text, HERMES)
+    for batch in batches:
+        sse += shape.stream_events(batch)
     stats = GenerationStats(prompt_tokens=12, generated_tokens=20)
-    result = GenerationResult(text, list(range(20)), [], "tool_calls", stats, tool_calls=split_tool_calls(text)[1])
+    calls = parser.finish()
+    result = GenerationResult(text, list(range(20)), [], "tool_calls", stats, tool_calls=calls, content=parser.content)
     sse += shape.stream_end(result, False)
     payloads = _payloads(sse)
     adapter = TypeAdapter(ResponseStreamEvent)
@@ -361,15 +381,17 @@ def test_the_stream_shape_as_the_sdks_types_and_reader_take_it():
     assert [o.type for o in final.output] == ["message", "function_call"] and final.output_text == "Let me check.\n"
     assert final.output[1].name == "get_weather" and json.loads(final.output[1].arguments) == {"city": "Paris"}
     assert final.output[1].parsed_arguments is None  # not a strict tool: the SDK leaves it unparsed
-    whole = Response.model_validate(ResponseShape(ECHO, HERMES, stored.append).whole([], result))
+    whole = Response.model_validate(ResponseShape(ECHO, stored.append).whole([], result))
     assert [o.type for o in whole.output] == ["message", "function_call"] and whole.output_text == "Let me check."
 
 
 def test_a_cut_or_empty_stream_ends_incomplete_with_a_message_item():
     from openai.types.responses import ResponseStreamEvent
 
-    shape = ResponseShape(ECHO, HERMES, lambda r: None)
-    sse = shape.stream_start() + shape.stream_events([(SimpleNamespace(text="1 <"), None)])  # "<" may begin a call
+    shape = ResponseShape(ECHO, lambda r: None)
+    sse = shape.stream_start()
+    for batch in answer_batches("1 <", HERMES, step=3)[0]:  # "<" may begin a call: held to the end
+        sse += shape.stream_events(batch)
     sse += shape.stream_end(GenerationResult("1 <", [1, 2], [], "length", GenerationStats(prompt_tokens=3)), False)
     payloads = _payloads(sse)
     for payload in payloads:
@@ -381,7 +403,7 @@ def test_a_cut_or_empty_stream_ends_incomplete_with_a_message_item():
         and last["response"]["incomplete_details"]["reason"] == "max_output_tokens"
     )
     assert last["response"]["output"][0]["status"] == "incomplete"
-    empty = ResponseShape(ECHO, None, lambda r: None)
+    empty = ResponseShape(ECHO, lambda r: None)
     result = GenerationResult("", [], [], "stop", GenerationStats())
     payloads = _payloads(empty.stream_start() + empty.stream_end(result, False))
     for payload in payloads:

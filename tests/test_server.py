@@ -455,6 +455,25 @@ def test_a_tool_call_round_trip_through_the_sdk_and_its_stream(server):
     assert final.choices[0].message.content and not final.choices[0].message.tool_calls
 
 
+def test_an_auto_call_s_arguments_stream_while_they_are_written(server):
+    """Under tool_choice auto the call goes out as it is generated: its id and name, then its
+    arguments in many deltas, not one at its end (issue 49)."""
+    from test_tools import WRITE_ASK, WRITE_TOOLS
+
+    ask = dict(model="m", messages=WRITE_ASK, tools=WRITE_TOOLS, tool_choice="auto", max_tokens=200, temperature=0)
+    pieces, names, finish = [], [], None
+    for chunk in server.client().chat.completions.create(**ask, stream=True):
+        for d in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            names += [d.function.name] if d.function.name else []
+            pieces += [d.function.arguments] if d.function.arguments else []
+        finish = (chunk.choices[0].finish_reason if chunk.choices else None) or finish
+    assert names == ["write"] and finish == "tool_calls" and len(pieces) > 1, pieces
+    assert json.loads("".join(pieces))["filePath"] == "hello.py"
+    whole = server.client().chat.completions.create(**ask).choices[0].message  # greedy, may part at a tie
+    assert whole.tool_calls[0].function.name == "write" and whole.tool_calls[0].id.startswith("call_")
+    assert json.loads(whole.tool_calls[0].function.arguments)["filePath"] == "hello.py"
+
+
 def test_langchain_structured_output_returns_the_pydantic_model(server):
     """LangChain's ``ChatOpenAI(...).with_structured_output(Model)`` (a json_schema
     response_format through the openai SDK) gets the model back."""

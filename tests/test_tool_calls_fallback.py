@@ -12,8 +12,8 @@ import pytest
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.grammar import Constraint
-from localspec.decoding.tool_calls import ToolFormat, check_tools, split_tool_calls, tool_request, visible_content
-from localspec.decoding.tool_fallback import undecided_from
+from localspec.decoding.tool_calls import ToolFormat, check_tools, tool_request
+from localspec.decoding.tool_parser import ToolCallParser, split_tool_calls
 from localspec.errors import InvalidOptionError
 from localspec.llama.grammar_vocab import grammar_tokenizer
 
@@ -35,7 +35,14 @@ WRAPPED = (
 
 def _calls(text: str, fmt: ToolFormat = HERMES, names=None) -> tuple[str, list]:
     content, calls = split_tool_calls(text, fmt, names)
-    return content, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    return content, [(c.name, json.loads(c.arguments)) for c in calls]
+
+
+def _held(text: str, names=NAMES) -> str:
+    """What a stream of ``text`` holds back: read, not released as content, and no call."""
+    parser = ToolCallParser(HERMES, names)
+    parser.feed(text)
+    return parser.held
 
 
 def _tools(*names: str, parameters: dict = CITY) -> list[dict]:
@@ -67,7 +74,9 @@ def test_prose_before_and_after_stays_content_and_two_calls_are_two():
     content, calls = _calls(text)
     assert content == "I will write it.\n\nThen read it back:\n\nDone."
     assert [name for name, _ in calls] == ["write", "read"]
-    assert visible_content(text, HERMES) == content
+    streamed = ToolCallParser(HERMES)
+    pieces = [streamed.feed(text[i : i + 3])[0] for i in range(0, len(text), 3)]
+    assert "".join(pieces) + streamed.close()[0] == "I will write it.\n\n\n\nThen read it back:\n\nDone."
 
 
 @pytest.mark.parametrize(
@@ -99,9 +108,8 @@ def test_the_template_form_comes_first():
 
 def test_an_unfinished_fallback_call_is_not_content():
     cut = 'Writing it now.\n```json\n{"name": "write", "arguments": {"content": "pri'
-    assert split_tool_calls(cut, HERMES) == (cut, [])
-    assert visible_content(cut, HERMES) == "Writing it now."
-    assert visible_content("Just prose.", HERMES) == "Just prose."
+    assert split_tool_calls(cut, HERMES) == ("Writing it now.", [])
+    assert split_tool_calls("Just prose.", HERMES) == ("Just prose.", [])
 
 
 def test_tool_names_as_clients_send_them_are_accepted_and_control_characters_refused():
@@ -196,7 +204,7 @@ def test_the_grammar_wakes_in_a_wrapped_call_inside_a_tag_and_closes_both_object
     ],
 )
 def test_a_stream_holds_back_what_may_open_a_call(text, held):
-    assert text[undecided_from(text, NAMES) :] == held
+    assert _held(text) == held
 
 
 def test_an_argument_off_the_schema_is_refused_once_awake(synth):
@@ -244,18 +252,15 @@ def test_the_default_pair_s_fenced_auto_answer_comes_back_as_a_call(real_model):
     ]
     r = real_model.chat(ask, tools=tools, tool_choice="auto", max_tokens=96)
     assert r.tool_calls, r.text
-    assert r.tool_calls[0]["function"]["name"] == "get_user_info"
-    assert json.loads(r.tool_calls[0]["function"]["arguments"]) == {"user_id": 7890}
+    assert r.tool_calls[0].name == "get_user_info"
+    assert json.loads(r.tool_calls[0].arguments) == {"user_id": 7890}
     assert r.finish_reason == "tool_calls"
 
 
 def test_a_stream_holds_back_only_what_may_still_be_a_call():
-    from localspec.decoding.tool_fallback import undecided_from
-
-    assert undecided_from("Plain prose.\nMore", NAMES) == len("Plain prose.\nMore")
+    assert _held("Plain prose.\nMore") == ""
     for tail in ("`", "```js", "```json\n", '```json\n{"na', '{"name": "write", "argu'):
-        text = "I will write it.\n" + tail
-        assert undecided_from(text, NAMES) == len("I will write it.\n"), tail
+        assert _held("I will write it.\n" + tail) == tail, tail
     done = "Ok.\n" + FENCED + "\nNow"
-    assert undecided_from(done, NAMES) == len(done)
-    assert undecided_from(done + '\n{"name": "read", ', NAMES) == len(done) + 1
+    assert _held(done) == ""
+    assert _held(done + '\n{"name": "read", ') == '{"name": "read", '

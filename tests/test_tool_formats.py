@@ -14,10 +14,10 @@ import pytest
 from served import RunningServer
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.tool_calls import LLAMA3_JSON, normalise_messages, split_tool_calls, tool_format, tool_request
+from localspec.decoding.tool_calls import LLAMA3_JSON, normalise_messages, tool_format, tool_request
+from localspec.decoding.tool_parser import ToolCallParser, split_tool_calls
 from localspec.errors import InvalidOptionError
 from localspec.llama.synthetic import write_model
-from localspec.server.openai_tools import JsonCallStream
 
 LLAMA31_TEMPLATE = (Path(__file__).parent / "data" / "llama-3.1-instruct.chat_template.jinja").read_text()
 FORECAST = {
@@ -57,9 +57,9 @@ def test_a_forced_call_is_one_json_call_under_its_schema(llama_model, choice):
     assert r.text.startswith('{"name": "') and r.content == ""
     [call] = r.tool_calls
     if isinstance(choice, dict):
-        assert call["function"]["name"] == "forecast"
-    schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == call["function"]["name"])
-    jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
+        assert call.name == "forecast"
+    schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == call.name)
+    jsonschema.validate(json.loads(call.arguments), schema)
     assert r.stats.accepted_by_drafter.get("grammar", 0) > 0  # the keys and quotes were forced drafts
 
 
@@ -67,11 +67,10 @@ def test_the_call_renders_back_for_the_next_turn(llama_model):
     r = llama_model.chat(ASK, tools=TOOLS, tool_choice="required", max_tokens=200)
     follow = ASK + [
         {"role": "assistant", "content": None, "tool_calls": r.tool_calls},
-        {"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": '{"max": 21}'},
+        {"role": "tool", "tool_call_id": r.tool_calls[0].id, "content": '{"max": 21}'},
     ]
     prompt = llama_model.target.render_chat(normalise_messages(follow), TOOLS)
-    call = r.tool_calls[0]["function"]
-    assert f'{{"name": "{call["name"]}", "parameters": ' in prompt
+    assert f'{{"name": "{r.tool_calls[0].name}", "parameters": ' in prompt
     # the template writes a tool's result with tojson, as Meta wrote it (a string is iterable)
     assert "<|start_header_id|>ipython<|end_header_id|>\n\n" + json.dumps('{"max": 21}') in prompt
     final = llama_model.chat(follow, tools=TOOLS, tool_choice="none", max_tokens=4)
@@ -102,17 +101,17 @@ def test_auto_allows_one_call_or_prose_that_does_not_open_one(llama_model, text,
 def test_the_answer_is_split_and_streamed_as_openai_shapes_it():
     text = '{"name": "forecast", "parameters": {"unit": "celsius", "days": {"x": "}"}}}'
     content, [call] = split_tool_calls(text, LLAMA3_JSON)
-    assert content == "" and json.loads(call["function"]["arguments"]) == {"unit": "celsius", "days": {"x": "}"}}
+    assert content == "" and json.loads(call.arguments) == {"unit": "celsius", "days": {"x": "}"}}
     assert split_tool_calls("Sunny all week.", LLAMA3_JSON) == ("Sunny all week.", [])
     for step in (1, 2, 5, len(text)):
-        stream, args, names = JsonCallStream(), "", []
+        stream, args, names = ToolCallParser(LLAMA3_JSON), "", []
         for i in range(0, len(text), step):
             content, deltas = stream.feed(text[i : i + step])
             assert content == ""
-            names += [d["function"]["name"] for d in deltas if "id" in d]
-            args += "".join(d["function"]["arguments"] for d in deltas)
-        assert names == ["forecast"] and json.loads(args) == json.loads(call["function"]["arguments"])
-    stream = JsonCallStream()
+            names += [d.name for d in deltas if d.id is not None]
+            args += "".join(d.arguments for d in deltas)
+        assert names == ["forecast"] and args == call.arguments
+    stream = ToolCallParser(LLAMA3_JSON)
     assert "".join(stream.feed(piece)[0] for piece in ("Sun", "ny {", "}")) == "Sunny {}"
 
 

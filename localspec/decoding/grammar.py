@@ -89,7 +89,7 @@ class LazyTrigger:
     """What wakes a lazy grammar: ``token`` (a special token that is the grammar's first,
     ``<tool_call>``) and/or ``pattern``, a compiled regex over the UTF-8 bytes emitted so far
     whose group ``start`` is where the grammar's text begins (e.g. a fenced JSON call's
-    opening, :func:`~localspec.decoding.tool_fallback.trigger_pattern`)."""
+    opening, :func:`~localspec.decoding.tool_fallback.wake_pattern`)."""
 
     token: int | None = None
     pattern: re.Pattern[bytes] | None = None

@@ -40,7 +40,8 @@ from localspec.decoding.sampling import (
 from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 from localspec.decoding.text import ChannelAssembler, TextAssembler
 from localspec.decoding.thinking import UNLIMITED, ThinkingBudget, ThinkingPlan
-from localspec.decoding.tool_calls import ToolFormat, split_tool_calls
+from localspec.decoding.tool_calls import ToolFormat
+from localspec.decoding.tool_parser import ToolCallParser
 from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
@@ -106,7 +107,8 @@ class Generation:
         self._owner = owner or target.owner
         self.constraint = constraint  # a grammar every emitted token satisfies (None: free text)
         self._parse = parse  # turns a finished answer into result.parsed
-        self._tool_format = tool_format  # the answer may hold tool calls in this format
+        # reads the answer's tool calls as they are written
+        self._calls = ToolCallParser(tool_format) if tool_format else None
         self._batcher = batcher  # shares the target's decodes with other sequences (scheduler.Batcher)
         self._on_end = on_end  # told once when the generation ends (its slot is free again)
         self._prompt_truncated = prompt_truncated  # the caller cut the prompt to fit (a FIM prompt)
@@ -251,6 +253,7 @@ class Generation:
             if self._thinking is not None:
                 run.stats.count_token(run.out.label)
             event = token.event(run.out.take_delta(), run.round_no, run.out.label, run.out.take_reasoning())
+            event = self._with_calls(event)
             if event.text or event.reasoning or finish is None:
                 yield event
             if finish is None and run.stats.generated_tokens >= self.params.max_tokens:
@@ -337,11 +340,13 @@ class Generation:
         stats.total_s = time.perf_counter() - self._started_at
         text = run.out.finish()
         reasoning = run.out.take_reasoning()
-        if text or reasoning:
-            channel = CONTENT if text else REASONING
-            yield TokenEvent(-1, text, TokenSource.TARGET, run.round_no, channel=channel, reasoning=reasoning)
+        last = TokenEvent(-1, text, TokenSource.TARGET, run.round_no, reasoning=reasoning)
+        last = self._with_calls(last, end=True)
+        answer = text or last.calls or last.content
+        if answer or reasoning:
+            yield replace(last, channel=CONTENT if answer else REASONING)
         out = run.out
-        calls = split_tool_calls(out.text, self._tool_format)[1] if self._tool_format else []
+        calls = self._calls.finish() if self._calls else []
         self.result = GenerationResult(
             text=out.text,
             tokens=out.tokens,
@@ -351,7 +356,18 @@ class Generation:
             parsed=self._parsed(out.text, finish),
             tool_calls=calls or None,
             reasoning=out.reasoning,
+            content=self._calls.content if self._calls else None,
         )
+
+    def _with_calls(self, event: TokenEvent, end: bool = False) -> TokenEvent:
+        """``event`` with its text read for tool calls (``end``: the answer's last text)."""
+        if self._calls is None or not (event.text or end):
+            return event
+        content, calls = self._calls.feed(event.text)
+        if end:
+            rest, more = self._calls.close()
+            content, calls = content + rest, calls + more
+        return replace(event, content=content, calls=tuple(calls))
 
     def _parsed(self, text: str, finish: str) -> Any:
         if self._parse is None or finish != "stop":

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from localspec.decoding.tool_parser import CallDelta, ToolCall
 
 
 class TokenSource(str, Enum):
@@ -35,6 +38,12 @@ class TokenEvent:
     ``"reasoning"``, ``"content"`` or ``"marker"`` (a token of the format's own tags, part
     of neither text), ``text`` the new answer text and ``reasoning`` the new thinking text
     (one token may release both); without one, ``channel`` is always ``"content"``.
+
+    With tools, ``content`` is the part of the answer's text released as content (text that
+    may still be a call is held back, a call's text never is) and ``calls`` the
+    :class:`~localspec.decoding.tool_parser.CallDelta` pieces of the calls being written
+    (a call's id and name, then its arguments as they come); ``content`` None: all of
+    ``text`` is content.
     """
 
     token: int
@@ -47,6 +56,8 @@ class TokenEvent:
     top_logprobs: tuple[tuple[int, float], ...] | None = None
     channel: str = "content"
     reasoning: str = ""
+    content: str | None = None
+    calls: tuple[CallDelta, ...] = ()
 
 
 class _Acceptance:
@@ -256,7 +267,10 @@ class GenerationResult:
     stop string), "length" (max_tokens) or "context" (n_ctx full).  ``parsed``: with
     ``response_format=`` a pydantic model class, the answer validated into it (None when
     the answer was cut short before the JSON ended).  ``tool_calls``: with ``tools=``,
-    the calls the answer made, in OpenAI's shape (finish_reason "tool_calls").  With a
+    the calls the answer made, :class:`~localspec.decoding.tool_parser.ToolCall` records
+    (``id``, ``name``, ``arguments`` as JSON text, ``index``; finish_reason "tool_calls").
+    ``content``: the answer's text without its calls (with calls, the prose around them;
+    a call cut short is not content either; the whole text without tools).  With a
     reasoning format, ``text`` is the answer only and ``reasoning`` the thinking's text
     ("" when the model did not think); None without a reasoning format."""
 
@@ -266,13 +280,10 @@ class GenerationResult:
     finish_reason: str
     stats: GenerationStats
     parsed: Any = None
-    tool_calls: list[dict] | None = None
+    tool_calls: list[ToolCall] | None = None
     reasoning: str | None = None
+    content: str | None = None
 
-    @property
-    def content(self) -> str:
-        """The answer's text without its tool calls (the text before the first one)."""
-        if not self.tool_calls:
-            return self.text
-        start = self.text.find("<tool_call>")  # Llama 3.x JSON calls are the whole answer
-        return self.text[:start].rstrip() if start >= 0 else ""
+    def __post_init__(self):
+        if self.content is None:
+            self.content = self.text

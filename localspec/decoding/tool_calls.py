@@ -1,5 +1,5 @@
-"""Tool calls: the call format a model's chat template uses, the grammar of a call, and
-calls parsed back out of the answer.
+"""Tool calls: the call format a model's chat template uses and the grammar of a call
+(:mod:`.tool_parser` reads calls back out of the answer).
 
 Two formats, recognised from the GGUF's chat template (:func:`tool_format`; a template with
 neither gets a clear refusal):
@@ -21,18 +21,15 @@ drafter proposes them for free.
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from localspec.decoding.grammar import LazyTrigger, json_schema_grammar
-from localspec.decoding.tool_fallback import fallback_calls, fallback_rules, opening, text_around, wake_pattern
+from localspec.decoding.tool_fallback import fallback_rules, wake_pattern
 from localspec.errors import InvalidOptionError
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
+OPEN, CLOSE = "<tool_call>", "</tool_call>"  # Hermes calls' markers
 
 
 @dataclass(frozen=True)
@@ -219,79 +216,9 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool
     )
 
 
-def split_tool_calls(
-    text: str, fmt: ToolFormat | None = None, names: Iterable[str] | None = None
-) -> tuple[str, list[dict]]:
-    """(the answer's content, its calls in OpenAI's shape: ``{"id", "type": "function",
-    "function": {"name", "arguments": JSON text}}``) for ``fmt`` (Hermes when None).  Calls
-    in the format's own form come first: the content is then the text before the first.
-    Without them, calls to one of ``names`` (default ``fmt.tools``; none: this step is
-    skipped) written as fenced or bare JSON objects (:func:`~localspec.decoding.
-    tool_fallback.fallback_calls`); the content is then the prose around them.  A call that
-    is not complete JSON (cut by max_tokens) is left out."""
-    content, calls = _own_form(text, fmt)
-    names = tuple(fmt.tools if names is None and fmt is not None else names or ())
-    if calls or not names:
-        return content, calls
-    spans = fallback_calls(text, names)
-    if not spans:
-        return text, []
-    found = [_openai_shape(c["name"], c["arguments"]) for _, _, group in spans for c in group]
-    return text_around(text, spans), found
-
-
-def _own_form(text: str, fmt: ToolFormat | None) -> tuple[str, list[dict]]:
-    if fmt is not None and fmt.open_token is None:
-        call = _openai_call(text.strip(), fmt.arguments_key) if text.lstrip().startswith("{") else None
-        return ("", [call]) if call else (text, [])
-    start = text.find(OPEN)
-    if start < 0:
-        return text, []
-    calls = [_openai_call(m.group(1), "arguments") for m in _CALL.finditer(text, start)]
-    return text[:start].rstrip(), [c for c in calls if c]
-
-
-def visible_content(text: str, fmt: ToolFormat, names: Iterable[str] | None = None) -> str:
-    """The part of an answer that is content, not a (possibly unfinished) call: for Hermes
-    the text before ``<tool_call>``; for Llama 3.x nothing when the answer opens a call;
-    then, with ``names`` (default ``fmt.tools``), the prose around fallback calls, or the
-    text before a fallback call's opening that never closed."""
-    if fmt.open_token is None:
-        if text.lstrip().startswith("{"):
-            return ""
-    else:
-        start = text.find(OPEN)
-        text = text if start < 0 else text[:start].rstrip()
-    names = tuple(fmt.tools if names is None else names)
-    if not names:
-        return text
-    spans = fallback_calls(text, names)
-    if spans:
-        return text_around(text, spans)
-    cut = opening(text, names)
-    return text if cut < 0 else text[:cut].rstrip()
-
-
-def _openai_call(body_text: str, arguments_key: str) -> dict | None:
-    try:
-        body = json.loads(body_text)
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or not isinstance(body.get("name"), str):
-        return None
-    return _openai_shape(body["name"], body.get(arguments_key, {}))
-
-
-def _openai_shape(name: str, arguments) -> dict:
-    return {
-        "id": f"call_{uuid.uuid4().hex[:24]}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments)},
-    }
-
-
 def messages_for_template(messages: list[dict]) -> list[dict]:
-    """OpenAI messages as chat templates read them: an assistant's ``tool_calls`` with
+    """OpenAI messages as chat templates read them: an assistant's ``tool_calls`` (OpenAI's
+    dicts or a result's :class:`~localspec.decoding.tool_parser.ToolCall` records) with
     ``arguments`` as objects (OpenAI sends JSON text), ``content`` "" where it is None."""
     out = []
     for m in messages:
@@ -304,7 +231,10 @@ def messages_for_template(messages: list[dict]) -> list[dict]:
     return out
 
 
-def _call_for_template(call: dict) -> dict:
+def _call_for_template(call) -> dict:
+    if not isinstance(call, dict):  # a ToolCall of an earlier result
+        function = {"name": call.name, "arguments": call.arguments}
+        call = {"id": call.id, "type": "function", "function": function}
     function = dict(call.get("function") or {})
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):

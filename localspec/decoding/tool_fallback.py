@@ -5,7 +5,7 @@ fenced (```` ```json ```` or ```` ``` ````) or bare, maybe inside a tag line suc
 ``<tools>`` (llama.cpp's Hermes parser accepts the same tags), in the answer's text.
 
 A 1.5B Qwen2.5-Coder under tool_choice "auto" often writes the right call this way instead
-of ``<tool_call>`` (design.md section 14).  Four pieces:
+of ``<tool_call>`` (design.md section 14).  The pieces:
 
 - :func:`fallback_calls` finds such calls in a finished answer; an object whose name is not
   a declared tool, with other keys (a copy of a tool's schema has ``description``) or that
@@ -14,8 +14,9 @@ of ``<tool_call>`` (design.md section 14).  Four pieces:
   then ``{"name"``, or ``{"name"`` itself, wrapped or not), which wakes the lazy call
   grammar (:class:`~localspec.decoding.grammar.LazyTrigger`) before the name, as llama.cpp's
   Hermes trigger does: the name is then one of the declared tools;
-- :func:`trigger_pattern` is the opening of a call to a declared NAME (``{"name": "NAME"``),
-  where a text's content ends;
+- :data:`CALL_HEAD` is a call's head up to its arguments (with :data:`OBJECT_END`,
+  :data:`FENCE_END` and :func:`tag_end` after them), which
+  :class:`~localspec.decoding.tool_parser.ToolCallParser` reads as the call is written;
 - :func:`fallback_rules` is that grammar's text part (llguidance Lark): from the opening on,
   the call's arguments follow the tool's schema and the object and fence are closed.
 """
@@ -40,9 +41,28 @@ _HEAD = (
     r"(?:^|\n)[ \t]*(?P<start>(?:" + _TAG + r"[ \t]*\n[ \t]*)?(?:```[A-Za-z]*[ \t]*\n[ \t]*)?"
     r"\{[ \t\n]*(?:" + _WRAP + r')?"name"'
 )
-_OPENING = _HEAD + r'[ \t\n]*:[ \t\n]*"(?:%s)")'
 _WAKE = re.compile((_HEAD + ")").encode())
-_MAY_OPEN = regex.compile(_HEAD + ")")
+# a fallback call's head as the parser reads it: the opening, the name (any JSON string: its
+# declared name is checked once whole) and the arguments key, up to the arguments' value;
+# groups: start (where its text begins), fence, body (the object's "{"), wrap, name
+_SPACE = r"[ \t\n]*"
+CALL_HEAD = regex.compile(
+    r"(?:^|\n)[ \t]*(?P<start>(?:" + _TAG + r"[ \t]*\n[ \t]*)?"
+    r"(?P<fence>```[A-Za-z]*[ \t]*\n[ \t]*)?(?P<body>\{)"
+    + _SPACE
+    + "(?P<wrap>"
+    + _WRAP
+    + ")?"
+    + f'"name"{_SPACE}:{_SPACE}"(?P<name>(?:[^"\\\\\\n]|\\\\.)*)"{_SPACE},{_SPACE}'
+    + f'"(?:arguments|parameters)"{_SPACE}:{_SPACE})'
+)
+OBJECT_END = regex.compile(r"[ \t\n]*\}")  # after the arguments: the call object's close
+FENCE_END = regex.compile(r"[ \t\n]*```")
+
+
+def tag_end(tag: str) -> regex.Pattern:
+    """The close of a call's tag line (``</tools>``)."""
+    return regex.compile(r"[ \t\n]*</" + regex.escape(tag) + ">")
 
 
 def fallback_calls(text: str, names: Iterable[str]) -> list[tuple[int, int, list[dict]]]:
@@ -63,7 +83,7 @@ def fallback_calls(text: str, names: Iterable[str]) -> list[tuple[int, int, list
             body, end = decoder.raw_decode(text, m.start())
         except ValueError:
             continue
-        call = _call(body, names)
+        call = fallback_call(body, names)
         if call is not None:
             found.append((m.start(), end, [call]))
     return sorted((_with_tags(text, start, end) + (calls,) for start, end, calls in found), key=lambda f: f[0])
@@ -95,11 +115,11 @@ def _calls_in(body_text: str, names: set[str]) -> list[dict]:
         body = json.loads(body_text)
     except ValueError:
         return []
-    calls = [_call(b, names) for b in (body if isinstance(body, list) else [body])]
+    calls = [fallback_call(b, names) for b in (body if isinstance(body, list) else [body])]
     return calls if calls and None not in calls else []
 
 
-def _call(body, names: set[str]) -> dict | None:
+def fallback_call(body, names: set[str]) -> dict | None:
     """``{"name", "arguments": dict}`` from a fallback object, else None."""
     if isinstance(body, dict) and body.keys() == {"type", "function"} and body["type"] == "function":
         body = body["function"]  # the wrapping of the template's tool listing
@@ -115,30 +135,12 @@ def _call(body, names: set[str]) -> dict | None:
     return {"name": body["name"], "arguments": arguments} if isinstance(arguments, dict) else None
 
 
-def _quoted(name: str) -> str:
-    """``name`` as it stands between the quotes of a JSON string."""
-    return json.dumps(name, ensure_ascii=False)[1:-1]
-
-
-def trigger_pattern(names: Iterable[str]) -> re.Pattern[bytes]:
-    """The opening of a fallback call to one of ``names``, over the answer's UTF-8 bytes;
-    group ``start`` is where the call's text (and its grammar) begins."""
-    alternatives = "|".join(re.escape(_quoted(n)) for n in sorted(names, key=len, reverse=True))
-    return re.compile((_OPENING % alternatives).encode())
-
-
 def wake_pattern() -> re.Pattern[bytes]:
     """Where a fallback call may open (up to its ``"name"`` key), over the answer's UTF-8
     bytes; group ``start`` is where the call's text (and its grammar) begins.  The token
     that completes it is the model's own; from the next one on the grammar holds the name
     to the declared tools and the arguments to the named tool's schema."""
     return _WAKE
-
-
-def opening(text: str, names: Iterable[str]) -> int:
-    """Where the first fallback-call opening of ``text`` starts (-1: none)."""
-    m = trigger_pattern(names).search(text.encode())
-    return -1 if m is None else len(text.encode()[: m.start("start")].decode(errors="ignore"))
 
 
 def fallback_rules(schemas: dict[str, dict]) -> str:
@@ -171,20 +173,3 @@ def fallback_rules(schemas: dict[str, dict]) -> str:
             f"fb_args_{i}: %json {json.dumps(args)}",
         ]
     return "\n".join(lines) + "\n"
-
-
-def undecided_from(text: str, names: Iterable[str]) -> int:
-    """Where the part of a streamed ``text`` begins that may still turn out to be a fallback
-    call to one of ``names`` (``len(text)``: none), for a stream to hold back: a call opened
-    (at its ``"name"`` key, where the grammar wakes) and not closed yet, or the start of the
-    last line when what follows may still become such an opening (``regex``'s partial match:
-    a fence, a tag such as ``<tools>``, ``{``, ``{"na``)."""
-    closed = {start: end for start, end, _ in fallback_calls(text, names)}
-    at = 0
-    while (m := _MAY_OPEN.search(text, at, partial=True)) is not None:
-        if m.partial:
-            return m.start() + 1 if text[m.start() : m.start() + 1] == "\n" else m.start()
-        if m.start("start") not in closed:
-            return m.start("start")
-        at = closed[m.start("start")]
-    return len(text)

@@ -53,12 +53,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localspec.decoding.stats import GenerationResult
+from localspec.decoding.tool_parser import CallDelta, ToolCall
 from localspec.errors import LocalspecError
 from localspec.server import sse
 from localspec.server.content import missing, need, text_of
 from localspec.server.errors import APIError, FieldPath, RequestError, dotted, from_localspec_error
 from localspec.server.openai_shapes import timings
-from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
+from localspec.server.openai_tools import StreamedTextAndCalls
 from localspec.server.reasoning_fields import (
     ReasoningKeys,
     anthropic_reasoning,
@@ -302,13 +303,14 @@ def usage(result: GenerationResult) -> dict:
 # --- response ----------------------------------------------------------------------------
 
 
-def _tool_id(openai_id: str) -> str:
-    return "toolu_" + openai_id.removeprefix("call_")
+def tool_use_id(call_id: str) -> str:
+    """A call's id as Anthropic writes it (``toolu_…``), whole or streamed."""
+    return "toolu_" + call_id.removeprefix("call_")
 
 
-def _tool_use(call: dict) -> dict:
-    arguments = json.loads(call["function"]["arguments"] or "{}")
-    return {"type": "tool_use", "id": _tool_id(call["id"]), "name": call["function"]["name"], "input": arguments}
+def _tool_use(call: ToolCall) -> dict:
+    arguments = json.loads(call.arguments)
+    return {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": arguments}
 
 
 def _after_answer(full: str, result: GenerationResult) -> str:
@@ -326,11 +328,10 @@ class MessagesShape(StreamedTextAndCalls):
     stop sequences; ``token_bytes``: the target's (to tell which stop sequence ended it);
     ``keys``: the server's, signing the thinking (a fresh pair when None)."""
 
-    def __init__(self, model_name: str, tool_format, stops: list[str], token_bytes, keys: ReasoningKeys | None = None):
+    def __init__(self, model_name: str, stops: list[str], token_bytes, keys=None):
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
         self.model_name, self.stops, self.token_bytes = model_name, stops, token_bytes
         self.keys, self.thinking = keys or ReasoningKeys(), ""  # the thinking streamed so far
-        self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
         self.input_tokens = 0  # set by the job once the prompt is rendered
         self.index, self.open, self.sent, self.calls = -1, None, "", 0
 
@@ -360,7 +361,7 @@ class MessagesShape(StreamedTextAndCalls):
         return "end_turn", None
 
     def whole(self, pieces: list, result: GenerationResult) -> dict:
-        text = result.content if result.tool_calls else result.text
+        text = result.content
         content = ([{"type": "text", "text": text}] if text else []) + [_tool_use(c) for c in result.tool_calls or []]
         if result.reasoning:
             signature = self.keys.sign(result.reasoning)
@@ -378,8 +379,7 @@ class MessagesShape(StreamedTextAndCalls):
         ]
 
     def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
-        out = self.held_back(result.text, result.tool_calls)
-        out += self._close()
+        out = self._close()
         reason, sequence = self.stop_reason(result)
         stop = {"stop_reason": reason, "stop_sequence": sequence}
         delta = {"type": "message_delta", "delta": stop, "usage": usage(result)}
@@ -389,6 +389,10 @@ class MessagesShape(StreamedTextAndCalls):
     def keep_alive(self, progress: dict | None) -> list[str]:
         """A ``ping`` while the prompt is read (with llama-server's ``prompt_progress``)."""
         return [sse.event("ping", {"type": "ping", **({"prompt_progress": progress} if progress else {})})]
+
+    def idle_keep_alive(self) -> list[str]:
+        """A ``ping`` while the answer's text is held back (it may be a tool call)."""
+        return self.keep_alive(None)
 
     def stream_error(self, message: str = "internal server error") -> list[str]:
         error = {"type": "error", "error": {"type": "api_error", "message": message}}
@@ -407,16 +411,17 @@ class MessagesShape(StreamedTextAndCalls):
         self.sent += text
         return out + [self._delta({"type": "text_delta", "text": text})]
 
-    def _call(self, delta: dict) -> list[str]:
-        """One OpenAI tool-call delta: a call's header opens a tool_use block, its
-        arguments text goes out as ``input_json_delta``."""
+    def _call(self, delta: CallDelta) -> list[str]:
+        """A call's piece: its first opens a tool_use block, its arguments text goes out as
+        ``input_json_delta``."""
         out = []
-        if "id" in delta:
+        if delta.id is not None:
             self.calls += 1
-            block = {"type": "tool_use", "id": _tool_id(delta["id"]), "name": delta["function"]["name"], "input": {}}
+            block = {"type": "tool_use", "id": tool_use_id(delta.id), "name": delta.name}
+            block["input"] = {}
             out += self._start_block(block)
-        if delta["function"].get("arguments"):
-            out.append(self._delta({"type": "input_json_delta", "partial_json": delta["function"]["arguments"]}))
+        if delta.arguments:
+            out.append(self._delta({"type": "input_json_delta", "partial_json": delta.arguments}))
         return out
 
     def _start_block(self, block: dict) -> list[str]:
@@ -449,7 +454,7 @@ def routes(state) -> list[Route]:
         request = messages_request(await state.read_body(http, MessagesRequest), state.keys)
         options = state.options(request)
         stops, token_bytes = list(request.stop or ()), state.model.target.token_bytes
-        shape = MessagesShape(state.config.model_name, state.call_format(options), stops, token_bytes, state.keys)
+        shape = MessagesShape(state.config.model_name, stops, token_bytes, state.keys)
 
         def started(generation) -> None:
             shape.input_tokens = len(generation.prompt_tokens)

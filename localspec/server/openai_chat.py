@@ -91,7 +91,7 @@ def routes(state) -> list[Route]:
         body = await state.read_body(http, ChatRequest)
         request = chat_request(body)
         options = state.options(request)
-        shape = ChatShape(state.config.model_name, body.logprobs, tool_format=state.call_format(options))
+        shape = ChatShape(state.config.model_name, body.logprobs)
         return await state.run(http, request, options, shape)
 
     async def completions(http: Request) -> Response:

@@ -345,7 +345,7 @@ def routes(state) -> list[Route]:
                     store.popitem(last=False)
 
         include = tuple(body.include or ())
-        shape = ResponseShape(_echo(state, body, options), state.call_format(options), done, tools, state.keys, include)
+        shape = ResponseShape(_echo(state, body, options), done, tools, state.keys, include)
         return await state.run(http, request, options, shape)
 
     async def look_up(http: Request) -> Response:

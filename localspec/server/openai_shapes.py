@@ -7,9 +7,8 @@ import time
 import uuid
 
 from localspec.decoding.stats import GenerationResult
-from localspec.decoding.tool_calls import visible_content
 from localspec.server import sse
-from localspec.server.openai_tools import end_calls, tool_call_stream
+from localspec.server.openai_tools import answer_pieces, openai_call, openai_delta
 from localspec.server.reasoning_fields import REASONING, channel_runs, channel_timings, reasoning_tokens
 
 
@@ -85,12 +84,10 @@ class _OpenAIStream:
 
 
 class ChatShape(_OpenAIStream):
-    def __init__(self, model_name: str, logprobs: bool, tool_format=None):
+    def __init__(self, model_name: str, logprobs: bool):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model_name, self.logprobs = model_name, logprobs
-        self.tool_format = tool_format
-        self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
 
     def _chunk(self, choices: list) -> dict:
         return {
@@ -121,45 +118,17 @@ class ChatShape(_OpenAIStream):
         return self._chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}])
 
     def delta_chunk(self, events: list) -> dict | None:
-        text = "".join(e.text for e, _ in events)
+        """The answer's content and tool-call pieces (read by the generation) as one chunk."""
+        content, calls = answer_pieces(events)
         entries = [lp for _, lp in events if lp is not None]
-        if not text and not entries:
+        if not content and not calls and not entries:
             return None
         logprobs = {"content": entries} if self.logprobs else None
-        delta: dict = {"content": text}
-        if self.tool_stream is not None:
-            content, calls = self.tool_stream.feed(text)
-            delta = {"content": content} if content or not calls else {}
-            if calls:
-                delta["tool_calls"] = calls
-            if not content and not calls and not entries:
-                return None
-        return self._chunk([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
-
-    def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
-        """The held-back end of the answer (fallback calls, or text that proved not to be
-        one), then OpenAI's end of stream."""
-        return self._held_back(result) + super().stream_end(result, include_usage)
-
-    def _held_back(self, result: GenerationResult) -> list[str]:
-        if self.tool_stream is None:
-            return []
-        calls = end_calls(self.tool_stream, result.tool_calls)
+        delta: dict = {"content": content} if content or not calls else {}
         if calls:
-            return [
-                sse.data(
-                    self._chunk([{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}])
-                )
-            ]
-        held = getattr(self.tool_stream, "content", "")[getattr(self.tool_stream, "released", 0) :]
-        if held and not self.tool_stream.calls:
-            self.tool_stream.released += len(held)
-            return [
-                sse.data(
-                    self._chunk([{"index": 0, "delta": {"content": held}, "logprobs": None, "finish_reason": None}])
-                )
-            ]
-        return []
+            delta["tool_calls"] = [openai_delta(d) for d in calls]
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+        return self._chunk([choice])
 
     def final_chunk(self, result: GenerationResult) -> dict:
         chunk = self._chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(result)}])
@@ -182,7 +151,7 @@ class ChatShape(_OpenAIStream):
             "choices": [
                 {
                     "index": 0,
-                    "message": _message(result, self.tool_format),
+                    "message": _message(result),
                     "logprobs": {"content": entries} if self.logprobs else None,
                     "finish_reason": _finish_reason(result),
                 }
@@ -192,14 +161,12 @@ class ChatShape(_OpenAIStream):
         }
 
 
-def _message(result: GenerationResult, tool_format=None) -> dict:
+def _message(result: GenerationResult) -> dict:
     """The answer's message; a reasoning model's thinking in ``reasoning_content`` (llama-server's field)."""
     thinking = {"reasoning_content": result.reasoning} if result.reasoning else {}
-    if not result.tool_calls:
-        # a call cut by max_tokens is not content (the stream held it back too)
-        content = result.text if tool_format is None else visible_content(result.text, tool_format)
-        return {"role": "assistant", "content": content, "refusal": None, **thinking}
-    calls = {"tool_calls": result.tool_calls}
+    if not result.tool_calls:  # a call cut by max_tokens is not content (nor streamed as such)
+        return {"role": "assistant", "content": result.content, "refusal": None, **thinking}
+    calls = {"tool_calls": [openai_call(c) for c in result.tool_calls]}
     return {"role": "assistant", "content": result.content or None, "refusal": None, **thinking, **calls}
 
 

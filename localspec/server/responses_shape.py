@@ -8,9 +8,10 @@ import time
 import uuid
 
 from localspec.decoding.stats import GenerationResult
+from localspec.decoding.tool_parser import CallDelta
 from localspec.server import sse
 from localspec.server.openai_shapes import timings
-from localspec.server.openai_tools import StreamedTextAndCalls, tool_call_stream
+from localspec.server.openai_tools import StreamedTextAndCalls
 from localspec.server.reasoning_fields import ReasoningKeys, reasoning_item, reasoning_tokens
 from localspec.server.responses_tools import Toolset, output_item
 
@@ -51,15 +52,12 @@ class ResponseShape(StreamedTextAndCalls):
     ``encrypted_content`` (``reasoning.encrypted_content``) and text (``reasoning.content``);
     ``reasoning``: the finished answer's thinking (for :func:`assistant_message`)."""
 
-    def __init__(
-        self, echo: dict, tool_format, done, tools: Toolset | None = None, keys=None, include: tuple[str, ...] = ()
-    ):
+    def __init__(self, echo: dict, done, tools: Toolset | None = None, keys=None, include=()):
         self.id, self.created = f"resp_{uuid.uuid4().hex[:24]}", int(time.time())
         self.echo, self.done, self.tools = echo, done, tools or Toolset()
         self.keys, self.include, self.reasoning = keys or ReasoningKeys(), tuple(include), None
         self.thinking = ""  # the open reasoning item's text so far
         self.call_name, self.arguments = "", ""  # the open call's model-facing name and arguments so far
-        self.tool_stream = tool_call_stream(tool_format) if tool_format is not None else None
         self.seq, self.items, self.open, self.sent, self.calls = 0, [], None, "", 0
 
     def _response(self, status: str, output: list, result: GenerationResult | None = None) -> dict:
@@ -84,13 +82,12 @@ class ResponseShape(StreamedTextAndCalls):
 
     def whole(self, pieces: list, result: GenerationResult) -> dict:
         status = _status(result)
-        text = result.content if result.tool_calls else result.text
+        text = result.content
         output = [_message_item(text, status)] if text or not result.tool_calls else []
         if result.reasoning:
             output.insert(0, self._reasoning_item(result.reasoning, status))
         for call in result.tool_calls or []:
-            function = call["function"]
-            output.append(output_item(self.tools, call["id"], function["name"], function["arguments"], "completed"))
+            output.append(output_item(self.tools, call.id, call.name, call.arguments, "completed"))
         return self._finish(output, result)
 
     # --- streaming ---
@@ -107,9 +104,7 @@ class ResponseShape(StreamedTextAndCalls):
         return [self._event(kind, response=skeleton) for kind in ("response.created", "response.in_progress")]
 
     def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
-        out = self.held_back(result.text, result.tool_calls)
-        if not self.items:
-            out += self._open_message()
+        out = [] if self.items else self._open_message()
         status = _status(result)
         out += self._close(status)
         return out + [self._event(f"response.{status}", response=self._finish(self.items, result))]
@@ -156,15 +151,15 @@ class ResponseShape(StreamedTextAndCalls):
         delta = {"content_index": 0, "delta": text, "logprobs": []}
         return out + [self._event("response.output_text.delta", **self._at(), **delta)]
 
-    def _call(self, delta: dict) -> list[str]:
-        """One OpenAI tool-call delta: a call's header opens a function_call item, its
-        arguments text goes out as ``response.function_call_arguments.delta``."""
+    def _call(self, delta: CallDelta) -> list[str]:
+        """A call's piece: its first opens a function_call item, its arguments text goes out
+        as ``response.function_call_arguments.delta``."""
         out = []
-        if "id" in delta:
+        if delta.id is not None:
             self.calls += 1
-            self.call_name, self.arguments = delta["function"]["name"], ""
-            out += self._add(output_item(self.tools, delta["id"], self.call_name, "", "in_progress"))
-        piece = delta["function"].get("arguments")
+            self.call_name, self.arguments = delta.name, ""
+            out += self._add(output_item(self.tools, delta.id, self.call_name, "", "in_progress"))
+        piece = delta.arguments
         if piece:
             self.arguments += piece
             if self.open["type"] == "function_call":  # a custom or shell call's item is whole at its end

@@ -12,7 +12,7 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
@@ -105,13 +105,6 @@ class ServerState:
     def options(self, request: GenerationRequest) -> dict:
         """:func:`~localspec.server.request.model_options` under this server's limits."""
         return model_options(request, self.limits())
-
-    def call_format(self, options: dict):
-        """The tool-call format the answer's calls come in, with the request's tool names
-        (calls written as fenced or bare JSON are read too); None: a request without tools."""
-        if "tools" not in options or self.tool_format is None:
-            return None
-        return replace(self.tool_format, tools=tuple(t["function"]["name"] for t in options["tools"]))
 
     # --- plumbing --------------------------------------------------------------------------
 
@@ -257,16 +250,22 @@ class ServerState:
         task.add_done_callback(self._lines_waiting.discard)
 
     async def _sse(self, http: Request, job: Job, shape, request: GenerationRequest, record) -> AsyncIterator[str]:
+        """The stream's texts; a keep-alive whenever nothing went out for KEEPALIVE_S: while
+        the prompt is read, or while the answer's text is held back (it may be a tool call)."""
+        quiet = _Quiet()
         try:
             for text in shape.stream_start():
                 yield text
-            async for batch in _batches(job, http):
+            async for batch in _batches(job, http, quiet.left_s):
                 if batch is None:
-                    for text in _keep_alive(shape, job.prompt_progress()):
-                        yield text
-                    continue
-                for text in _stream_texts(shape, batch, request, record):
+                    texts = _keep_alive(shape, job.prompt_progress()) if not quiet.answering else []
+                else:
+                    texts, quiet.answering = _stream_texts(shape, batch, request, record), True
+                if not texts and quiet.due():
+                    texts = _idle_keep_alive(shape)
+                for text in texts:
                     yield text
+                quiet.sent(texts)
         finally:
             job.cancel()  # the client left mid-stream (or the stream ended): stop within one round
             record.cancelled = record.cancelled or not job.finished
@@ -280,11 +279,28 @@ def _record(http: Request) -> RequestRecord:
     return record
 
 
-async def _batches(job: Job, http: Request) -> AsyncIterator[list | None]:
-    """The job's items, one batch per round or so, up to its end; None after KEEPALIVE_S of
-    nothing; stops when the client is gone."""
+class _Quiet:
+    """How long a stream has sent nothing; ``answering`` once the answer's events began."""
+
+    def __init__(self):
+        self.at, self.answering = time.monotonic(), False
+
+    def left_s(self) -> float:
+        return max(_POLL_S, KEEPALIVE_S - (time.monotonic() - self.at))
+
+    def due(self) -> bool:
+        return time.monotonic() - self.at >= KEEPALIVE_S
+
+    def sent(self, texts: list[str]) -> None:
+        if texts:
+            self.at = time.monotonic()
+
+
+async def _batches(job: Job, http: Request, wait_s: Callable[[], float]) -> AsyncIterator[list]:
+    """The job's items, one batch per round or so, up to its end; None after ``wait_s()``
+    of nothing; stops when the client is gone."""
     while True:
-        item = await _next(job, http, KEEPALIVE_S)
+        item = await _next(job, http, wait_s())
         if item is _WAITING:
             yield None
             continue
@@ -318,6 +334,13 @@ def _keep_alive(shape, progress: dict | None) -> list[str]:
     if keep_alive is not None:
         return keep_alive(progress)
     return [sse.comment("keep-alive" + (f" prompt_progress={json.dumps(progress)}" if progress else ""))]
+
+
+def _idle_keep_alive(shape) -> list[str]:
+    """While the answer is held back: the protocol's own (Anthropic's ``ping``), else an SSE
+    comment, which every client skips."""
+    idle = getattr(shape, "idle_keep_alive", None)
+    return idle() if idle is not None else [sse.comment("keep-alive")]
 
 
 def _internal() -> APIError:
