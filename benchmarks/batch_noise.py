@@ -48,14 +48,21 @@ def _rows(engine, prompt: list[int], answer: list[int], batch: int) -> list[np.n
 
 def _case_row(model, case) -> dict:
     tools = openai_tools(case)
-    answer = model.chat(list(case.messages), tools=tools, tool_choice="required", temperature=0, max_tokens=64)
-    prompt, tokens = model.target.chat_tokens(list(case.messages), tools), answer.tokens[:ANSWER_TOKENS]
+    answer = model.chat(
+        list(case.messages), tools=tools, tool_choice="required", temperature=0, max_tokens=64
+    )
+    prompt, tokens = (
+        model.target.chat_tokens(list(case.messages), tools),
+        answer.tokens[:ANSWER_TOKENS],
+    )
     one = _rows(model.target, prompt, tokens, 1)
     margins = [float(np.diff(np.sort(r)[-2:])[0]) for r in one]
     row = {"id": case.id, "tokens": len(tokens), "closest_margin": min(margins)}
     for batch in BATCHES:
         other = _rows(model.target, prompt, tokens, batch)
-        row[f"delta_batch_{batch}"] = [abs(float(a[a.argmax()] - b[a.argmax()])) for a, b in zip(one, other)]
+        row[f"delta_batch_{batch}"] = [
+            abs(float(a[a.argmax()] - b[a.argmax()])) for a, b in zip(one, other)
+        ]
     return row
 
 
@@ -81,7 +88,9 @@ def main() -> int:
     for r in rows:
         print(f"{r['id']}: closest top-two margin {r['closest_margin']:.3f} nats")
     for name, s in summary.items():
-        print(f"{name}: |Δ logprob| median {s['median']:.4f}, p90 {s['p90']:.4f}, max {s['max']:.3f} nats")
+        print(
+            f"{name}: |Δ logprob| median {s['median']:.4f}, p90 {s['p90']:.4f}, max {s['max']:.3f} nats"
+        )
     results = Results(args.out, "batch-noise", record)
     results.write({"summary": summary, "cases": rows})
     results.done()

@@ -45,7 +45,9 @@ def time_check(target: Path, draft: Path) -> dict:
 
 def main(extra: list[str]) -> None:
     pair = resolve_pair()
-    results = [time_check(pair.target, pair.draft)] + [time_check(pair.target, Path(p)) for p in extra]
+    results = [time_check(pair.target, pair.draft)] + [
+        time_check(pair.target, Path(p)) for p in extra
+    ]
     for r in results:
         print(
             f"{r['draft']} -> {r['target']}: {r['total_s'] * 1000:.0f} ms "

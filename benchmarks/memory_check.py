@@ -53,7 +53,9 @@ def main() -> None:
     }
     print(f"machine: {machine_line(result['machine'])}")
     print(est.describe())
-    print(f"RSS added by loading and a 32-token answer: {gib(added)}; estimate / measured = {est.total / added:.3f}")
+    print(
+        f"RSS added by loading and a 32-token answer: {gib(added)}; estimate / measured = {est.total / added:.3f}"
+    )
     Results(args.out, "memory", result["machine"]).write(result)
 
 

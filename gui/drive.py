@@ -46,7 +46,8 @@ def load_default_pair(win, timeout_s: float) -> dict:
 
 def wait_for_answer(win, timeout_s: float, what: str = "the answer"):
     """Wait for the answer under way in ``win``; returns the finished assistant Message.
-    Raises RuntimeError with the window's message when it fails, TimeoutError after ``timeout_s``."""
+    Raises RuntimeError with the window's message when it fails, TimeoutError after
+    ``timeout_s``."""
     ok, args = wait_for(win.answerDone, win.answerFailed, timeout_s)
     if not ok:
         raise RuntimeError(f"{what} failed: {args[0]}")

@@ -73,7 +73,9 @@ def missing_libraries(files: list[Path]) -> list[str]:
         if not f.exists():
             continue
         try:
-            out = subprocess.run(["ldd", str(f)], capture_output=True, text=True, errors="replace", timeout=10).stdout
+            out = subprocess.run(
+                ["ldd", str(f)], capture_output=True, text=True, errors="replace", timeout=10
+            ).stdout
         except (OSError, subprocess.TimeoutExpired):
             continue
         missing.update(m.group(1) for m in re.finditer(r"^\s*(\S+)\s*=>\s*not found", out, re.M))
@@ -85,7 +87,10 @@ def xcb_plugin_files() -> list[Path]:
     import PySide6
 
     qt = Path(PySide6.__file__).parent / "Qt"
-    return [qt / "plugins" / "platforms" / "libqxcb.so", *sorted((qt / "lib").glob("libQt6XcbQpa.so*"))[:1]]
+    return [
+        qt / "plugins" / "platforms" / "libqxcb.so",
+        *sorted((qt / "lib").glob("libQt6XcbQpa.so*"))[:1],
+    ]
 
 
 def platform_problem(environ=os.environ, command: str = "localspec gui") -> str | None:
@@ -94,20 +99,27 @@ def platform_problem(environ=os.environ, command: str = "localspec gui") -> str 
     Qt was told to draw offscreen)."""
     if sys.platform != "linux":
         return None
-    wanted = [p.split(":")[0].strip() for p in environ.get("QT_QPA_PLATFORM", "").split(";") if p.strip()]
+    wanted = [
+        p.split(":")[0].strip() for p in environ.get("QT_QPA_PLATFORM", "").split(";") if p.strip()
+    ]
     if any(p in NO_DISPLAY_NEEDED for p in wanted):  # Qt tries the list in order
         return None
     x11, wayland = environ.get("DISPLAY", "").strip(), environ.get("WAYLAND_DISPLAY", "").strip()
     if not (x11 or wayland) or (wanted and wanted[0] == "xcb" and not x11):
         return (
-            "there is no display (neither DISPLAY nor WAYLAND_DISPLAY is set): run it from a desktop session, "
-            f"or under a virtual one: xvfb-run -a {command} (Debian/Ubuntu: sudo apt-get install xvfb)"
+            "there is no display (neither DISPLAY nor WAYLAND_DISPLAY is set): run it from a "
+            "desktop session, "
+            f"or under a virtual one: xvfb-run -a {command} (Debian/Ubuntu: sudo apt-get install "
+            "xvfb)"
         )
     if (wanted and wanted[0].startswith("wayland")) or (not x11 and wayland):
         return None
     missing = missing_libraries(xcb_plugin_files())
     if missing:
-        return f"Qt's X11 (xcb) plugin needs {', '.join(missing)}, which this system lacks: {install_line(missing)}"
+        return (
+            f"Qt's X11 (xcb) plugin needs {', '.join(missing)}, which this system lacks: "
+            f"{install_line(missing)}"
+        )
     return None
 
 

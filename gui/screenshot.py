@@ -16,7 +16,10 @@ import os
 import sys
 from pathlib import Path
 
-PROMPT = "In Python, write is_palindrome(text) ignoring case and punctuation, plus an example call, then a one-sentence explanation. Keep it short."
+PROMPT = (
+    "In Python, write is_palindrome(text) ignoring case and punctuation, plus an example "
+    "call, then a one-sentence explanation. Keep it short."
+)
 SIZE = (1280, 800)  # pixels
 
 
@@ -110,11 +113,17 @@ def render(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gui.screenshot", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m gui.screenshot", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("out", nargs="?", default="docs/screenshot.png", help="PNG file to write")
     parser.add_argument("--max-tokens", type=int, default=160)
-    parser.add_argument("--compare", action="store_true", help="also rerun the prompt with plain decoding")
-    parser.add_argument("--dark", action="store_true", help="a dark palette, as in a system's dark mode")
+    parser.add_argument(
+        "--compare", action="store_true", help="also rerun the prompt with plain decoding"
+    )
+    parser.add_argument(
+        "--dark", action="store_true", help="a dark palette, as in a system's dark mode"
+    )
     args = parser.parse_args(argv)
     path = render(Path(args.out), max_tokens=args.max_tokens, compare=args.compare, dark=args.dark)
     print(path)

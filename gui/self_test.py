@@ -35,7 +35,12 @@ def _since_start() -> float:
             started = int(f.read().rsplit(")", 1)[1].split()[19]) / ticks
         with open("/proc/uptime") as f:
             return float(f.read().split()[0]) - started
-    except (OSError, ValueError, IndexError, AttributeError):  # AttributeError: no sysconf (Windows)
+    except (
+        OSError,
+        ValueError,
+        IndexError,
+        AttributeError,
+    ):  # AttributeError: no sysconf (Windows)
         return time.perf_counter() - _IMPORTED
 
 
@@ -65,12 +70,19 @@ def run(prompt: str = PROMPT, max_tokens: int = MAX_TOKENS, timeout_s: float = T
         say(f"pair loaded at {_since_start():.1f} s ({_pair_name(info)})")
         answer = ask(win, prompt, timeout_s)
         print(answer.content.strip(), flush=True)
-        say(f"answered at {_since_start():.1f} s ({format_stats(answer.stats, answer.finish_reason)})")
+        say(
+            f"answered at {_since_start():.1f} s "
+            f"({format_stats(answer.stats, answer.finish_reason)})"
+        )
         if not answer.content.strip():
             print("localspec-gui: error: the self-test's answer is empty", file=sys.stderr)
             return 1
         return 0
-    except (RuntimeError, TimeoutError, LocalspecError) as exc:  # LocalspecError: finding or fetching the pair
+    except (
+        RuntimeError,
+        TimeoutError,
+        LocalspecError,
+    ) as exc:  # LocalspecError: finding or fetching the pair
         print(f"localspec-gui: error: self-test: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -10,9 +10,10 @@ pair is loaded) and wires the parts, each in a module of its own:
   (right: the pair with its :class:`~gui.models.memory_badge.MemoryBadge`, the settings and the
   :class:`~gui.server.serve_switch.ServeBox`);
 - helpers that act on the window: :class:`~gui.chat.answers.Answers` (asking, answers coming back),
-  :class:`~gui.chat.context_meter.ContextMeter`, :class:`~gui.chat.conversations.ConversationActions`,
-  :class:`~gui.models.pair_loading.PairLoading`, :class:`~gui.server.serve_switch.ServeSwitch`, and the
-  menus of :mod:`gui.shortcuts`.
+  :class:`~gui.chat.context_meter.ContextMeter`,
+    :class:`~gui.chat.conversations.ConversationActions`,
+  :class:`~gui.models.pair_loading.PairLoading`, :class:`~gui.server.serve_switch.ServeSwitch`, and
+  the menus of :mod:`gui.shortcuts`.
 
 The panels' widgets are attributes of the window too (``window.picker``, ``window.input``,
 ``window.stop_button``, …)."""
@@ -53,12 +54,16 @@ class MainWindow(QMainWindow):
     pairFailed = Signal(str)
     answerDone = Signal(object)  # the finished assistant Message
     answerFailed = Signal(str)
-    memoryEstimated = Signal(object, object)  # (key, PairMemory or a problem), from the estimate's thread
+    memoryEstimated = Signal(
+        object, object
+    )  # (key, PairMemory or a problem), from the estimate's thread
     memoryShown = Signal(object)  # the PairMemory the badge now shows
 
     SHORTCUTS = SHORTCUTS
 
-    def __init__(self, store: ConversationStore | None = None, autoload: bool = True, persist: bool = True):
+    def __init__(
+        self, store: ConversationStore | None = None, autoload: bool = True, persist: bool = True
+    ):
         super().__init__()
         self.persist = persist
         self.setWindowTitle("localspec — speculative chat")
@@ -119,7 +124,11 @@ class MainWindow(QMainWindow):
     def _expose_widgets(self) -> None:
         """The panels' widgets as the window's attributes (scripts and tests use them)."""
         left, chat, side = self.conversation_list, self.chat_panel, self.side_panel
-        self.new_button, self.search, self.conversations = left.new_button, left.search, left.conversations
+        self.new_button, self.search, self.conversations = (
+            left.new_button,
+            left.search,
+            left.conversations,
+        )
         self.banner, self.banner_close, self.legend = chat.banner, chat.banner_close, chat.legend
         self.highlight_box, self.view, self.input = chat.highlight_box, chat.view, chat.input
         self.send_button, self.stop_button, self.compare_button = (
@@ -129,7 +138,11 @@ class MainWindow(QMainWindow):
         )
         self.status, self.busy = chat.status, chat.busy
         self.session_label, self.context_label = chat.session_label, chat.context_label
-        self.picker, self.panel, self.memory_badge = side.picker, side.settings_panel, side.memory_badge
+        self.picker, self.panel, self.memory_badge = (
+            side.picker,
+            side.settings_panel,
+            side.memory_badge,
+        )
         self.remote_box = side.remote_box
         serve = side.serve_box
         self.serve_switch, self.serve_port, self.serve_url, self.serve_copy = (
@@ -149,10 +162,14 @@ class MainWindow(QMainWindow):
         self.panel.set_settings(self.settings)
         self.serve_port.setValue(self.settings.serve_port)
         self.side_panel.serve_box.slots.setValue(self.settings.parallel)
-        self.side_panel.serve_box.set_checked_quietly(self.settings.serve)  # takes effect once a pair is loaded
+        self.side_panel.serve_box.set_checked_quietly(
+            self.settings.serve
+        )  # takes effect once a pair is loaded
         self.highlight_box.setChecked(self.settings.highlight)
         self.view.set_highlight(self.settings.highlight)
-        self.picker.refresh(self.settings.target, self.settings.draft if self.settings.target else None)
+        self.picker.refresh(
+            self.settings.target, self.settings.draft if self.settings.target else None
+        )
 
     def _load_the_selected_pair_if_on_disk(self) -> None:
         target, draft = self.picker.current_target(), self.picker.current_draft()
@@ -232,25 +249,32 @@ class MainWindow(QMainWindow):
         self.status.setText(text)
 
     def update_buttons(self) -> None:
-        """Enable what can be done now (nothing that changes the chat while an answer is written)."""
+        """Enable what can be done now (nothing that changes the chat while an answer is
+        written)."""
         generating = self.request is not None
         self.send_button.setEnabled(self.model_ready and not generating)
         self.stop_button.setEnabled(generating)
-        has_answer = any(m.kind == "chat" and m.role == "assistant" and m.stats for m in self.messages)
+        has_answer = any(
+            m.kind == "chat" and m.role == "assistant" and m.stats for m in self.messages
+        )
         self.compare_button.setEnabled(self.model_ready and not generating and has_answer)
         self.new_button.setEnabled(not generating)
         self.conversations.setEnabled(not generating)
         self.shortcut_actions["regenerate"].setEnabled(self.model_ready and not generating)
-        self.picker.load_button.setEnabled(not generating and not self.loading and not self.picker.busy())
+        self.picker.load_button.setEnabled(
+            not generating and not self.loading and not self.picker.busy()
+        )
         self.remote_box.connect_button.setEnabled(not generating and not self.loading)
 
-    # --- the pair (see gui.models.pair_loading, gui.models.memory_badge) ------------------------------------
+    # --- the pair (see gui.models.pair_loading, gui.models.memory_badge)
+    # ------------------------------------
 
     def update_memory_estimate(self) -> None:
         """The pair's memory estimate at the chosen context: a coloured badge, the numbers
         on hover (see :mod:`localspec.models.memory`).  A model not downloaded yet has its header
         read from the Hub in a thread; the badge says so meanwhile, and a result for a pair
-        or context no longer chosen is dropped (see :class:`~gui.models.memory_badge.MemoryBadge`)."""
+        or context no longer chosen is dropped (see
+        :class:`~gui.models.memory_badge.MemoryBadge`)."""
         target, draft = self.picker.current_target(), self.picker.current_draft()
         chosen = self.panel.apply_to(Settings())
         self.memory_badge.estimate(target, draft, chosen.n_ctx, chosen.gpu_layers != 0)
@@ -336,7 +360,8 @@ class MainWindow(QMainWindow):
     def show_shortcuts(self) -> None:
         show_shortcuts(self)
 
-    # --- conversations (see gui.chat.conversations) ------------------------------------------------
+    # --- conversations (see gui.chat.conversations)
+    # ------------------------------------------------
 
     def new_chat(self) -> None:
         self.conversation_actions.new_chat()

@@ -13,19 +13,36 @@ from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.loop import Generation
-from localspec.decoding.params import CallOptions, DraftParams, GenerationParams, LoadOptions, call_options
+from localspec.decoding.params import (
+    CallOptions,
+    DraftParams,
+    GenerationParams,
+    LoadOptions,
+    call_options,
+)
 from localspec.decoding.policy import adaptive_parts, batch_sizes
 from localspec.decoding.policy.costs import DRAFT_MODEL, fastest_of_two
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.stats import GenerationResult
 from localspec.decoding.thinking import ChatReasoning, read_chat_template
-from localspec.decoding.tool_calls import ToolFormat, ToolRequest, normalise_messages, tool_format, tool_request
+from localspec.decoding.tool_calls import (
+    ToolFormat,
+    ToolRequest,
+    normalise_messages,
+    tool_format,
+    tool_request,
+)
 from localspec.errors import EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
 from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
 from localspec.models.hub import ProgressFn
-from localspec.pairs import ResolvedPair, auto_context_for, check_pair, resolve_pair  # noqa: F401 (public here)
+from localspec.pairs import (
+    ResolvedPair,  # noqa: F401 (public here)
+    auto_context_for,
+    check_pair,
+    resolve_pair,
+)
 
 Messages = list[dict]
 
@@ -74,7 +91,9 @@ class SpeculativeModel:
         chat_template = read_chat_template(self.load_options.chat_template)
         self.auto_context = None
         if self.load_options.n_ctx == "auto":
-            self.auto_context = auto_context_for(self.target_path, self.draft_path, self.load_options)
+            self.auto_context = auto_context_for(
+                self.target_path, self.draft_path, self.load_options
+            )
             self.load_options = replace(self.load_options, n_ctx=self.auto_context.n_ctx)
         self.owner = LlamaThread()
         self.target, self.draft_engine = self._load_engines(load_progress)
@@ -94,11 +113,17 @@ class SpeculativeModel:
         self.drafter, self.lookup, self.suffix = first.drafter, first.lookup, first.suffix
         self.prediction, self.grammar = first.prediction, first.grammar
         self.learned = LearnedState.of_load(self.target_path, self.draft_path, self.load_options)
-        if self.parallel > 1 or (self.default_draft.adaptive and self.default_draft.strategy != "none"):
-            self._policy(DraftParams(), greedy=True, predicted=False, constrained=False)  # measure costs now
+        if self.parallel > 1 or (
+            self.default_draft.adaptive and self.default_draft.strategy != "none"
+        ):
+            self._policy(
+                DraftParams(), greedy=True, predicted=False, constrained=False
+            )  # measure costs now
         self._closed = False
 
-    def _load_engines(self, load_progress: Callable[[str, float], None] | None) -> tuple[Engine, Engine | None]:
+    def _load_engines(
+        self, load_progress: Callable[[str, float], None] | None
+    ) -> tuple[Engine, Engine | None]:
         """(target, draft or None) loaded on the pair's thread; on any failure the engines
         loaded so far are freed and the thread stopped."""
         loaded = []
@@ -108,7 +133,11 @@ class SpeculativeModel:
                     config = self.load_options.engine_config(role)
                     progress = _for_role(load_progress, role)
                     verbose = self.load_options.verbose
-                    loaded.append(Engine(path, config, verbose=verbose, load_progress=progress, owner=self.owner))
+                    loaded.append(
+                        Engine(
+                            path, config, verbose=verbose, load_progress=progress, owner=self.owner
+                        )
+                    )
         except BaseException:
             for engine in loaded:
                 engine.close()
@@ -121,7 +150,11 @@ class SpeculativeModel:
         """Every drafter this model can use: the draft model (if loaded), prompt lookup,
         suffix, the caller's prediction (which drafts only in calls given a ``prediction``)
         and the grammar's forced tokens (only in calls given a ``response_format``)."""
-        return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar) if d is not None]
+        return [
+            d
+            for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar)
+            if d is not None
+        ]
 
     def _policy(
         self,
@@ -143,7 +176,9 @@ class SpeculativeModel:
         if parts and not slot.costs.measured:  # the pair's costs, shared: loaded or measured once
             self._load_or_measure_costs(slot.costs, slot.drafter is not None)
         for channel, adaptive in parts:
-            self.learned.seed(adaptive, kind_name(dp.strategy, greedy, predicted, constrained, channel))
+            self.learned.seed(
+                adaptive, kind_name(dp.strategy, greedy, predicted, constrained, channel)
+            )
         return policy
 
     def _load_or_measure_costs(self, costs, with_draft_model: bool) -> None:
@@ -164,7 +199,9 @@ class SpeculativeModel:
 
     # --- generation -------------------------------------------------------------------
 
-    def generate(self, prompt: str | list[int], *, stream: bool = False, **options) -> GenerationResult | Generation:
+    def generate(
+        self, prompt: str | list[int], *, stream: bool = False, **options
+    ) -> GenerationResult | Generation:
         """Continue raw text (no chat template), or a list of token ids used as given.
         See :meth:`chat` for options."""
         started = time.perf_counter()
@@ -174,14 +211,22 @@ class SpeculativeModel:
             tokens = self.target.tokenize(prompt, add_special=True, parse_special=False)
         else:
             if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, int) for t in prompt):
-                raise InvalidOptionError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+                raise InvalidOptionError(
+                    f"prompt must be a string or a list of token ids, got {type(prompt).__name__}"
+                )
             tokens = list(prompt)
             if any(not 0 <= t < self.target.n_vocab for t in tokens):
                 raise InvalidOptionError(f"token ids must be in [0, {self.target.n_vocab})")
         return self._start(tokens, started, stream, call)
 
     def infill(
-        self, prefix: str, suffix: str = "", *, extra: Sequence[dict] = (), stream: bool = False, **options
+        self,
+        prefix: str,
+        suffix: str = "",
+        *,
+        extra: Sequence[dict] = (),
+        stream: bool = False,
+        **options,
     ) -> GenerationResult | Generation:
         """Fill in the middle between ``prefix`` and ``suffix`` (code before and after the
         cursor) with the target's FIM tokens; ``extra``: other files as ``[{"filename",
@@ -195,7 +240,9 @@ class SpeculativeModel:
         prompt = engine_fim_prompt(self.target, prefix, suffix, extra, reserve)
         return self._start(prompt.tokens, started, stream, call, prompt_truncated=prompt.truncated)
 
-    def chat(self, messages: str | Messages, *, stream: bool = False, **options) -> GenerationResult | Generation:
+    def chat(
+        self, messages: str | Messages, *, stream: bool = False, **options
+    ) -> GenerationResult | Generation:
         """Answer a conversation rendered with the target's own chat template.
 
         Args:
@@ -223,13 +270,14 @@ class SpeculativeModel:
                 ``{"type": "function", "function": {"name"}}``) / ``parallel_tool_calls``
                 (True): OpenAI's function tools, rendered by the GGUF's chat template; a
                 call the model writes follows the function's schema (formats: Qwen's
-                ``<tool_call>``, Llama 3.x JSON; see :mod:`localspec.decoding.tool_calls`) and comes back
-                in ``result.tool_calls`` (OpenAI's shape) with finish_reason
-                "tool_calls"; ``result.content`` is the text before it.  Messages may
-                hold an assistant's ``tool_calls`` and ``{"role": "tool", "content"}``
-                replies.  InvalidOptionError for a template without a call format.
-                Thinking models: ``reasoning_budget``, ``enable_thinking``, ``chat_template_kwargs``,
-                ``reasoning_format``; ``result.reasoning`` (docs/reasoning.md, :class:`ChatReasoning`).
+                ``<tool_call>``, Llama 3.x JSON; see :mod:`localspec.decoding.tool_calls`) and comes
+                back in ``result.tool_calls`` (OpenAI's shape) with finish_reason "tool_calls";
+                ``result.content`` is the text before it.  Messages may hold an assistant's
+                ``tool_calls`` and ``{"role": "tool", "content"}`` replies.  InvalidOptionError for
+                a template without a call format. Thinking models: ``reasoning_budget``,
+                ``enable_thinking``, ``chat_template_kwargs``,
+                ``reasoning_format``; ``result.reasoning`` (docs/reasoning.md,
+                   :class:`ChatReasoning`).
                 ``prompt_cache_key``: a string naming the conversation (OpenAI's field); with
                 ``parallel`` > 1 the call takes the slot that last ran that key.
 
@@ -241,7 +289,9 @@ class SpeculativeModel:
         self._ensure_open()
         call = call_options(options, self.default_draft)
         tools = self._tools(call)
-        tokens, thinking = self.reasoning.chat_prompt(normalise_messages(messages), tools, call, self._constraint)
+        tokens, thinking = self.reasoning.chat_prompt(
+            normalise_messages(messages), tools, call, self._constraint
+        )
         return self._start(tokens, started, stream, call, tools, thinking=thinking)
 
     @property
@@ -279,7 +329,9 @@ class SpeculativeModel:
         params = call.params
         predicted = self._tokenize_prediction(call.prediction)
         constraint = (
-            self._constraint(tool_grammar.grammar, tool_grammar.trigger) if tool_grammar else self._constraint(grammar)
+            self._constraint(tool_grammar.grammar, tool_grammar.trigger)
+            if tool_grammar
+            else self._constraint(grammar)
         )
         kind = (params.draft, params.sampling.greedy, bool(predicted), constraint is not None)
         self.slots.slots[0].policy(*kind)  # InvalidOptionError before waiting for a slot
@@ -306,7 +358,9 @@ class SpeculativeModel:
             slot.drafter.constraint = constraint
         return generation if stream else generation.run()
 
-    def _generation_in(self, slot, policy, tokens: list[int], params: GenerationParams, **options) -> Generation:
+    def _generation_in(
+        self, slot, policy, tokens: list[int], params: GenerationParams, **options
+    ) -> Generation:
         """A generation of ``tokens`` in ``slot``, superseding the one there (one slot only)."""
         if not slot.step_lock.acquire(blocking=False):
             raise EngineError("the model is busy with a generation in another thread")
@@ -337,10 +391,16 @@ class SpeculativeModel:
         InvalidOptionError if it cannot be compiled."""
         if grammar is None:
             return None
-        return Constraint.compile(grammar_tokenizer(self.target), grammar, self.target.n_vocab, trigger)
+        return Constraint.compile(
+            grammar_tokenizer(self.target), grammar, self.target.n_vocab, trigger
+        )
 
     def _tokenize_prediction(self, prediction: str | None) -> list[int]:
-        return self.target.tokenize(prediction, add_special=False, parse_special=False) if prediction else []
+        return (
+            self.target.tokenize(prediction, add_special=False, parse_special=False)
+            if prediction
+            else []
+        )
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -388,7 +448,9 @@ def check_response_format(response_format) -> None:
     response_format_grammar(response_format)
 
 
-def _for_role(load_progress: Callable[[str, float], None] | None, role: str) -> Callable[[float], None] | None:
+def _for_role(
+    load_progress: Callable[[str, float], None] | None, role: str
+) -> Callable[[float], None] | None:
     return None if load_progress is None else (lambda fraction: load_progress(role, fraction))
 
 

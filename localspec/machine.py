@@ -31,7 +31,9 @@ def _sysctl(name: str) -> str:
     if sys.platform != "darwin":
         return ""
     try:
-        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5).stdout.strip()
+        return subprocess.run(
+            ["sysctl", "-n", name], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 

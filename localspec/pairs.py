@@ -12,7 +12,13 @@ from localspec.errors import IncompatibleDraftError
 from localspec.llama import backend
 from localspec.models.catalog import PairEntry, load_catalog
 from localspec.models.compat import check_compatibility
-from localspec.models.discovery import ModelRef, ensure_local, model_ref, pick_draft, recommended_pair
+from localspec.models.discovery import (
+    ModelRef,
+    ensure_local,
+    model_ref,
+    pick_draft,
+    recommended_pair,
+)
 from localspec.models.gguf_info import check_gguf_file
 from localspec.models.hub import ProgressFn
 from localspec.models.memory import AutoContext, auto_context
@@ -65,7 +71,8 @@ def check_pair(target: Path, draft: Path | None) -> None:
     verdict = check_compatibility(target_info, check_gguf_file(draft))
     if not verdict.compatible:
         raise IncompatibleDraftError(
-            f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons), verdict.reasons
+            f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons),
+            verdict.reasons,
         )
 
 

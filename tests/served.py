@@ -25,7 +25,13 @@ class RunningServer:
         self.port = free_port()
         self.app = create_app(model, ServerConfig(model_name="test-pair", **config))
         self.server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2)
+            uvicorn.Config(
+                self.app,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
+                timeout_graceful_shutdown=2,
+            )
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
@@ -89,7 +95,9 @@ def answer_batches(text: str, fmt=None, step: int = 5) -> tuple[list[list], obje
     parser, batches = ToolCallParser(fmt), []
     for i in range(0, len(text), step):
         content, calls = parser.feed(text[i : i + step])
-        batches.append([(SimpleNamespace(text=text[i : i + step], content=content, calls=tuple(calls)), None)])
+        batches.append(
+            [(SimpleNamespace(text=text[i : i + step], content=content, calls=tuple(calls)), None)]
+        )
     content, calls = parser.close()
     batches.append([(SimpleNamespace(text="", content=content, calls=tuple(calls)), None)])
     return batches, parser

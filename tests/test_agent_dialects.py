@@ -67,9 +67,9 @@ def test_every_captured_body_translates(path):
 def test_every_captured_prompt_renders_with_the_default_template(real_model, path):
     request, options = translated(path)
     text = real_model.target.render_chat(list(request.messages), options.get("tools"))
-    assert text.count("<|im_start|>system") == sum(m["role"] == "system" for m in request.messages[:1]) + sum(
-        m["role"] == "system" for m in request.messages[1:]
-    )
+    assert text.count("<|im_start|>system") == sum(
+        m["role"] == "system" for m in request.messages[:1]
+    ) + sum(m["role"] == "system" for m in request.messages[1:])
     assert text.endswith("<|im_start|>assistant\n")
 
 
@@ -79,14 +79,20 @@ def test_late_system_messages_fold_into_the_nearest_user_turn():
         {"role": "user", "content": "U"},
         {"role": "system", "content": "E"},
     ]
-    assert fold_late_system(messages) == [{"role": "system", "content": "S"}, {"role": "user", "content": "U\n\nE"}]
+    assert fold_late_system(messages) == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U\n\nE"},
+    ]
     messages.insert(1, {"role": "system", "content": "M"})
     assert fold_late_system(messages)[1] == {"role": "user", "content": "M\n\nU\n\nE"}
 
 
 # --- end to end with the default pair ---------------------------------------------------
 
-TOOL_SCHEMA = {"type": "object", "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}}}
+TOOL_SCHEMA = {
+    "type": "object",
+    "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
+}
 
 
 def short_claude_code_body() -> dict:
@@ -101,10 +107,21 @@ def short_claude_code_body() -> dict:
     system = [{**b, "text": b["text"][:200]} for b in body["system"]]
     env = {
         "role": "system",
-        "content": [{"type": "text", "text": "cwd: /tmp/REPO", "cache_control": {"type": "ephemeral"}}],
+        "content": [
+            {"type": "text", "text": "cwd: /tmp/REPO", "cache_control": {"type": "ephemeral"}}
+        ],
     }
-    ask = {"role": "user", "content": [{"type": "text", "text": "create hello.py that prints hello"}]}
-    short = {**body, "system": system, "messages": [ask, env], "tools": [write, deferred], "max_tokens": 32000}
+    ask = {
+        "role": "user",
+        "content": [{"type": "text", "text": "create hello.py that prints hello"}],
+    }
+    short = {
+        **body,
+        "system": system,
+        "messages": [ask, env],
+        "tools": [write, deferred],
+        "max_tokens": 32000,
+    }
     return {**short, "messages": [ask, env, {"role": "user", "content": "go"}]}
 
 
@@ -116,15 +133,33 @@ def short_codex_body() -> dict:
         for t in captured(AGENTS / "codex-0.171.0-gpt-5.5-01-responses.json")["body"]["tools"]
         if t["type"] == "custom"
     )
-    custom = {"type": "custom", "name": "apply_patch", "description": "Edit files.", "format": patch.get("format")}
+    custom = {
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Edit files.",
+        "format": patch.get("format"),
+    }
     exec_command = next(t for t in body["tools"] if t.get("name") == "exec_command")
     items = [
-        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "create hello.py"}]},
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "You are Codex."}],
+        },
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "create hello.py"}],
+        },
         {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
         *[i for i in body["input"] if i["type"] in ("function_call", "function_call_output")],
     ]
-    tools = [exec_command, {**namespace, "tools": namespace["tools"][:1]}, custom, {"type": "web_search"}]
+    tools = [
+        exec_command,
+        {**namespace, "tools": namespace["tools"][:1]},
+        custom,
+        {"type": "web_search"},
+    ]
     return {**body, "input": items, "tools": tools, "max_output_tokens": 8}
 
 
@@ -143,7 +178,11 @@ def test_a_shortened_claude_code_request_streams_through_the_anthropic_sdk(pair_
     extra = {k: body[k] for k in ("thinking", "output_config", "context_management")}
     headers = {"anthropic-beta": "claude-code-20250219,context-management-2025-06-27"}
     with sdk.messages.stream(
-        model="claude-opus-5-5", **fields, extra_body=extra, extra_headers=headers, extra_query={"beta": "true"}
+        model="claude-opus-5-5",
+        **fields,
+        extra_body=extra,
+        extra_headers=headers,
+        extra_query={"beta": "true"},
     ) as stream:
         final = stream.get_final_message()
     assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")
@@ -154,9 +193,21 @@ def test_a_shortened_claude_code_request_streams_through_the_anthropic_sdk(pair_
 def test_a_shortened_codex_request_streams_through_the_responses_api(pair_server):
     body = short_codex_body()
     sdk = pair_server.client()
-    known = ("input", "tools", "tool_choice", "parallel_tool_calls", "store", "include", "max_output_tokens")
+    known = (
+        "input",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "store",
+        "include",
+        "max_output_tokens",
+    )
     extra = {k: body[k] for k in ("prompt_cache_key", "client_metadata", "reasoning")}
-    events = list(sdk.responses.create(model="local", stream=True, **{k: body[k] for k in known}, extra_body=extra))
+    events = list(
+        sdk.responses.create(
+            model="local", stream=True, **{k: body[k] for k in known}, extra_body=extra
+        )
+    )
     assert events[0].type == "response.created"
     assert events[-1].type in ("response.completed", "response.incomplete")
 
@@ -189,7 +240,9 @@ def slow_server(target_gguf, monkeypatch, caplog):
 
 
 def request_lines(caplog) -> list[dict]:
-    return [json.loads(LineFormatter("json").format(r)) for r in caplog.records if hasattr(r, "request")]
+    return [
+        json.loads(LineFormatter("json").format(r)) for r in caplog.records if hasattr(r, "request")
+    ]
 
 
 ASK = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
@@ -207,36 +260,69 @@ def test_each_protocol_keeps_its_stream_alive_while_the_prompt_is_read(slow_serv
         ),
     ]
     for path, body, keep_alive in cases:
-        with httpx.stream("POST", slow_server.base + path, json=body, headers=headers, timeout=30) as r:
+        with httpx.stream(
+            "POST", slow_server.base + path, json=body, headers=headers, timeout=30
+        ) as r:
             text = "".join(r.iter_text())
         assert r.status_code == 200 and text.count(keep_alive) >= 3, (path, text[:600])
 
 
 def test_a_log_line_per_request_with_its_counts_and_errors(slow_server, caplog):
     headers = {"Authorization": f"Bearer {KEY}", "User-Agent": "agent/1.0"}
-    ok = httpx.post(slow_server.base + "/v1/chat/completions", json={"model": "m", **ASK}, headers=headers, timeout=30)
-    bad = httpx.post(slow_server.base + "/v1/messages", json={"model": "m", "messages": []}, headers=headers)
+    ok = httpx.post(
+        slow_server.base + "/v1/chat/completions",
+        json={"model": "m", **ASK},
+        headers=headers,
+        timeout=30,
+    )
+    bad = httpx.post(
+        slow_server.base + "/v1/messages", json={"model": "m", "messages": []}, headers=headers
+    )
     assert ok.status_code == 200 and bad.status_code == 400
     first, second = request_lines(caplog)[-2:]
-    assert first["protocol"] == "openai.chat" and first["status"] == 200 and first["user_agent"] == "agent/1.0"
-    assert first["prompt_tokens"] > 0 and first["completion_tokens"] > 0 and first["duration_s"] >= 1.2
+    assert (
+        first["protocol"] == "openai.chat"
+        and first["status"] == 200
+        and first["user_agent"] == "agent/1.0"
+    )
+    assert (
+        first["prompt_tokens"] > 0 and first["completion_tokens"] > 0 and first["duration_s"] >= 1.2
+    )
     assert first["cancelled"] is False and first["error"] is None and first["ttft_s"] is not None
-    assert second["status"] == 400 and second["path"] == "/v1/messages" and "max_tokens" in second["error"]
+    assert (
+        second["status"] == 400
+        and second["path"] == "/v1/messages"
+        and "max_tokens" in second["error"]
+    )
     keys = {"protocol", "method", "path", "status", "user_agent", "prompt_tokens", "cached_tokens"}
-    keys |= {"completion_tokens", "drafted", "accepted", "ttft_s", "duration_s", "cancelled", "error"}
+    keys |= {
+        "completion_tokens",
+        "drafted",
+        "accepted",
+        "ttft_s",
+        "duration_s",
+        "cancelled",
+        "error",
+    }
     assert set(first) == keys | {"event"} and first["event"] == "request"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-def test_a_request_whose_client_left_is_cancelled_and_logged_with_its_prompt(slow_server, caplog, stream):
+def test_a_request_whose_client_left_is_cancelled_and_logged_with_its_prompt(
+    slow_server, caplog, stream
+):
     headers = {"Authorization": f"Bearer {KEY}"}
     body = {"model": "m", "messages": ASK["messages"], "max_tokens": 200, "stream": stream}
     if stream:  # the client reads the first keep-alive, then leaves
-        with httpx.stream("POST", slow_server.base + "/v1/chat/completions", json=body, headers=headers) as r:
+        with httpx.stream(
+            "POST", slow_server.base + "/v1/chat/completions", json=body, headers=headers
+        ) as r:
             next(r.iter_text())
     else:
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(slow_server.base + "/v1/chat/completions", json=body, headers=headers, timeout=0.5)
+            httpx.post(
+                slow_server.base + "/v1/chat/completions", json=body, headers=headers, timeout=0.5
+            )
     deadline = time.time() + 20
     while not any(line["cancelled"] for line in request_lines(caplog)):
         assert time.time() < deadline, request_lines(caplog)
@@ -245,8 +331,13 @@ def test_a_request_whose_client_left_is_cancelled_and_logged_with_its_prompt(slo
     assert slow_server.worker.last_result.finish_reason == "cancelled"
     line = next(line for line in request_lines(caplog) if line["cancelled"])
     result = slow_server.worker.last_result
-    assert line["prompt_tokens"] == result.stats.prompt_tokens > 0 and line["cached_tokens"] is not None
-    assert line["completion_tokens"] == len(result.tokens) and line["status"] == (200 if stream else 499)
+    assert (
+        line["prompt_tokens"] == result.stats.prompt_tokens > 0
+        and line["cached_tokens"] is not None
+    )
+    assert line["completion_tokens"] == len(result.tokens) and line["status"] == (
+        200 if stream else 499
+    )
 
 
 # --- Codex's tools, offline ---------------------------------------------------------------
@@ -255,7 +346,9 @@ def test_a_request_whose_client_left_is_cancelled_and_logged_with_its_prompt(slo
 def codex_tools(stem: str):
     from localspec.server.openai_responses import tools_of
 
-    body = ResponsesRequest.model_validate_json(json.dumps(captured(AGENTS / f"{stem}.json")["body"]))
+    body = ResponsesRequest.model_validate_json(
+        json.dumps(captured(AGENTS / f"{stem}.json")["body"])
+    )
     return tools_of(body)
 
 
@@ -270,13 +363,21 @@ def test_namespace_custom_and_shell_calls_come_back_as_codex_routes_them():
     assert "namespace" not in output_item(tools, "call_2", "exec_command", "{}", "completed")
     patch = codex_tools("codex-0.171.0-gpt-5.5-01-responses")
     offered = next(t["function"] for t in patch.tools if t["function"]["name"] == "apply_patch")
-    assert offered["parameters"]["required"] == ["input"] and "*** Begin Patch" in offered["description"]
+    assert (
+        offered["parameters"]["required"] == ["input"]
+        and "*** Begin Patch" in offered["description"]
+    )
     text = "*** Begin Patch\n*** Add File: hello.py\n+print('hello')\n*** End Patch\n"
     item = output_item(patch, "call_3", "apply_patch", json.dumps({"input": text}), "completed")
-    assert item["type"] == "custom_tool_call" and item["input"] == text and item["call_id"] == "call_3"
+    assert (
+        item["type"] == "custom_tool_call" and item["input"] == text and item["call_id"] == "call_3"
+    )
     shell = toolset([Function(type="local_shell")])
     item = output_item(shell, "call_4", "local_shell", '{"command": ["ls"]}', "completed")
-    assert item["type"] == "local_shell_call" and item["action"] == {"type": "exec", "command": ["ls"]}
+    assert item["type"] == "local_shell_call" and item["action"] == {
+        "type": "exec",
+        "command": ["ls"],
+    }
 
 
 def test_codex_s_output_that_answers_no_call_is_a_tool_message_with_its_name():
@@ -306,17 +407,27 @@ def test_a_streamed_custom_call_ends_as_a_custom_tool_call_item():
     args = json.dumps({"input": "*** Begin Patch\n*** End Patch\n"})
     text = '<tool_call>\n{"name": "apply_patch", "arguments": ' + args + "}\n</tool_call>"
     events = shape.stream_start()
-    batches, parser = answer_batches(text, ToolFormat("hermes", open_token=1, close_token=2), step=7)
+    batches, parser = answer_batches(
+        text, ToolFormat("hermes", open_token=1, close_token=2), step=7
+    )
     for batch in batches:
         events += shape.stream_events(batch)
     calls = parser.finish()
     result = GenerationResult(
-        text, [1, 2], [], "tool_calls", GenerationStats(prompt_tokens=3), tool_calls=calls, content=parser.content
+        text,
+        [1, 2],
+        [],
+        "tool_calls",
+        GenerationStats(prompt_tokens=3),
+        tool_calls=calls,
+        content=parser.content,
     )
     events += shape.stream_end(result, False)
     payloads = [json.loads(e.split("data: ", 1)[1]) for e in events]
     done = [p["item"] for p in payloads if p["type"] == "response.output_item.done"]
-    assert [d["type"] for d in done] == ["custom_tool_call"] and done[0]["input"] == "*** Begin Patch\n*** End Patch\n"
+    assert [d["type"] for d in done] == ["custom_tool_call"] and done[0][
+        "input"
+    ] == "*** Begin Patch\n*** End Patch\n"
     assert not any(p["type"] == "response.function_call_arguments.delta" for p in payloads)
     assert payloads[-1]["response"]["output"][0]["type"] == "custom_tool_call"
 
@@ -329,22 +440,30 @@ def test_a_streamed_fenced_json_call_is_held_back_and_sent_as_a_call():
     from localspec.server.openai_shapes import ChatShape
 
     fmt = ToolFormat("hermes", open_token=1, close_token=2, tools=("write",))
-    text = 'I will write it.\n```json\n{"name": "write", "arguments": {"filePath": "hello.py"}}\n```'
+    text = (
+        'I will write it.\n```json\n{"name": "write", "arguments": {"filePath": "hello.py"}}\n```'
+    )
     shape = ChatShape("pair", False)
     chunks = shape.stream_start()
     batches, parser = answer_batches(text, fmt, step=4)
     for batch in batches:
         chunks += shape.stream_events(batch)
     calls = parser.finish()
-    result = GenerationResult(text, [1, 2], [], "tool_calls", GenerationStats(prompt_tokens=3), tool_calls=calls)
+    result = GenerationResult(
+        text, [1, 2], [], "tool_calls", GenerationStats(prompt_tokens=3), tool_calls=calls
+    )
     chunks += shape.stream_end(result, False)
     deltas = [json.loads(c[6:])["choices"][0]["delta"] for c in chunks if c.startswith("data: {")]
     content = "".join(d.get("content") or "" for d in deltas)
     pieces = [tc for d in deltas for tc in d.get("tool_calls", [])]
     assert content.strip() == "I will write it." and "```" not in content
     assert pieces[0]["function"]["name"] == "write" and pieces[0]["id"] == calls[0].id
-    assert json.loads("".join(p["function"].get("arguments", "") for p in pieces)) == {"filePath": "hello.py"}
-    assert len([p for p in pieces if p["function"].get("arguments")]) > 1  # streamed, not sent whole at the end
+    assert json.loads("".join(p["function"].get("arguments", "") for p in pieces)) == {
+        "filePath": "hello.py"
+    }
+    assert (
+        len([p for p in pieces if p["function"].get("arguments")]) > 1
+    )  # streamed, not sent whole at the end
 
 
 def test_claude_codes_billing_header_is_left_out_of_the_prompt():
@@ -354,9 +473,12 @@ def test_claude_codes_billing_header_is_left_out_of_the_prompt():
     system = capture["body"]["system"]
     assert system[0]["text"].startswith("x-anthropic-billing-header:")
     other = json.loads(json.dumps(capture["body"]))
-    other["system"][0]["text"] = "x-anthropic-billing-header: cc_version=9.9.999.abc; cc_entrypoint=cli;"
+    other["system"][0]["text"] = (
+        "x-anthropic-billing-header: cc_version=9.9.999.abc; cc_entrypoint=cli;"
+    )
     first, second = (
-        messages_request(MessagesRequest.model_validate_json(json.dumps(b))) for b in (capture["body"], other)
+        messages_request(MessagesRequest.model_validate_json(json.dumps(b)))
+        for b in (capture["body"], other)
     )
     assert first.messages == second.messages
     assert "billing-header" not in first.messages[0]["content"]

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from coding_agents import TASK, codex_config, install_aider, install_npm_agents, opencode_config, run_agent
+from coding_agents import (
+    TASK,
+    codex_config,
+    install_aider,
+    install_npm_agents,
+    opencode_config,
+    run_agent,
+)
 from served import free_port
 
 pytestmark = [pytest.mark.agents, pytest.mark.real_pair]
@@ -40,13 +47,17 @@ class ServeProcess:
         )
         deadline = time.time() + 300
         while True:
-            assert self.proc.poll() is None, "localspec serve exited:\n" + self.log_path.read_text()[-3000:]
+            assert self.proc.poll() is None, (
+                "localspec serve exited:\n" + self.log_path.read_text()[-3000:]
+            )
             try:
                 if httpx.get(self.base + "/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
-            assert time.time() < deadline, "localspec serve did not start:\n" + self.log_path.read_text()[-3000:]
+            assert time.time() < deadline, (
+                "localspec serve did not start:\n" + self.log_path.read_text()[-3000:]
+            )
             time.sleep(1)
 
     def requests(self) -> list[dict]:
@@ -86,13 +97,17 @@ def _check(served: ServeProcess, run, seen_before: int) -> None:
         )
     refused = [r for r in mine if not 200 <= int(r.get("status", 0)) < 300]
     assert mine, "the agent sent no request:\n" + run.output[-3000:]
-    assert refused == [], f"requests answered non-2xx: {refused}\nagent output:\n{run.output[-3000:]}"
+    assert refused == [], (
+        f"requests answered non-2xx: {refused}\nagent output:\n{run.output[-3000:]}"
+    )
     assert run.returncode == 0, f"exit {run.returncode}:\n{run.output[-3000:]}"
     hello = run.file("hello.py")
     assert hello is not None and "hello" in hello.lower(), (
         f"no hello.py (files: {sorted(p.name for p in run.repo.iterdir())}); agent output:\n{run.output[-3000:]}"
     )
-    answer = subprocess.run([sys.executable, str(run.repo / "hello.py")], capture_output=True, text=True, timeout=30)
+    answer = subprocess.run(
+        [sys.executable, str(run.repo / "hello.py")], capture_output=True, text=True, timeout=30
+    )
     assert "hello" in answer.stdout.lower(), answer
 
 
@@ -100,9 +115,16 @@ def test_claude_code_writes_the_file(served, tmp_path):
     bin_dir = install_npm_agents()
     before = len(served.requests())
     # API_TIMEOUT_MS: docs/agents/claude-code.md's setting for CPUs that read its 12 k-token prompt slowly
-    env = {"ANTHROPIC_BASE_URL": served.base, "ANTHROPIC_API_KEY": "none", "API_TIMEOUT_MS": "1800000"}
+    env = {
+        "ANTHROPIC_BASE_URL": served.base,
+        "ANTHROPIC_API_KEY": "none",
+        "API_TIMEOUT_MS": "1800000",
+    }
     run = run_agent(
-        [str(bin_dir / "claude"), "-p", TASK, "--permission-mode", "acceptEdits"], env, tmp_path, AGENT_TIMEOUT_S
+        [str(bin_dir / "claude"), "-p", TASK, "--permission-mode", "acceptEdits"],
+        env,
+        tmp_path,
+        AGENT_TIMEOUT_S,
     )
     _check(served, run, before)
 
@@ -135,6 +157,14 @@ def test_aider_writes_the_file(served, tmp_path):
     aider = install_aider()
     before = len(served.requests())
     env = {"OPENAI_API_BASE": served.base + "/v1", "OPENAI_API_KEY": "none"}
-    command = [str(aider), "--model", "openai/local", "--message", TASK, "--yes-always", "--no-check-update"]
+    command = [
+        str(aider),
+        "--model",
+        "openai/local",
+        "--message",
+        TASK,
+        "--yes-always",
+        "--no-check-update",
+    ]
     run = run_agent(command, env, tmp_path, AGENT_TIMEOUT_S)
     _check(served, run, before)

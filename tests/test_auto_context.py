@@ -21,8 +21,14 @@ def test_auto_is_capped_by_memory_on_the_real_pair(real_pair_paths):
     roomy = auto_context(target, draft, budget=(64 * 2**30, "RAM"))
     assert roomy.n_ctx == roomy.trained == 32768
     tight = auto_context(target, draft, budget=(3 * 2**30, "RAM"))
-    assert tight.reason == "memory" and AUTO_CTX_FLOOR <= tight.n_ctx < 32768 and tight.n_ctx % 256 == 0
-    weights = sum(m.weights + m.compute for m in (model_memory(cached_header(p), 1) for p in (target, draft)))
+    assert (
+        tight.reason == "memory"
+        and AUTO_CTX_FLOOR <= tight.n_ctx < 32768
+        and tight.n_ctx % 256 == 0
+    )
+    weights = sum(
+        m.weights + m.compute for m in (model_memory(cached_header(p), 1) for p in (target, draft))
+    )
     assert (
         weights + tight.kv_bytes
         <= 0.8 * 3 * 2**30

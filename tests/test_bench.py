@@ -40,7 +40,9 @@ def test_speedups_are_paired_with_plain_of_the_same_prompt_and_workload():
     assert summary[("code", "plain")]["speedup"] == 1.0
     from localspec.llama.report import machine_record
 
-    table = markdown({"machine": machine_record(2), "config": {}, "peers": {}, "summary": list(summary.values())})
+    table = markdown(
+        {"machine": machine_record(2), "config": {}, "peers": {}, "summary": list(summary.values())}
+    )
     assert "| edit | 0.0 | lookup | 10.0 | 20.0 | 0.50 |" in table
 
 
@@ -51,10 +53,19 @@ def test_acceptance_is_pooled_over_runs_that_count_their_tokens():
     )
     few.update(drafted_tokens=5, accepted_tokens=5)
     many.update(drafted_tokens=60, accepted_tokens=30)
-    rows = [row("code", "HumanEval/0", "plain", 20.0), row("code", "HumanEval/0", "plain", 20.0, rep=1), few, many]
+    rows = [
+        row("code", "HumanEval/0", "plain", 20.0),
+        row("code", "HumanEval/0", "plain", 20.0, rep=1),
+        few,
+        many,
+    ]
     summary = {s["strategy"]: s for s in summarize(rows)}
-    assert summary["lookup"]["acceptance_rate"] == pytest.approx(35 / 65)  # the median of the two rates is 0.75
-    assert summary["plain"]["acceptance_rate"] is None  # plain rows carry no counts here: the median of None rates
+    assert summary["lookup"]["acceptance_rate"] == pytest.approx(
+        35 / 65
+    )  # the median of the two rates is 0.75
+    assert (
+        summary["plain"]["acceptance_rate"] is None
+    )  # plain rows carry no counts here: the median of None rates
 
 
 def test_workloads_come_from_real_sources():
@@ -73,11 +84,16 @@ def test_multi_turn_workloads_carry_their_own_history():
     )
 
     conversation = revision_conversations(1)[0]
-    prompts = measured_turns(conversation, lambda messages: f"answer after {len(messages)} messages")
+    prompts = measured_turns(
+        conversation, lambda messages: f"answer after {len(messages)} messages"
+    )
     assert [p.name for p in prompts] == ["HumanEval/0 turn 2", "HumanEval/0 turn 3"]
     last = prompts[1].messages
     assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
-    assert last[-1]["content"] == REVISION_REQUESTS[1] and last[3]["content"] == "answer after 3 messages"
+    assert (
+        last[-1]["content"] == REVISION_REQUESTS[1]
+        and last[3]["content"] == "answer after 3 messages"
+    )
     second = mtbench_second_turns(1)
     assert len(second) == 8 and all(len(c.turns) == 2 and c.measured == 1 for c in second)
 
@@ -89,7 +105,9 @@ def test_strategies_are_chosen_by_their_result_names_with_plain_always_first():
     chosen = chosen_strategies("adaptive, suffix k=8,adaptive")
     assert [s.name for s in chosen] == ["plain", "adaptive", "suffix k=8"]
     assert chosen[2].options == {"strategy": "suffix", "draft_max": 8}
-    with pytest.raises(InvalidOptionError, match="unknown strategy 'suffix k=9'; choose from: plain, "):
+    with pytest.raises(
+        InvalidOptionError, match="unknown strategy 'suffix k=9'; choose from: plain, "
+    ):
         chosen_strategies("suffix k=9")
 
 
@@ -111,7 +129,12 @@ def test_the_quick_run_asks_every_workload_once_with_four_strategies():
         "mtbench-coding",
         "mtbench-extraction",
     ]
-    assert [s.name for s in config.strategies] == ["plain", "prompt-lookup k=8", "suffix k=8", "adaptive"]
+    assert [s.name for s in config.strategies] == [
+        "plain",
+        "prompt-lookup k=8",
+        "suffix k=8",
+        "adaptive",
+    ]
     assert (config.second_turns, config.revisions, config.reps) == (2, 1, 1)
 
 
@@ -135,7 +158,9 @@ def test_bfcl_parallel_calls_pair_with_the_answer_in_any_order_and_only_one_to_o
     assert calls_match(case, [swift, maroon]) and calls_match(case, [maroon, swift])
     assert not calls_match(case, [swift, swift])
     assert not calls_match(case, [swift])
-    assert not calls_match(case, [swift, {**maroon, "arguments": {**maroon["arguments"], "extra": 1}}])
+    assert not calls_match(
+        case, [swift, {**maroon, "arguments": {**maroon["arguments"], "extra": 1}}]
+    )
     assert not calls_match(case, [swift, {**maroon, "name": "spotify_pause"}])
 
 
@@ -162,7 +187,11 @@ def test_bench_without_a_name_is_speed_and_every_subcommand_s_defaults_pass_its_
     from localspec.bench.cli import _chosen, check, modules
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a, **k: real("json") if n == "matplotlib" else real(n))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda n, *a, **k: real("json") if n == "matplotlib" else real(n),
+    )
     args = _bench_parser().parse_args(["bench", "--smoke", "--out", "/tmp/x"])
     assert _chosen(args).NAME == "speed" and args.smoke and args.out == "/tmp/x"
     for module in modules():
@@ -212,8 +241,12 @@ def test_results_are_named_by_machine_date_and_commit_and_share_one_header(tmp_p
     import json
 
     body = json.loads(path.read_text())
-    assert list(body)[:5] == ["benchmark", "command", "date", "commit", "machine"] and body["summary"] == {"x": 1}
-    assert (tmp_path / f"{results.stem}.md").read_text() == "| a |\n" and (tmp_path / f"{results.stem}.png").exists()
+    assert list(body)[:5] == ["benchmark", "command", "date", "commit", "machine"] and body[
+        "summary"
+    ] == {"x": 1}
+    assert (tmp_path / f"{results.stem}.md").read_text() == "| a |\n" and (
+        tmp_path / f"{results.stem}.png"
+    ).exists()
     assert Results(tmp_path, "concurrency", record, smoke=True).stem == "concurrency-smoke"
 
 
@@ -224,10 +257,14 @@ def test_one_reader_gives_decode_tps_from_every_kind_of_answer():
     from localspec.bench.servers import base_url
 
     assert decode_tps({"timings": {"predicted_per_second": 31.5}}) == 31.5
-    assert decode_tps(SimpleNamespace(model_extra={"timings": {"predicted_per_second": 7.0}})) == 7.0
+    assert (
+        decode_tps(SimpleNamespace(model_extra={"timings": {"predicted_per_second": 7.0}})) == 7.0
+    )
     assert decode_tps(SimpleNamespace(model_extra=None)) is None and decode_tps({}) is None
     assert client_decode_tps(11, 1.0, 2.0) == 10.0 and client_decode_tps(1, 1.0, 2.0) == 0.0
-    assert {base_url(u) for u in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/")} == {"http://h:1"}
+    assert {
+        base_url(u) for u in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/")
+    } == {"http://h:1"}
 
 
 def test_the_docs_tables_are_the_result_files_tables():
@@ -242,4 +279,6 @@ def test_the_docs_tables_are_the_result_files_tables():
     new, changed = render_page(text, root / "benchmarks" / "results")
     assert changed == [] and new == text and text.count("<!-- table: ") >= 5
     edited = text.replace("| 4 | 37.3 (1.82 s)", "| 4 | 99.9 (1.82 s)")
-    assert render_page(edited, root / "benchmarks" / "results")[1] == [("concurrency", "concurrency-amd-epyc.json")]
+    assert render_page(edited, root / "benchmarks" / "results")[1] == [
+        ("concurrency", "concurrency-amd-epyc.json")
+    ]

@@ -9,7 +9,14 @@ import json
 import pytest
 
 from localspec.bench import agent_replay, agents
-from localspec.bench.agent_replay import Turn, TurnResult, generated, load_session, replayable, usage_counts
+from localspec.bench.agent_replay import (
+    Turn,
+    TurnResult,
+    generated,
+    load_session,
+    replayable,
+    usage_counts,
+)
 from localspec.errors import InvalidOptionError
 
 RECORD = {
@@ -65,7 +72,9 @@ def _turn(protocol: str, body: dict) -> Turn:
         ("responses", {"stream": True}, "max_output_tokens", 128),
     ],
 )
-def test_a_replayed_body_is_greedy_and_capped_in_its_protocols_field(protocol, body, field, expected):
+def test_a_replayed_body_is_greedy_and_capped_in_its_protocols_field(
+    protocol, body, field, expected
+):
     sent = replayable(_turn(protocol, body), 128)
     assert sent[field] == expected and sent["temperature"] == 0
     assert body.get("temperature") != 0 or body == {}  # the recorded body is left as it was
@@ -88,7 +97,11 @@ def test_a_streamed_chat_completion_asks_for_its_usage():
         ("chat", {"choices": [], "usage": {"prompt_tokens": 3}}, False),
         ("messages", {"type": "ping"}, False),
         ("messages", {"type": "message_start", "message": {}}, False),
-        ("messages", {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "x"}}, True),
+        (
+            "messages",
+            {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "x"}},
+            True,
+        ),
         ("responses", {"type": "response.in_progress"}, False),
         ("responses", {"type": "response.output_text.delta", "delta": "x"}, True),
         ("responses", {"type": "response.function_call_arguments.delta", "delta": "{"}, True),
@@ -116,7 +129,9 @@ def test_usage_is_read_in_each_protocols_own_fields(protocol, obj, expected):
 
 
 def test_a_turns_read_tokens_are_its_prompt_less_the_cached():
-    assert TurnResult("s", 1, "chat", 200, 1.0, prompt_tokens=900, cached_tokens=850).read_tokens == 50
+    assert (
+        TurnResult("s", 1, "chat", 200, 1.0, prompt_tokens=900, cached_tokens=850).read_tokens == 50
+    )
     assert TurnResult("s", 1, "chat", 200, 1.0, prompt_tokens=900).read_tokens == 900
     assert TurnResult("s", 1, "chat", 400, 0.1).record()["read_tokens"] is None
 
@@ -135,9 +150,17 @@ def test_session_walls_add_the_turns_and_compare_with_llama_server():
     rows = agents.summary(turns)
     assert [r["session"] for r in rows] == ["a", "b"]
     a = rows[0]
-    assert a["servers"]["default"] == {"wall_s": 32.0, "read_tokens": 940, "cached_tokens": 880, "all_2xx": True}
+    assert a["servers"]["default"] == {
+        "wall_s": 32.0,
+        "read_tokens": 940,
+        "cached_tokens": 880,
+        "all_2xx": True,
+    }
     assert a["over_llama_server"] == {"default": 32.0 / 48.0, "llama-server": 1.0}
-    assert rows[1]["servers"]["llama-server"]["all_2xx"] is False and "over_llama_server" not in rows[1]
+    assert (
+        rows[1]["servers"]["llama-server"]["all_2xx"] is False
+        and "over_llama_server" not in rows[1]
+    )
     text = agents.markdown({"machine": RECORD, "max_tokens": 16, "summary": rows, "turns": turns})
     assert "| a | 32 (×0.67) | 48 |" in text and "| b | 5 | 0 (refused) |" in text
     assert "| llama-server | a | 2 | 200 | 920 / 0 | 4.0 | 20.0 | 8.0 |" in text
@@ -147,13 +170,19 @@ def test_session_walls_add_the_turns_and_compare_with_llama_server():
 def test_the_options_parse_and_bad_ones_are_refused():
     args = _args()
     assert (args.max_tokens, args.smoke, args.sessions_dir) == (128, False, None)
-    assert args.servers.split(",") == list(agents.SERVERS) and args.sessions.split(",") == list(agents.SESSIONS)
+    assert args.servers.split(",") == list(agents.SERVERS) and args.sessions.split(",") == list(
+        agents.SESSIONS
+    )
     agents.check(args)
 
 
 @pytest.mark.parametrize(
     ("argv", "says"),
-    [(["-n", "0"], "--max-tokens"), (["--servers", "vllm"], "vllm"), (["--sessions", ","], "--sessions")],
+    [
+        (["-n", "0"], "--max-tokens"),
+        (["--servers", "vllm"], "vllm"),
+        (["--sessions", ","], "--sessions"),
+    ],
 )
 def test_bad_options_are_refused_before_anything_loads(argv, says):
     with pytest.raises(InvalidOptionError, match=says):
@@ -161,7 +190,9 @@ def test_bad_options_are_refused_before_anything_loads(argv, says):
 
 
 def test_the_recorded_bodies_are_what_the_agents_sent():
-    raw = json.loads((agent_replay.SESSIONS_DIR / "codex-0.171.0-workspace-write-01-responses.json").read_text())
+    raw = json.loads(
+        (agent_replay.SESSIONS_DIR / "codex-0.171.0-workspace-write-01-responses.json").read_text()
+    )
     (first, *_) = load_session("codex-0.171.0-workspace-write")
     assert first.body == raw["body"] and first.protocol == "responses"
 
@@ -170,8 +201,12 @@ def test_the_recorded_bodies_are_what_the_agents_sent():
     ("ttft_s", "duration_s", "output_tokens", "expected"),
     [(2.0, 4.0, 41, 20.0), (2.0, 2.0005, 46, None), (None, 3.0, 10, None), (1.0, 3.0, 1, None)],
 )
-def test_decode_speed_from_the_wire_only_where_it_can_be_a_decode(ttft_s, duration_s, output_tokens, expected):
-    got = TurnResult("s", 1, "messages", 200, duration_s, ttft_s=ttft_s, output_tokens=output_tokens)
+def test_decode_speed_from_the_wire_only_where_it_can_be_a_decode(
+    ttft_s, duration_s, output_tokens, expected
+):
+    got = TurnResult(
+        "s", 1, "messages", 200, duration_s, ttft_s=ttft_s, output_tokens=output_tokens
+    )
     assert agent_replay.wire_decode_tps(got) == expected
 
 

@@ -34,18 +34,41 @@ def _args(*argv):
 def test_the_new_benchmarks_parse_their_options():
     from localspec.bench.cli import _chosen, check
 
-    args = _args("concurrency", "--fresh", "--seed", "7", "--llama-server", "/x/llama-server", "--out", "/tmp/o")
-    assert args.fresh and args.seed == 7 and args.llama_server == "/x/llama-server" and args.max_tokens is None
+    args = _args(
+        "concurrency",
+        "--fresh",
+        "--seed",
+        "7",
+        "--llama-server",
+        "/x/llama-server",
+        "--out",
+        "/tmp/o",
+    )
+    assert (
+        args.fresh
+        and args.seed == 7
+        and args.llama_server == "/x/llama-server"
+        and args.max_tokens is None
+    )
     check(args)
     args = _args("first-answer")
-    assert _chosen(args) is first_answer and (args.pairs, args.max_tokens, args.store, args.smoke) == (
+    assert _chosen(args) is first_answer and (
+        args.pairs,
+        args.max_tokens,
+        args.store,
+        args.smoke,
+    ) == (
         10,
         128,
         None,
         False,
     )
     args = _args("prefill", "--smoke")
-    assert _chosen(args) is prefill and args.reps == 5 and prefill.sizes_of(args.tokens) == (2048, 8192, 16384)
+    assert (
+        _chosen(args) is prefill
+        and args.reps == 5
+        and prefill.sizes_of(args.tokens) == (2048, 8192, 16384)
+    )
 
 
 @pytest.mark.parametrize(
@@ -71,7 +94,9 @@ def test_greedy_equality_counts_answers_and_names_the_first_differing_character(
     assert fresh_clients.first_difference("abc", "abc") is None
     assert fresh_clients.first_difference("abcd", "abXd") == 2
     assert fresh_clients.first_difference("ab", "abc") == 2
-    got = fresh_clients.equality(["same", "hello world", "x"], ["same", "hello there", "x"], ["p0", "p1", "p2"])
+    got = fresh_clients.equality(
+        ["same", "hello world", "x"], ["same", "hello there", "x"], ["p0", "p1", "p2"]
+    )
     assert (got["equal"], got["compared"]) == (2, 3)
     assert got["differ"] == [{"prompt": "p1", "position": 6, "default": "world", "plain": "there"}]
 
@@ -83,7 +108,10 @@ def _level(clients, tps, answers):
 def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_level(tmp_path):
     from localspec.bench.workloads import Prompt
 
-    work = {1: [Prompt("code", "HumanEval/3", "q")], 2: [Prompt("mtbench-writing", "mtbench/81", "q")] * 2}
+    work = {
+        1: [Prompt("code", "HumanEval/3", "q")],
+        2: [Prompt("mtbench-writing", "mtbench/81", "q")] * 2,
+    }
     results = {
         fresh_clients.PLAIN: [_level(1, 20.0, ["a"]), _level(2, 30.0, ["b", "c"])],
         fresh_clients.DEFAULT: [_level(1, 25.0, ["a"]), _level(2, 27.0, ["b", "cX"])],
@@ -91,15 +119,34 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
     }
     rows = fresh_clients.compare(results, work)
     assert [r["clients"] for r in rows] == [1, 2]
-    assert rows[0]["default_over_plain"] == 1.25 and rows[0]["default_over_llama_server_plain"] == 1.0
-    assert rows[1]["default_over_plain"] == pytest.approx(0.9) and rows[1]["default_over_llama_server_plain"] == 0.75
+    assert (
+        rows[0]["default_over_plain"] == 1.25 and rows[0]["default_over_llama_server_plain"] == 1.0
+    )
+    assert (
+        rows[1]["default_over_plain"] == pytest.approx(0.9)
+        and rows[1]["default_over_llama_server_plain"] == 0.75
+    )
     assert rows[1]["equality"]["equal"] == 1 and rows[1]["equality"]["differ"][0]["position"] == 1
     out = Results(tmp_path, fresh_clients.KIND, RECORD, smoke=True, benchmark="concurrency")
-    result = {"seed": 5, "max_tokens": 64, "waves": 3, "levels": [1, 2], "sets": {"fresh": {"summary": rows}}}
-    body = json.loads(out.write(result, fresh_clients.markdown({**out.header(), **result})).read_text())
-    assert body["benchmark"] == "concurrency" and body["sets"]["fresh"]["summary"][1]["equality"]["compared"] == 2
+    result = {
+        "seed": 5,
+        "max_tokens": 64,
+        "waves": 3,
+        "levels": [1, 2],
+        "sets": {"fresh": {"summary": rows}},
+    }
+    body = json.loads(
+        out.write(result, fresh_clients.markdown({**out.header(), **result})).read_text()
+    )
+    assert (
+        body["benchmark"] == "concurrency"
+        and body["sets"]["fresh"]["summary"][1]["equality"]["compared"] == 2
+    )
     md = (tmp_path / "concurrency-fresh-smoke.md").read_text()
-    assert "| 2 | 30.0 | 27.0 | 36.0 | 0.90 | 0.75 | 1 of 2 |" in md and "mtbench/81: from character 1" in md
+    assert (
+        "| 2 | 30.0 | 27.0 | 36.0 | 0.90 | 0.75 | 1 of 2 |" in md
+        and "mtbench/81: from character 1" in md
+    )
 
 
 def test_fresh_prompts_are_real_alternate_prose_and_code_and_change_with_the_seed():
@@ -117,20 +164,42 @@ def test_fresh_prompts_are_real_alternate_prose_and_code_and_change_with_the_see
 
 def test_first_answer_ratios_mean_median_worst_and_interleaved_order(tmp_path):
     def pair(d, p, same=True):
-        return {"default": {"decode_tps": d, "text": "t"}, "plain": {"decode_tps": p, "text": "t" if same else "u"}}
+        return {
+            "default": {"decode_tps": d, "text": "t"},
+            "plain": {"decode_tps": p, "text": "t" if same else "u"},
+        }
 
     got = first_answer.ratios([pair(20, 20), pair(18, 20), pair(30, 25, same=False)])
     assert got["ratios"] == [1.0, 0.9, 1.2] and got["median"] == 1.0 and got["worst"] == 0.9
-    assert got["mean"] == pytest.approx(31 / 30) and got["same_text"] == 2 and got["plain_tps_range"] == [20, 25]
-    assert first_answer.order(0, 0) == ("default", "plain") and first_answer.order(0, 1) == ("plain", "default")
+    assert (
+        got["mean"] == pytest.approx(31 / 30)
+        and got["same_text"] == 2
+        and got["plain_tps_range"] == [20, 25]
+    )
+    assert first_answer.order(0, 0) == ("default", "plain") and first_answer.order(0, 1) == (
+        "plain",
+        "default",
+    )
     assert first_answer.ratios([pair(5, 0)])["mean"] is None
     runs = {"readme": {"warm": [pair(20, 20)], "cold": [pair(19, 20)]}}
     out = Results(tmp_path, first_answer.KIND, RECORD, smoke=True)
-    result = {"pairs": 1, "max_tokens": 16, "warm_store": "/s", "runs": runs, "summary": first_answer.summary(runs)}
-    body = json.loads(out.write(result, first_answer.markdown({**out.header(), **result})).read_text())
-    assert [(r["prompt"], r["store"]) for r in body["summary"]] == [("readme", "warm"), ("readme", "cold")]
+    result = {
+        "pairs": 1,
+        "max_tokens": 16,
+        "warm_store": "/s",
+        "runs": runs,
+        "summary": first_answer.summary(runs),
+    }
+    body = json.loads(
+        out.write(result, first_answer.markdown({**out.header(), **result})).read_text()
+    )
+    assert [(r["prompt"], r["store"]) for r in body["summary"]] == [
+        ("readme", "warm"),
+        ("readme", "cold"),
+    ]
     assert (
-        "| readme | cold | 0.95 | 0.95 | 0.95 | 1 | 1 | 20.0–20.0 |" in (tmp_path / "first-answer-smoke.md").read_text()
+        "| readme | cold | 0.95 | 0.95 | 0.95 | 1 | 1 | 20.0–20.0 |"
+        in (tmp_path / "first-answer-smoke.md").read_text()
     )
 
 
@@ -147,7 +216,13 @@ def test_prefill_medians_and_ratios_to_llama_cpp_python(tmp_path):
     def runs(*tps):
         return [{"prompt_tps": x} for x in tps]
 
-    got = {2048: {"library": runs(60, 70, 66), "server": runs(50, 55, 52), "llama-cpp-python": runs(60, 64, 62)}}
+    got = {
+        2048: {
+            "library": runs(60, 70, 66),
+            "server": runs(50, 55, 52),
+            "llama-cpp-python": runs(60, 64, 62),
+        }
+    }
     (row,) = prefill.summary(got)
     assert row["median_prompt_tps"] == {"library": 66, "server": 52, "llama-cpp-python": 62}
     assert row["library_over_llama_cpp_python"] == pytest.approx(66 / 62)
@@ -156,7 +231,10 @@ def test_prefill_medians_and_ratios_to_llama_cpp_python(tmp_path):
     out = Results(tmp_path, prefill.KIND, RECORD, smoke=True)
     result = {"reps": 3, "runs": got, "summary": [row]}
     out.write(result, prefill.markdown({**out.header(), **result}))
-    assert "| 2,048 | 66.0 | 52.0 | 62.0 | 1.06 | 0.84 |" in (tmp_path / "prefill-smoke.md").read_text()
+    assert (
+        "| 2,048 | 66.0 | 52.0 | 62.0 | 1.06 | 0.84 |"
+        in (tmp_path / "prefill-smoke.md").read_text()
+    )
     assert json.loads((tmp_path / "prefill-smoke.json").read_text())["summary"][0]["tokens"] == 2048
 
 
@@ -164,22 +242,36 @@ def test_prefill_cuts_real_text_to_the_token_count_and_every_reader_reads_it(tmp
     texts = prefill.cut_texts(target_gguf, (64, 200), tmp_path)
     assert texts[64].read_text() and len(texts[200].read_text()) > len(texts[64].read_text())
     peer = prefill.peer_child(str(texts[200]), 200 + prefill.MARGIN, target=str(target_gguf))
-    ours = prefill.library_child(str(texts[200]), 200 + prefill.MARGIN, target=str(target_gguf), draft=None)
+    ours = prefill.library_child(
+        str(texts[200]), 200 + prefill.MARGIN, target=str(target_gguf), draft=None
+    )
     assert abs(peer["prompt_n"] - 200) <= 2 and abs(ours["prompt_n"] - 200) <= 2
     assert peer["prompt_s"] > 0 and ours["prompt_s"] > 0
 
 
 def test_first_answer_child_answers_once_with_the_figures(target_gguf):
-    spec = {"messages": [{"role": "user", "content": "hello"}], "response_format": None, "max_tokens": 8}
+    spec = {
+        "messages": [{"role": "user", "content": "hello"}],
+        "response_format": None,
+        "max_tokens": 8,
+    }
     got = first_answer.child({**spec, "mode": "plain", "target": str(target_gguf)})
-    assert got["tokens"] >= 1 and got["load_s"] > 0 and got["drafted"] == 0 and isinstance(got["text"], str)
+    assert (
+        got["tokens"] >= 1
+        and got["load_s"] > 0
+        and got["drafted"] == 0
+        and isinstance(got["text"], str)
+    )
 
 
 def test_each_level_gets_prompts_of_its_own_in_both_sets():
     got = fresh_clients.split(list(range(45)), (1, 2, 4, 8), 3)
     assert got[1] == [0, 1, 2] and got[2] == [3, 4, 5, 6, 7, 8] and got[8] == list(range(21, 45))
     sets = fresh_clients.prompt_sets((1, 2), 1, seed=3)
-    assert list(sets) == ["fresh", "committed"] and [len(sets["fresh"][n]) for n in (1, 2)] == [1, 2]
-    assert sets["committed"][1][0].name == "mtbench/81" and "committed" not in fresh_clients.prompt_sets(
-        (1,), 1, 3, False
-    )
+    assert list(sets) == ["fresh", "committed"] and [len(sets["fresh"][n]) for n in (1, 2)] == [
+        1,
+        2,
+    ]
+    assert sets["committed"][1][
+        0
+    ].name == "mtbench/81" and "committed" not in fresh_clients.prompt_sets((1,), 1, 3, False)

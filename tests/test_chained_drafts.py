@@ -23,7 +23,11 @@ def test_the_lookups_draft_after_tokens_not_yet_in_the_context():
         draft = drafter.propose(CONTEXT, 3, GREEDY, 0.0, None, ahead=[6])
         assert draft.tokens == [7, 8, 9], drafter.name  # what followed [5, 6]
         assert draft.depth[0] >= 2
-        assert drafter.propose(CONTEXT, 3, GREEDY, 0.0, None).tokens != [7, 8, 9]  # nothing of [6] was kept
+        assert drafter.propose(CONTEXT, 3, GREEDY, 0.0, None).tokens != [
+            7,
+            8,
+            9,
+        ]  # nothing of [6] was kept
     lookup = PromptLookupDrafter()
     lookup.propose(CONTEXT, 3, GREEDY, 0.0, None, ahead=[6])
     assert lookup._indexed == CONTEXT
@@ -54,13 +58,17 @@ def test_a_chained_draft_is_the_forced_tokens_the_guess_after_them_and_the_force
         return Draft([20], confidence=[0.5], depth=[3])
 
     draft = chained(constraint, Draft([10, 11], confidence=[1.0, 1.0]), guess, lambda d: d, 8)
-    assert seen == [([10, 11], [10, 11], 6)]  # the guess comes from the text after the forced tokens
+    assert seen == [
+        ([10, 11], [10, 11], 6)
+    ]  # the guess comes from the text after the forced tokens
     assert draft.tokens == [10, 11, 20, 30, 31]
     assert draft.forced == [True, True, False, True, True]
     assert draft.confidence == [1.0, 1.0, 0.5, 1.0, 1.0] and draft.depth == [0, 0, 3, 0, 0]
     assert constraint.state == []  # left as it was
     assert draft.truncated(3).forced == [True, True, False]
-    assert chained(constraint, Draft([10]), lambda a, k: Draft.empty(), lambda d: d, 8).tokens == [10]
+    assert chained(constraint, Draft([10]), lambda a, k: Draft.empty(), lambda d: d, 8).tokens == [
+        10
+    ]
 
 
 def _policy():
@@ -68,8 +76,12 @@ def _policy():
     policy = AdaptivePolicy([grammar, lookup], caps={grammar.name: 16, lookup.name: 16})
     for _ in range(30):  # the lookup's half-sure copies fail; the grammar's tokens hold
         copy, keys = Draft([8, 9], confidence=[0.5, 0.5]), Draft([1, 2], confidence=[1.0, 1.0])
-        policy.observe(RoundOutcome(0.04, 3, lookup, copy, n_accepted=0, draft_s=1e-5, emitted=(1,)))
-        policy.observe(RoundOutcome(0.04, 3, grammar, keys, n_accepted=2, draft_s=1e-5, emitted=(1, 2, 3)))
+        policy.observe(
+            RoundOutcome(0.04, 3, lookup, copy, n_accepted=0, draft_s=1e-5, emitted=(1,))
+        )
+        policy.observe(
+            RoundOutcome(0.04, 3, grammar, keys, n_accepted=2, draft_s=1e-5, emitted=(1, 2, 3))
+        )
     return policy, grammar, lookup
 
 
@@ -81,20 +93,30 @@ def test_forced_tokens_in_another_drafters_draft_are_priced_and_learnt_as_the_gr
     before_grammar = policy.confidence_calibration(grammar)(1.0)
     before_lookup = policy.confidence_calibration(lookup)(0.5)
     for _ in range(5):  # the forced tokens held, the lookup's copy was refused
-        policy.observe(RoundOutcome(0.05, 4, lookup, draft, n_accepted=1, draft_s=1e-5, emitted=(1, 7)))
+        policy.observe(
+            RoundOutcome(0.05, 4, lookup, draft, n_accepted=1, draft_s=1e-5, emitted=(1, 7))
+        )
     assert policy.confidence_calibration(grammar)(1.0) >= before_grammar
     assert policy.confidence_calibration(lookup)(0.5) < before_lookup
-    assert policy.confidence_calibration(lookup)(1.0) == 0.95  # the lookup's own cell for 1.0 saw nothing
+    assert (
+        policy.confidence_calibration(lookup)(1.0) == 0.95
+    )  # the lookup's own cell for 1.0 saw nothing
 
 
 def test_forced_tokens_verified_in_a_chained_draft_are_learnt_once():
     grammar, lookup = GrammarDrafter(), PromptLookupDrafter()
     policy = AdaptivePolicy([grammar, lookup], caps={grammar.name: 16, lookup.name: 16})
     chain = Draft([1, 2, 3], confidence=[1.0, 0.5, 1.0], forced=[True, False, True])
-    policy.plan(16, {grammar.name: Draft([1], confidence=[1.0]), lookup.name: chain})  # the round's free drafts
-    policy.observe(RoundOutcome(0.05, 4, lookup, chain, n_accepted=3, draft_s=1e-5, emitted=(1, 2, 3, 4)))
+    policy.plan(
+        16, {grammar.name: Draft([1], confidence=[1.0]), lookup.name: chain}
+    )  # the round's free drafts
+    policy.observe(
+        RoundOutcome(0.05, 4, lookup, chain, n_accepted=3, draft_s=1e-5, emitted=(1, 2, 3, 4))
+    )
     once = Calibration()
-    once.observe([1.0, 1.0], 2)  # the chain's two forced tokens; the grammar's own [1] is the same token
+    once.observe(
+        [1.0, 1.0], 2
+    )  # the chain's two forced tokens; the grammar's own [1] is the same token
     assert policy.confidence_calibration(grammar).reached == once.reached
     assert policy.confidence_calibration(grammar).accepted == once.accepted
 
@@ -109,7 +131,11 @@ def test_the_statistics_count_forced_tokens_as_the_grammars():
 
 PERSON = {
     "type": "object",
-    "properties": {"name": {"type": "string"}, "city": {"type": "string"}, "age": {"type": "integer"}},
+    "properties": {
+        "name": {"type": "string"},
+        "city": {"type": "string"},
+        "age": {"type": "integer"},
+    },
     "required": ["name", "city", "age"],
     "additionalProperties": False,
 }
@@ -122,12 +148,16 @@ def test_a_repeated_schema_answer_verifies_forced_keys_and_copied_values_in_the_
 ):
     with SpeculativeModel(real_pair_paths.target, None, n_ctx=1024, strategy="auto") as m:
         plain = m.chat(ASK, response_format=FORMAT, max_tokens=60, strategy="none")
-        m.chat(ASK, response_format=FORMAT, max_tokens=60)  # the suffix drafter's store now holds the answer
+        m.chat(
+            ASK, response_format=FORMAT, max_tokens=60
+        )  # the suffix drafter's store now holds the answer
         again = m.chat(ASK, response_format=FORMAT, max_tokens=60, stream=True)
         rounds = {}
         for event in again:
             rounds.setdefault(event.round, set()).add(event.source)
     assert again.result.text == plain.text and json.loads(plain.text)["city"] == "Paris"
-    assert any({TokenSource.FORCED, TokenSource.ACCEPTED} <= sources for sources in rounds.values()), rounds
+    assert any(
+        {TokenSource.FORCED, TokenSource.ACCEPTED} <= sources for sources in rounds.values()
+    ), rounds
     drafted = again.result.stats.drafted_by_drafter
     assert drafted.get("grammar", 0) > 0 and drafted.get("suffix", 0) > 0

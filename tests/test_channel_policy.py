@@ -38,7 +38,8 @@ def _pair_policy(left, right, shared: dict) -> ChannelPolicy:
     """A ChannelPolicy over two drafters, on a machine where a draft of 8 costs little more
     than one token (either drafter pays from a modest acceptance on)."""
     costs = shared.setdefault(
-        "costs", CostModel(verify={b: CostAverage(0.030 + 0.0002 * (b - 1), 1.0) for b in BATCH_SIZES})
+        "costs",
+        CostModel(verify={b: CostAverage(0.030 + 0.0002 * (b - 1), 1.0) for b in BATCH_SIZES}),
     )
     for d in (left, right):
         costs.draft.setdefault(d.name, CostAverage(0.001, 1.0))
@@ -55,7 +56,9 @@ def _teach(policy: ChannelPolicy, right_in: dict, rounds: int = 30) -> None:
             policy.enter_channel(channel)
             for d in policy.current.drafters:
                 n = 4 if d is right else 0
-                policy.observe(RoundOutcome(0.031, 5, d, Draft([0] * 4), n_accepted=n, draft_s=0.004))
+                policy.observe(
+                    RoundOutcome(0.031, 5, d, Draft([0] * 4), n_accepted=n, draft_s=0.004)
+                )
 
 
 def _choice(policy: ChannelPolicy, channel: str):
@@ -107,11 +110,19 @@ def test_the_stored_priors_come_back_per_channel_in_a_new_process(thinking_pair)
     assert LearnedState(target, draft, threads=2, offload=False).save_slots([slot], force=True)
     (entry,) = MachineStore().entries()
     assert {"auto|greedy", "auto|greedy|reasoning"} <= set(entry["record"]["priors"])
-    assert kind_name(*key, REASONING) == "auto|greedy|reasoning" and kind_name(*key, CONTENT) == "auto|greedy"
+    assert (
+        kind_name(*key, REASONING) == "auto|greedy|reasoning"
+        and kind_name(*key, CONTENT) == "auto|greedy"
+    )
 
-    fresh_left, fresh_right = FakeDrafter("left"), FakeDrafter("right")  # a new process: new drafters
+    fresh_left, fresh_right = (
+        FakeDrafter("left"),
+        FakeDrafter("right"),
+    )  # a new process: new drafters
     fresh = _pair_policy(fresh_left, fresh_right, {})
-    assert _choice(fresh, REASONING) is _choice(fresh, CONTENT)  # the fixed priors: one choice for both
+    assert _choice(fresh, REASONING) is _choice(
+        fresh, CONTENT
+    )  # the fixed priors: one choice for both
     later = LearnedState(target, draft, threads=2, offload=False)
     for channel, policy in adaptive_parts(fresh):
         later.seed(policy, kind_name(*key, channel))
@@ -147,7 +158,9 @@ def test_every_round_is_judged_by_the_channel_it_starts_in(r1_adaptive, monkeypa
     assert thinking.costs is answer.costs  # the pair's measured costs, shared
 
     observed.clear()
-    plain = model.generate(QUESTION, max_tokens=12, temperature=0.0)  # no reasoning format: as before
+    plain = model.generate(
+        QUESTION, max_tokens=12, temperature=0.0
+    )  # no reasoning format: as before
     assert observed == {id(answer): plain.stats.rounds} and plain.stats.channels == {}
 
 
@@ -160,7 +173,9 @@ def test_a_reasoning_model_starts_its_thinking_from_what_thinking_taught(thinkin
         drafter = first.slots.slots[0].drafter
         for _ in range(40):
             policy.enter_channel(REASONING)
-            policy.observe(RoundOutcome(0.031, 5, drafter, Draft([0] * 4), n_accepted=0, draft_s=0.004))
+            policy.observe(
+                RoundOutcome(0.031, 5, drafter, Draft([0] * 4), n_accepted=0, draft_s=0.004)
+            )
     with SpeculativeModel(*thinking_pair, n_ctx=512, chat_template=R1_DISTILL) as second:
         policy = second._policy(dp, greedy=True, predicted=False, channels=True)
         drafter = second.slots.slots[0].drafter

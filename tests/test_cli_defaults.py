@@ -53,7 +53,16 @@ def test_each_subcommand_s_defaults_pass_its_checks(name, monkeypatch):
 
 
 def test_the_subcommands_are_the_ones_the_readme_shows():
-    assert set(_subcommands()) == {"run", "chat", "serve", "bench", "pull", "models", "doctor", "gui"}
+    assert set(_subcommands()) == {
+        "run",
+        "chat",
+        "serve",
+        "bench",
+        "pull",
+        "models",
+        "doctor",
+        "gui",
+    }
 
 
 def test_serve_keeps_an_unset_max_tokens_for_the_requests_to_decide():

@@ -19,12 +19,16 @@ from localspec.models.gguf_info import check_gguf_file
 
 
 def test_real_qwen_pair_is_compatible(real_pair_paths):
-    verdict = check_compatibility(check_gguf_file(real_pair_paths.target), check_gguf_file(real_pair_paths.draft))
+    verdict = check_compatibility(
+        check_gguf_file(real_pair_paths.target), check_gguf_file(real_pair_paths.draft)
+    )
     assert verdict.compatible and verdict.reasons == [] and verdict.notes == []
 
 
 def test_smollm2_cannot_draft_for_qwen(real_pair_paths, smollm2_gguf):
-    verdict = check_compatibility(check_gguf_file(real_pair_paths.target), check_gguf_file(smollm2_gguf))
+    verdict = check_compatibility(
+        check_gguf_file(real_pair_paths.target), check_gguf_file(smollm2_gguf)
+    )
     assert not verdict.compatible
     assert "draft vocabulary has 49152 tokens, target 151936" in " ".join(verdict.reasons)
     assert "draft architecture is 'llama', target 'qwen2'" in " ".join(verdict.reasons)
@@ -34,7 +38,9 @@ def test_gemma3_cannot_draft_for_qwen(real_pair_paths, gemma3_270m_gguf):
     gemma = check_gguf_file(gemma3_270m_gguf)
     verdict = check_compatibility(check_gguf_file(real_pair_paths.target), gemma)
     assert not verdict.compatible
-    assert f"draft vocabulary has {gemma.n_vocab} tokens, target 151936" in " ".join(verdict.reasons)
+    assert f"draft vocabulary has {gemma.n_vocab} tokens, target 151936" in " ".join(
+        verdict.reasons
+    )
     assert "draft architecture is 'gemma3', target 'qwen2'" in " ".join(verdict.reasons)
 
 
@@ -64,7 +70,9 @@ def test_each_rule_names_its_reason(tmp_path, base, kwargs, reason):
 
 
 def test_limits_that_still_pass(tmp_path, base):
-    ok = write_model(tmp_path / "ok.gguf", seed=2, size_label="1B", extra_words=128, basename="other")
+    ok = write_model(
+        tmp_path / "ok.gguf", seed=2, size_label="1B", extra_words=128, basename="other"
+    )
     verdict = check_compatibility(check_gguf_file(base), check_gguf_file(ok))
     assert verdict.compatible
     assert verdict.notes == ["family names differ: draft 'other', target 'synthetic'"]
@@ -75,7 +83,9 @@ def test_one_changed_token_text(tmp_path, base):
     tokens[5] = "<changed>"  # id 5 is the first id checked
     draft = write_model(tmp_path / "d.gguf", seed=2, size_label="1B", vocab_override=tokens)
     verdict = check_compatibility(check_gguf_file(base), check_gguf_file(draft))
-    assert verdict.reasons == ["1 token text(s) differ (draft vs target, first ones: 5: '<changed>' vs '<0x02>')"]
+    assert verdict.reasons == [
+        "1 token text(s) differ (draft vs target, first ones: 5: '<changed>' vs '<0x02>')"
+    ]
 
 
 # --- draft picking over the caches -------------------------------------------------------
@@ -92,10 +102,15 @@ def model_folder(tmp_path, monkeypatch):
     files = {
         "target": write_model(_mk(own / "acme--Big-GGUF") / "big-7b.gguf", seed=1, size_label="7B"),
         "half": write_model(_mk(own / "acme--Half-GGUF") / "half-3b.gguf", seed=2, size_label="3B"),
-        "small": write_model(_mk(own / "acme--Small-GGUF") / "small-1b.gguf", seed=3, size_label="1B"),
+        "small": write_model(
+            _mk(own / "acme--Small-GGUF") / "small-1b.gguf", seed=3, size_label="1B"
+        ),
         "mini": write_model(_mk(hf_snapshot) / "mini-0.5b.gguf", seed=4, size_label="0.5B"),
         "alien": write_model(
-            _mk(own / "acme--Alien-GGUF") / "alien-0.1b.gguf", seed=5, size_label="100M", tokenizer_model="gpt2"
+            _mk(own / "acme--Alien-GGUF") / "alien-0.1b.gguf",
+            seed=5,
+            size_label="100M",
+            tokenizer_model="gpt2",
         ),
         "split2": write_model(_mk(own / "acme--Split-GGUF") / "s-00002-of-00002.gguf", seed=6),
     }
@@ -111,7 +126,13 @@ def _mk(path: Path) -> Path:
 
 def test_local_ggufs_finds_both_caches_but_not_work_folders_or_later_parts(model_folder):
     found = {p.name for p in local_ggufs()}
-    assert found == {"big-7b.gguf", "half-3b.gguf", "small-1b.gguf", "mini-0.5b.gguf", "alien-0.1b.gguf"}
+    assert found == {
+        "big-7b.gguf",
+        "half-3b.gguf",
+        "small-1b.gguf",
+        "mini-0.5b.gguf",
+        "alien-0.1b.gguf",
+    }
 
 
 def test_drafts_for_lists_compatible_first_with_reasons_for_the_rest(model_folder):
@@ -168,7 +189,9 @@ def test_listing_survives_a_corrupt_file(model_folder):
     listed = {m.name: m for m in list_models()}
     assert listed["broken.gguf"].params is None
     rejected = {c.model.name: c for c in drafts_for(model_ref(model_folder["target"]))}
-    assert not rejected["broken.gguf"].compatible and "malformed" in rejected["broken.gguf"].reasons[0]
+    assert (
+        not rejected["broken.gguf"].compatible and "malformed" in rejected["broken.gguf"].reasons[0]
+    )
 
 
 # --- command line -----------------------------------------------------------------------
@@ -199,7 +222,10 @@ def test_cli_pull_errors_are_one_line(model_folder, monkeypatch, capsys):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert cli.main(["pull", "qwen2.5-coder-32b"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("localspec: error: could not fetch Qwen/Qwen2.5-Coder-32B-Instruct-GGUF") and "offline" in err
+    assert (
+        err.startswith("localspec: error: could not fetch Qwen/Qwen2.5-Coder-32B-Instruct-GGUF")
+        and "offline" in err
+    )
     assert err.count("\n") == 1
 
 
@@ -214,7 +240,9 @@ def test_quant_spec_needs_the_hub_and_says_so_at_once(monkeypatch):
     with pytest.raises(DownloadError, match="cannot reach http://127.0.0.1:9"):
         model_ref("someone/Unknown-GGUF:q4_k_m")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(DownloadError, match="offline .* cannot be listed; name the file as REPO:FILE"):
+    with pytest.raises(
+        DownloadError, match="offline .* cannot be listed; name the file as REPO:FILE"
+    ):
         model_ref("someone/Unknown-GGUF:q4_k_m")
 
 
@@ -256,9 +284,19 @@ def test_headers_with_odd_types_are_listed_not_fatal(model_folder):
 
     folder = model_folder["target"].parent
     # general.size_label stored as a uint32, then an array nested 20 deep.
-    kv = lambda key, vtype, payload: struct.pack("<Q", len(key)) + key.encode() + struct.pack("<I", vtype) + payload
-    odd_label = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + kv("general.size_label", 4, struct.pack("<I", 7))
-    nested = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 4) + b"deep" + struct.pack("<I", 9)
+    kv = lambda key, vtype, payload: (
+        struct.pack("<Q", len(key)) + key.encode() + struct.pack("<I", vtype) + payload
+    )
+    odd_label = (
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + kv("general.size_label", 4, struct.pack("<I", 7))
+    )
+    nested = (
+        b"GGUF"
+        + struct.pack("<IQQ", 3, 0, 1)
+        + struct.pack("<Q", 4)
+        + b"deep"
+        + struct.pack("<I", 9)
+    )
     nested += (struct.pack("<IQ", 9, 1)) * 20 + struct.pack("<IQ", 4, 0)
     (folder / "odd-label.gguf").write_bytes(odd_label)
     (folder / "nested.gguf").write_bytes(nested)

@@ -90,11 +90,17 @@ def test_bad_generation_options(target_gguf):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "localspec.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "localspec.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
-@pytest.mark.parametrize("case", ["missing", "junk", "truncated", "incompatible", "draft_min", "temp", "n_ctx"])
-def test_cli_prints_one_line_errors(case, tmp_path, junk_file, truncated_file, target_gguf, big_vocab_gguf):
+@pytest.mark.parametrize(
+    "case", ["missing", "junk", "truncated", "incompatible", "draft_min", "temp", "n_ctx"]
+)
+def test_cli_prints_one_line_errors(
+    case, tmp_path, junk_file, truncated_file, target_gguf, big_vocab_gguf
+):
     args = {
         "missing": ["--model", str(tmp_path / "nope.gguf")],
         "junk": ["--model", str(junk_file)],
@@ -124,7 +130,10 @@ def test_cli_prints_one_line_errors(case, tmp_path, junk_file, truncated_file, t
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["run", "x", "--draft-max", "foo"], "argument --draft-max: expected an integer or 'auto', got 'foo'"),
+        (
+            ["run", "x", "--draft-max", "foo"],
+            "argument --draft-max: expected an integer or 'auto', got 'foo'",
+        ),
         (["run"], "the following arguments are required: prompt"),
         (["serve", "--port", "http"], "argument --port: invalid int value: 'http'"),
         (["nonsense"], "invalid choice: 'nonsense'"),
@@ -134,7 +143,11 @@ def test_a_bad_flag_is_one_line_naming_the_help(args, says):
     run = _cli(*args)
     assert run.returncode == 2 and run.stdout == "", run.stderr
     assert run.stderr.splitlines() == [run.stderr.strip()], run.stderr
-    assert run.stderr.startswith("localspec: error: ") and says in run.stderr and "--help)" in run.stderr
+    assert (
+        run.stderr.startswith("localspec: error: ")
+        and says in run.stderr
+        and "--help)" in run.stderr
+    )
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,9 @@ def test_the_prompt_is_llama_cpp_s_repository_layout(real_model):
     assert not truncated
     special = set(real_model.target.fim_tokens().values())
     engine = real_model.target
-    text = b"".join(engine.token_text(t).encode() if t in special else engine.token_bytes(t) for t in tokens).decode()
+    text = b"".join(
+        engine.token_text(t).encode() if t in special else engine.token_bytes(t) for t in tokens
+    ).decode()
     files = "".join(f"<|file_sep|>{e['filename']}\n{e['text']}" for e in case.extra)
     expected = (
         f"<|repo_name|>myproject\n{files}<|file_sep|>filename\n"
@@ -69,9 +71,14 @@ def test_over_the_budget_other_files_go_first_then_the_prefix_start_and_suffix_e
     fitted, truncated = fim_prompt(fim, tokenize, "p" * 40, "s" * 40, extra, budget=len(whole) - 10)
     assert 100 + ord("x") not in fitted and 100 + ord("y") in fitted  # the older file went
     assert not truncated  # the prefix and suffix are whole
-    tight, truncated = fim_prompt(fim, tokenize, "abc" * 20, "xyz" * 20, extra, budget=11 + 10 + 1 + 2 + 20)
+    tight, truncated = fim_prompt(
+        fim, tokenize, "abc" * 20, "xyz" * 20, extra, budget=11 + 10 + 1 + 2 + 20
+    )
     assert truncated
-    pre, suf = tight[tight.index(1) + 1 : tight.index(2)], tight[tight.index(2) + 1 : tight.index(3)]
+    pre, suf = (
+        tight[tight.index(1) + 1 : tight.index(2)],
+        tight[tight.index(2) + 1 : tight.index(3)],
+    )
     assert (len(pre), len(suf)) == (15, 5)
     assert pre == tokenize(("abc" * 20)[-15:]) and suf == tokenize(("xyz" * 20)[:5])
 
@@ -83,9 +90,13 @@ def test_a_model_without_fim_tokens_is_refused(target_gguf):
             m.infill("def f(", ")")
         running = RunningServer(m)
         try:
-            status, body = _post(running.base, "/infill", {"input_prefix": "a", "input_suffix": "b"})
+            status, body = _post(
+                running.base, "/infill", {"input_prefix": "a", "input_suffix": "b"}
+            )
             assert status == 400 and "fill-in-the-middle" in body["error"]["message"]
-            status, body = _post(running.base, "/v1/completions", {"prompt": "a", "suffix": "b", "model": "m"})
+            status, body = _post(
+                running.base, "/v1/completions", {"prompt": "a", "suffix": "b", "model": "m"}
+            )
             assert status == 400 and body["error"]["param"] == "suffix"
         finally:
             running.stop()
@@ -100,7 +111,9 @@ def _assert_same_greedy(model, prompt_tokens, reference, other, tie_tolerance):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_speculative_infill_keeps_the_plain_greedy_middle(real_model, tie_tolerance, case):
-    plain = real_model.infill(case.prefix, case.suffix, extra=case.extra, max_tokens=N, strategy="none")
+    plain = real_model.infill(
+        case.prefix, case.suffix, extra=case.extra, max_tokens=N, strategy="none"
+    )
     spec = real_model.infill(case.prefix, case.suffix, extra=case.extra, max_tokens=N)
     prompt = engine_fim_prompt(real_model.target, case.prefix, case.suffix, case.extra, N).tokens
     _assert_same_greedy(real_model, prompt, plain.tokens, spec.tokens, tie_tolerance)
@@ -127,7 +140,11 @@ def test_infill_and_completions_suffix_answer_as_the_library_does(server, real_m
     status, stream = _post(server.base, "/infill", {**body, "temperature": 0, "stream": True})
     chunks = [json.loads(line[6:]) for line in stream.splitlines() if line.startswith("data: ")]
     assert "".join(c["content"] for c in chunks) == library
-    assert [c["stop"] for c in chunks].count(True) == 1 and chunks[-1]["stop"] and "timings" in chunks[-1]
+    assert (
+        [c["stop"] for c in chunks].count(True) == 1
+        and chunks[-1]["stop"]
+        and "timings" in chunks[-1]
+    )
     plain = real_model.infill(case.prefix, case.suffix, max_tokens=N).text  # no other files
     answer = server.client().completions.create(
         model="m", prompt=case.prefix, suffix=case.suffix, max_tokens=N, temperature=0

@@ -41,7 +41,9 @@ def test_constrained_sampling_matches_constrained_plain(
     string: the enum value and the string's first letter, speculative (the draft model's q
     masked by the grammar; the adaptive policy with the grammar's forced tokens as a free
     draft) against constrained plain sampling, fixed seeds."""
-    opts = dict(max_tokens=40, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, response_format=PICK_FORMAT)
+    opts = dict(
+        max_tokens=40, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, response_format=PICK_FORMAT
+    )
     prompt = "hello world"
     n = 500
 
@@ -65,7 +67,9 @@ def test_constrained_sampling_matches_constrained_plain(
     with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as plain:
         plain_answers, _ = collect(plain)
     cats = sorted(set(spec_answers) | set(plain_answers))
-    table = np.array([[answers.count(c) for c in cats] for answers in (spec_answers, plain_answers)])
+    table = np.array(
+        [[answers.count(c) for c in cats] for answers in (spec_answers, plain_answers)]
+    )
     table = table[:, table.sum(axis=0) >= 10]
     assert table.shape[1] >= 3, table
     _, pvalue, _, _ = stats.chi2_contingency(table)
@@ -77,7 +81,9 @@ def test_a_draft_the_grammar_forbids_is_cut_never_verified(target_gguf, monkeypa
     only up to its first forbidden token: every verify batch the target decodes holds only
     draft tokens the grammar allows at their place."""
     wrong = '{"c":"ab","s":5}'
-    with SpeculativeModel(target_gguf, target_gguf, n_ctx=512, strategy="prediction", draft_max=16) as m:
+    with SpeculativeModel(
+        target_gguf, target_gguf, n_ctx=512, strategy="prediction", draft_max=16
+    ) as m:
         batches = []
         decode = m.target.decode
 
@@ -91,10 +97,14 @@ def test_a_draft_the_grammar_forbids_is_cut_never_verified(target_gguf, monkeypa
         monkeypatch.undo()
         jsonschema.validate(json.loads(r.text), PICK)
         assert r.stats.drafted_by_drafter["prediction"] > 0
-        verifies = [(pos, tokens) for pos, tokens in batches if pos >= len(prompt) and len(tokens) > 1]
+        verifies = [
+            (pos, tokens) for pos, tokens in batches if pos >= len(prompt) and len(tokens) > 1
+        ]
         assert verifies
         for pos, (last, *draft) in verifies:
-            constraint = Constraint.compile(grammar_tokenizer(m.target), json_schema_grammar(PICK), m.target.n_vocab)
+            constraint = Constraint.compile(
+                grammar_tokenizer(m.target), json_schema_grammar(PICK), m.target.n_vocab
+            )
             emitted = r.tokens[: pos - len(prompt) + 1]
             assert emitted[-1] == last
             constraint.settle(None, emitted)
@@ -113,10 +123,14 @@ def test_the_forced_tokens_are_drafted_and_counted(target_gguf):
 
 def test_forced_bytes_become_the_tokens_the_model_writes(target_gguf):
     with SpeculativeModel(target_gguf, None, n_ctx=128, strategy="none") as m:
-        constraint = Constraint.compile(grammar_tokenizer(m.target), json_schema_grammar(PICK), m.target.n_vocab)
+        constraint = Constraint.compile(
+            grammar_tokenizer(m.target), json_schema_grammar(PICK), m.target.n_vocab
+        )
         forced = m.target.owner.run(constraint.forced)
         written = b"".join(m.target.token_bytes(t) for t in forced)
-        assert written and b'{"c":"'.startswith(written) and written != b'{"c":"'  # the last token is left out
+        assert (
+            written and b'{"c":"'.startswith(written) and written != b'{"c":"'
+        )  # the last token is left out
         assert constraint.allowed(forced) == len(forced)
 
 
@@ -132,20 +146,30 @@ def test_a_schema_that_cannot_finish_in_max_tokens_ends_with_length(target_gguf)
         (
             {
                 "type": "json_schema",
-                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}},
+                "json_schema": {
+                    "name": "x",
+                    "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}},
+                },
             },
             "cannot be compiled",
         ),
         ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema"),
         ({"type": "xml"}, "response_format"),
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": "{not json"}}, "not valid JSON"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": "{not json"}},
+            "not valid JSON",
+        ),
     ],
 )
-def test_a_schema_that_cannot_be_used_is_refused_with_its_reason(target_gguf, response_format, message):
+def test_a_schema_that_cannot_be_used_is_refused_with_its_reason(
+    target_gguf, response_format, message
+):
     with SpeculativeModel(target_gguf, None, n_ctx=128) as m:
         with pytest.raises(InvalidOptionError, match=message):
             m.generate("hello", response_format=response_format)
-        assert m.generate("hello", max_tokens=2).finish_reason == "length"  # the model is fine after it
+        assert (
+            m.generate("hello", max_tokens=2).finish_reason == "length"
+        )  # the model is fine after it
 
 
 class Book(BaseModel):
@@ -209,7 +233,9 @@ def _masked_top2_gap(model, prompt_tokens, schema, tokens, i):
     """The top-2 gap among the tokens the grammar allows at plain step ``i`` (recomputed
     with a batch of one on the same cache, as the plain run had it)."""
     engine = model.target
-    constraint = Constraint.compile(grammar_tokenizer(engine), json_schema_grammar(schema), engine.n_vocab)
+    constraint = Constraint.compile(
+        grammar_tokenizer(engine), json_schema_grammar(schema), engine.n_vocab
+    )
     constraint.settle(None, tokens[:i])
     engine.reuse_prefix(prompt_tokens + tokens[: i - 1])
     row = engine.decode([(prompt_tokens + tokens)[len(prompt_tokens) + i - 1]], [0])[0]
@@ -218,7 +244,9 @@ def _masked_top2_gap(model, prompt_tokens, schema, tokens, i):
 
 
 @pytest.mark.real_pair
-def test_greedy_constrained_speculative_equals_constrained_plain_on_20_prompts(real_model, tie_tolerance):
+def test_greedy_constrained_speculative_equals_constrained_plain_on_20_prompts(
+    real_model, tie_tolerance
+):
     """Every answer validates against its schema; speculative and plain greedy answers are
     the same tokens, or part only where plain's two best allowed logits were a near tie
     (design.md section 5)."""
@@ -234,12 +262,16 @@ def test_greedy_constrained_speculative_equals_constrained_plain_on_20_prompts(r
             jsonschema.validate(json.loads(result.text), schema)
         for name, count in spec.stats.drafted_by_drafter.items():
             drafted[name] = drafted.get(name, 0) + count
-        diverge = next((i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens)) if a != b), None)
+        diverge = next(
+            (i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens)) if a != b), None
+        )
         if diverge is None:
             assert plain.tokens == spec.tokens
             report.append(len(plain.tokens))
             continue
-        gap = _masked_top2_gap(real_model, real_model.target.chat_tokens(messages), schema, plain.tokens, diverge)
+        gap = _masked_top2_gap(
+            real_model, real_model.target.chat_tokens(messages), schema, plain.tokens, diverge
+        )
         report.append(("diverged", diverge, round(gap, 4)))
         assert gap < tie_tolerance, (question, diverge, gap)
     print("\nconstrained greedy report:", report, "drafted:", drafted)
@@ -248,6 +280,8 @@ def test_greedy_constrained_speculative_equals_constrained_plain_on_20_prompts(r
 
 @pytest.mark.real_pair
 def test_a_pydantic_model_comes_back_parsed(real_model):
-    r = real_model.chat("Describe a famous novel. Reply with JSON only.", response_format=Book, max_tokens=128)
+    r = real_model.chat(
+        "Describe a famous novel. Reply with JSON only.", response_format=Book, max_tokens=128
+    )
     assert isinstance(r.parsed, Book) and r.parsed.title and r.parsed.year > 0
     assert r.parsed == Book.model_validate_json(r.text)

@@ -71,7 +71,9 @@ def test_answer_streams_per_round_with_highlighting_and_is_reopened(qtbot, windo
     stats = result["stats"]
     assert stats["accepted_tokens"] > 0
     assert stats["rounds"] >= 2
-    assert stats["rounds"] <= len(rounds) <= stats["rounds"] + 2  # one emit per round (+ the first token, tail)
+    assert (
+        stats["rounds"] <= len(rounds) <= stats["rounds"] + 2
+    )  # one emit per round (+ the first token, tail)
     assert all(isinstance(s, Segment) for r in rounds for s in r)
     answer = window.messages[-1]
     assert answer.content == result["text"]
@@ -106,7 +108,9 @@ def test_answer_streams_per_round_with_highlighting_and_is_reopened(qtbot, windo
     assert window.session.baseline_tps and "× vs plain" in window.view.browser.toPlainText()
 
     window.rename_conversation(cid, "Renamed")
-    assert [window.conversations.item(i).text() for i in range(window.conversations.count())] == ["Renamed"]
+    assert [window.conversations.item(i).text() for i in range(window.conversations.count())] == [
+        "Renamed"
+    ]
     window.delete_conversation(cid)
     assert window.conversations.count() == 0 and window.store.list() == []
 
@@ -115,7 +119,9 @@ def test_loading_reports_progress_per_model(qtbot, window, target_gguf, small_dr
     seen = []
     window.host.worker.loadProgress.connect(lambda role, fraction: seen.append((role, fraction)))
     load(qtbot, window, target_gguf, small_draft_gguf)
-    qtbot.waitUntil(lambda: ("draft", 1.0) in seen, timeout=5_000)  # queued signals may trail pairLoaded
+    qtbot.waitUntil(
+        lambda: ("draft", 1.0) in seen, timeout=5_000
+    )  # queued signals may trail pairLoaded
     roles = [role for role, _ in seen]
     assert roles == sorted(roles, key=["target", "draft"].index)  # the target first, then the draft
     for role in ("target", "draft"):
@@ -159,7 +165,11 @@ def test_draft_list_holds_exactly_the_compatible_drafts(
 ):
     cache = tmp_path / "cache"
     (cache / "local").mkdir(parents=True)
-    for name, src in [("synth-1.gguf", target_gguf), ("synth-2.gguf", small_draft_gguf), ("synth-3.gguf", badbos_gguf)]:
+    for name, src in [
+        ("synth-1.gguf", target_gguf),
+        ("synth-2.gguf", small_draft_gguf),
+        ("synth-3.gguf", badbos_gguf),
+    ]:
         shutil.copy(src, cache / "local" / name)
     monkeypatch.setenv("LOCALSPEC_CACHE", str(cache))
     window.picker.refresh()
@@ -174,14 +184,18 @@ def test_draft_list_holds_exactly_the_compatible_drafts(
     assert "synth-3" in window.picker.note.toolTip() and "BOS" in window.picker.note.toolTip()
 
 
-def test_incompatible_pair_shows_an_error_and_the_window_stays_usable(qtbot, window, target_gguf, badbos_gguf):
+def test_incompatible_pair_shows_an_error_and_the_window_stays_usable(
+    qtbot, window, target_gguf, badbos_gguf
+):
     window.input.setPlainText("typed text")
     with qtbot.waitSignal(window.pairFailed, timeout=LOAD_MS):
         window.load_pair(target_gguf, badbos_gguf)
     assert window.banner.isVisible() and "cannot draft" in window.banner.text()
     assert window.input.toPlainText() == "typed text"
     window.send()  # no model: an error, the text stays
-    assert window.input.toPlainText() == "typed text" and "Load a model pair" in window.banner.text()
+    assert (
+        window.input.toPlainText() == "typed text" and "Load a model pair" in window.banner.text()
+    )
     load(qtbot, window, target_gguf, None)  # a good pair still loads
     assert ask(qtbot, window)["finish_reason"] in ("stop", "length")
 
@@ -236,7 +250,9 @@ def test_settings_round_trip(qtbot, tmp_path):
     panel.set_settings(s)
     back = panel.apply_to(Settings(target="t.gguf", draft="d.gguf", highlight=False))
     assert back == s
-    assert s.generation_options()["draft_max"] == 6 and Settings().generation_options()["seed"] is None
+    assert (
+        s.generation_options()["draft_max"] == 6 and Settings().generation_options()["seed"] is None
+    )
     (tmp_path / "bad.json").write_text('{"max_tokens": "many", "draft_max": "x", "p_min": 0.3}')
     odd = load_settings(tmp_path / "bad.json")
     assert odd.max_tokens == 512 and odd.draft_max == "auto" and odd.p_min == 0.3
@@ -268,7 +284,10 @@ def test_store_round_trip(tmp_path):
         ),
     )
     msgs = store.messages(cid)
-    assert msgs[1].segments[1] == Segment("b", "correction", 0.4, 0.6) and msgs[1].finish_reason == "stop"
+    assert (
+        msgs[1].segments[1] == Segment("b", "correction", 0.4, 0.6)
+        and msgs[1].finish_reason == "stop"
+    )
     store.rename(cid, "second")
     assert store.list()[0].title == "second"
     store.delete(cid)
@@ -307,7 +326,9 @@ def test_download_shows_progress_and_can_be_cancelled(qtbot, window, monkeypatch
     window.picker._update_button()
     assert window.picker.load_button.text() == "Download && load"
     window.picker.load_selected()
-    qtbot.waitUntil(lambda: "1.0 MiB of 4.0 MiB" in window.picker.progress_label.text(), timeout=10_000)
+    qtbot.waitUntil(
+        lambda: "1.0 MiB of 4.0 MiB" in window.picker.progress_label.text(), timeout=10_000
+    )
     assert window.picker.progress.isVisible() and window.picker.cancel_button.isVisible()
     window.picker.cancel_download()
     release.set()
@@ -337,7 +358,9 @@ def test_token_tooltips_give_source_and_probabilities(qtbot, window):
     seg = Segment("def", "accepted", 0.91, 0.87)
     assert tooltip_for(seg) == "accepted draft token — p target 91.0 %, p draft 87.0 %"
     assert tooltip_for(Segment("x", "correction")) == "target correction (draft rejected)"
-    window.view.set_messages([Message("user", "hi"), Message("assistant", "def", [seg], {"drafted_tokens": 1})])
+    window.view.set_messages(
+        [Message("user", "hi"), Message("assistant", "def", [seg], {"drafted_tokens": 1})]
+    )
     doc = window.view.browser.document()
     pos = doc.toPlainText().index("def") + 1
     from PySide6.QtGui import QTextCursor
@@ -383,9 +406,9 @@ def test_an_unreadable_history_is_set_aside_and_the_window_starts(qtbot, tmp_pat
     win = MainWindow(autoload=False)
     qtbot.addWidget(win)
     assert not win.banner.isHidden() and "could not be read" in win.banner.text()
-    assert [p.name.split(".unreadable-")[0] for p in data.iterdir() if ".unreadable-" in p.name] == [
-        "conversations.sqlite3"
-    ]
+    assert [
+        p.name.split(".unreadable-")[0] for p in data.iterdir() if ".unreadable-" in p.name
+    ] == ["conversations.sqlite3"]
     cid = win.store.create("works")
     assert win.store.title(cid) == "works"
     win.close()
@@ -409,7 +432,14 @@ def test_damaged_rows_and_settings_fall_back_instead_of_failing(tmp_path):
     )
     loaded = load_settings(path)
     defaults = Settings()
-    assert (loaded.seed, loaded.draft_min, loaded.max_tokens, loaded.draft_max, loaded.n_ctx, loaded.temperature) == (
+    assert (
+        loaded.seed,
+        loaded.draft_min,
+        loaded.max_tokens,
+        loaded.draft_max,
+        loaded.n_ctx,
+        loaded.temperature,
+    ) == (
         defaults.seed,
         defaults.draft_min,
         defaults.max_tokens,

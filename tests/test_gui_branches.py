@@ -26,7 +26,9 @@ def regenerate(qtbot, win, message_id=None):
     return done.args[0]
 
 
-def test_regenerate_and_edit_make_branches_that_survive_a_reopen(qtbot, window, target_gguf, other_gguf):
+def test_regenerate_and_edit_make_branches_that_survive_a_reopen(
+    qtbot, window, target_gguf, other_gguf
+):
     load(qtbot, window, target_gguf, other_gguf, max_tokens=24)
     window.panel.temperature.setValue(0.9)  # sampling: a regenerated answer differs
     first = ask(qtbot, window, "hello world")
@@ -57,7 +59,10 @@ def test_regenerate_and_edit_make_branches_that_survive_a_reopen(qtbot, window, 
     assert window.messages[0].content == "the code" and window.messages[0].versions == (2, 2)
     window.switch_version(window.messages[0].id, -1)
     assert window.messages[0].content == "hello world"
-    assert [m.versions for m in window.messages] == [(1, 2), (2, 2)]  # the newest answer of that question
+    assert [m.versions for m in window.messages] == [
+        (1, 2),
+        (2, 2),
+    ]  # the newest answer of that question
     assert window.messages[1].content == v2.content
     assert len(window.store.siblings(v1.id)) == 2  # nothing was erased
 
@@ -96,7 +101,10 @@ def test_export_round_trips_and_markdown_keeps_code_and_stats(qtbot, window, tar
         Message(
             "assistant",
             "Here:\n```python\ndef f():\n    return 1\n```\n",
-            [Segment("Here:\n", "target"), Segment("```python\ndef f():\n    return 1\n```\n", "accepted", 0.5, 0.4)],
+            [
+                Segment("Here:\n", "target"),
+                Segment("```python\ndef f():\n    return 1\n```\n", "accepted", 0.5, 0.4),
+            ],
             {
                 "drafted_tokens": 4,
                 "accepted_tokens": 3,
@@ -114,7 +122,9 @@ def test_export_round_trips_and_markdown_keeps_code_and_stats(qtbot, window, tar
         (m.role, m.content, m.segments, m.stats, m.finish_reason, m.kind) for m in messages
     ]
     md = export.to_markdown("Chat", messages)
-    assert "```python\ndef f():\n    return 1\n```" in md and "*Accepted 3/4 draft tokens (75 %)" in md
+    assert (
+        "```python\ndef f():\n    return 1\n```" in md and "*Accepted 3/4 draft tokens (75 %)" in md
+    )
     with pytest.raises(ValueError):
         export.from_json('{"format": "something else"}')
 
@@ -123,7 +133,9 @@ def test_export_round_trips_and_markdown_keeps_code_and_stats(qtbot, window, tar
         window.store.add_message(cid, m)
     window.export_conversation(cid, tmp_path / "c.json", "json")
     window.export_conversation(cid, tmp_path / "c.md", "md")
-    assert export.from_json((tmp_path / "c.json").read_text())[1][1].segments == messages[1].segments
+    assert (
+        export.from_json((tmp_path / "c.json").read_text())[1][1].segments == messages[1].segments
+    )
     assert (tmp_path / "c.md").read_text().startswith("# Exported")
 
 
@@ -144,7 +156,9 @@ def test_search_finds_titles_and_message_text(window):
     _a, b = window.store.create("Prime numbers"), window.store.create("Sorting")
     window.store.add_message(b, Message("user", "use 100% quicksort_fast"))
     window.search.setText("prime")
-    assert [window.conversations.item(i).text() for i in range(window.conversations.count())] == ["Prime numbers"]
+    assert [window.conversations.item(i).text() for i in range(window.conversations.count())] == [
+        "Prime numbers"
+    ]
     window.search.setText("quicksort_")
     assert window.conversations.count() == 1 and window.conversations.item(0).text() == "Sorting"
     window.search.setText("100%")
@@ -186,7 +200,9 @@ def test_token_colours_stay_readable_in_light_and_dark_palettes(qtbot):
     view = ChatView()
     qtbot.addWidget(view)
     view.setPalette(dark)
-    view.set_messages([Message("assistant", "ab", [Segment("a", "target"), Segment("b", "accepted")], id=1)])
+    view.set_messages(
+        [Message("assistant", "ab", [Segment("a", "target"), Segment("b", "accepted")], id=1)]
+    )
     doc = view.browser.document()
     formats = {}
     block = doc.begin()
@@ -208,14 +224,18 @@ def test_a_bare_system_gets_one_line_and_exit_status_2(monkeypatch, capsys):
 
     assert "xvfb-run -a localspec gui" in qt_check.platform_problem({})
     assert qt_check.platform_problem({"QT_QPA_PLATFORM": "offscreen"}) is None
-    monkeypatch.setattr(qt_check, "missing_libraries", lambda files: ["libxcb-cursor.so.0", "libxkbcommon-x11.so.0"])
+    monkeypatch.setattr(
+        qt_check, "missing_libraries", lambda files: ["libxcb-cursor.so.0", "libxkbcommon-x11.so.0"]
+    )
     line = qt_check.platform_problem({"DISPLAY": ":0"})
     assert "apt-get install libxcb-cursor0 libxkbcommon-x11-0" in line and "Fedora" in line
     monkeypatch.setattr(qt_check, "platform_problem", lambda environ=None, command=None: line)
     assert main(["gui"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "libxcb-cursor0" in err and "Traceback" not in err
-    assert "libegl1" in qt_check.import_problem(ImportError("libEGL.so.1: cannot open shared object file"))
+    assert "libegl1" in qt_check.import_problem(
+        ImportError("libEGL.so.1: cannot open shared object file")
+    )
 
 
 def test_the_memory_badge_estimates_the_chosen_pair(window, target_gguf):
@@ -245,9 +265,16 @@ def test_the_context_meter_counts_the_rendered_chat_template(qtbot, window, targ
     load(qtbot, window, target_gguf, target_gguf, max_tokens=16)
     window.input.setPlainText("hello world the code")
     window.update_context_meter()
-    expected = len(window.host.worker.model.target.chat_tokens([{"role": "user", "content": "hello world the code"}]))
+    expected = len(
+        window.host.worker.model.target.chat_tokens(
+            [{"role": "user", "content": "hello world the code"}]
+        )
+    )
     assert window.context_tokens() == (expected, 512)
-    assert window.context_label.text() == f"Context {100 * expected / 512:.0f} % full ({expected:,} / 512 tokens)"
+    assert (
+        window.context_label.text()
+        == f"Context {100 * expected / 512:.0f} % full ({expected:,} / 512 tokens)"
+    )
     ask(qtbot, window, "hello world the code")
     history = [
         {"role": "user", "content": "hello world the code"},
@@ -273,13 +300,20 @@ def test_an_over_long_prompt_is_refused_or_its_oldest_turns_dropped(qtbot, windo
     answer = done.args[0]
     assert answer.stats["context_dropped_messages"] == 2
     assert "2 oldest messages left out to fit the context" in window.view.browser.toPlainText()
-    assert [m.role for m in window.messages] == ["user", "assistant", "user", "assistant"]  # the chat keeps them
+    assert [m.role for m in window.messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]  # the chat keeps them
     window.input.setPlainText("code " * 120)  # too long even alone
     window.send()
     assert window.request is None and "alone does not fit" in window.banner.text()
 
 
-def test_the_serve_switch_answers_the_openai_client_in_the_pairs_other_slots(qtbot, window, target_gguf):
+def test_the_serve_switch_answers_the_openai_client_in_the_pairs_other_slots(
+    qtbot, window, target_gguf
+):
     """The window's pair has the settings' slots (4 by default); the server runs its
     requests in all but one of them, beside the window's own answers."""
     import socket
@@ -301,7 +335,9 @@ def test_the_serve_switch_answers_the_openai_client_in_the_pairs_other_slots(qtb
     got, ticks = {}, []
 
     def ask_server():
-        client = openai.OpenAI(base_url=window.serve_url.text(), api_key="none", max_retries=0, timeout=60)
+        client = openai.OpenAI(
+            base_url=window.serve_url.text(), api_key="none", max_retries=0, timeout=60
+        )
         got["start"] = time.perf_counter()
         got["r"] = client.chat.completions.create(
             model="x", messages=[{"role": "user", "content": "hello"}], max_tokens=6, temperature=0
@@ -327,7 +363,9 @@ def test_the_serve_switch_answers_the_openai_client_in_the_pairs_other_slots(qtb
     window.serve_switch.setChecked(False)
     assert window.host.server is None and window.serve_url.text() == ""
     with pytest.raises(openai.APIConnectionError):
-        openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=5).models.list()
+        openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=5
+        ).models.list()
 
 
 def load_settings_serve(window):

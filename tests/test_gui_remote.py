@@ -37,9 +37,13 @@ def test_chat_stop_and_regenerate_with_a_server(qtbot, window, remote):
     assert result["text"] and result["finish_reason"] in ("length", "stop")
     stats = result["stats"]
     assert not stats.get("unavailable")
-    assert stats["generated_tokens"] == 48 and stats["drafted_tokens"] > 0  # from the server's timings
+    assert (
+        stats["generated_tokens"] == 48 and stats["drafted_tokens"] > 0
+    )  # from the server's timings
     assert "Accepted" in window.view.browser.toPlainText()
-    assert window.host.worker.count_tokens([{"role": "user", "content": "x"}]) is None  # no tokenizer here
+    assert (
+        window.host.worker.count_tokens([{"role": "user", "content": "x"}]) is None
+    )  # no tokenizer here
 
     again = regenerate(qtbot, window, window.messages[-1].id)
     assert again.content and again.versions == (2, 2)

@@ -91,7 +91,11 @@ def test_a_streamed_markdown_answer_keeps_token_colours_and_gets_syntax_colours(
     stream(view, TOKENS)
     shown = view.browser.toPlainText()
     assert "**" not in shown and "```" not in shown and "#" not in shown
-    assert "Plan" in shown and "Use bold words." in shown and "def add(a, b):\n    return a + b" in shown
+    assert (
+        "Plan" in shown
+        and "Use bold words." in shown
+        and "def add(a, b):\n    return a + b" in shown
+    )
     doc = view.browser.document()
     assert doc.findBlock(shown.index("Plan")).blockFormat().headingLevel() == 1
     assert char_format(view, "bold").fontWeight() == 700
@@ -125,7 +129,10 @@ def test_toggling_the_highlight_keeps_the_text(view):
     assert view.browser.toPlainText() == text and view.sources_in_document() == {}
     assert background(view, "def") != SOURCE_COLOURS["accepted"].name()
     assert char_format(view, "def").toolTip() == ""
-    assert char_format(view, "def").foreground().color() != char_format(view, "(a, b)", 1).foreground().color()
+    assert (
+        char_format(view, "def").foreground().color()
+        != char_format(view, "(a, b)", 1).foreground().color()
+    )
     view.set_highlight(True)
     assert view.browser.toPlainText() == text and view.sources_in_document() == sources
     assert char_format(view, "def").foreground().color() == keyword
@@ -151,7 +158,11 @@ def test_colours_stay_readable_in_a_dark_palette(view):
     stream(view, TOKENS)
     for text in ("(a, b)", "return", "def", " add", "Use", "bold"):
         fmt = char_format(view, text)
-        bg = fmt.background().color() if fmt.background().style() != Qt.NoBrush else dark.color(QPalette.Base)
+        bg = (
+            fmt.background().color()
+            if fmt.background().style() != Qt.NoBrush
+            else dark.color(QPalette.Base)
+        )
         assert contrast_ratio(fmt.foreground().color(), bg) >= 4.5, text
 
 
@@ -162,10 +173,21 @@ def test_markdown_blocks_and_inline_styles_map_back_to_their_source():
         "```js\nlet x = 1;\n"  # an unclosed fence: a code block still streaming
     )
     units = parse_markdown(source, streaming=True)
-    assert [u.kind for u in units] == ["para", "item", "item", "item", "table", "quote", "rule", "code"]
+    assert [u.kind for u in units] == [
+        "para",
+        "item",
+        "item",
+        "item",
+        "table",
+        "quote",
+        "rule",
+        "code",
+    ]
     assert [u.level for u in units[1:4]] == [0, 1, 0] and units[3].number == 1
     assert units[1].group != units[3].group  # a numbered list after a bulleted one: a new list
-    spans = [s for u in units for s in u.spans] + [s for row in units[4].cells for cell in row for s in cell]
+    spans = [s for u in units for s in u.spans] + [
+        s for row in units[4].cells for cell in row for s in cell
+    ]
     for s in spans:
         assert source[s.src : s.src + len(s.text)].replace("\n", " ") == s.text
     styles = {s.text: (s.style, s.href) for s in units[0].spans}
@@ -179,7 +201,10 @@ def test_the_drafter_mix_line_and_chart_match_the_stats(view):
         "Drafted by draft model 80/100 · suffix 12/20 · prompt lookup 3/10"
         " · accepted by position 90 % › 80 % › 60 % › 52 %"
     )
-    assert mix_text({"drafted_tokens": 0}) == "" and chart_image({}, view.palette(), view.font()) is None
+    assert (
+        mix_text({"drafted_tokens": 0}) == ""
+        and chart_image({}, view.palette(), view.font()) is None
+    )
     drafters, positions = chart_bars(STATS)
     assert [(b.label, b.accepted, b.drafted) for b in drafters] == [
         ("draft model", 80, 100),
@@ -188,7 +213,12 @@ def test_the_drafter_mix_line_and_chart_match_the_stats(view):
     ]
     assert drafters[1].whole.width() == pytest.approx(drafters[0].whole.width() * 20 / 100)
     assert drafters[0].part.width() == pytest.approx(drafters[0].whole.width() * 0.8)
-    assert [round(b.part.height() / b.whole.height(), 2) for b in positions] == [0.9, 0.8, 0.6, 0.52]
+    assert [round(b.part.height() / b.whole.height(), 2) for b in positions] == [
+        0.9,
+        0.8,
+        0.6,
+        0.52,
+    ]
     image = chart_image(STATS, view.palette(), view.font())
     inside = drafters[0].part.center().toPoint()
     assert image.pixelColor(inside) == ACCEPTED
@@ -210,16 +240,32 @@ def long_answer(n_tokens):
     def para(k):
         return " ".join(rng.choice(words) for _ in range(k)) + ".\n\n"
 
-    code = "```python\n" + "".join(f"def f{i}(x):\n    return x * {i}  # step\n\n" for i in range(20)) + "```\n\n"
+    code = (
+        "```python\n"
+        + "".join(f"def f{i}(x):\n    return x * {i}  # step\n\n" for i in range(20))
+        + "```\n\n"
+    )
     steps = "".join(f"{i}. **Step {i}**: {para(10).strip()}\n" for i in range(1, 8))
     table = "| a | b |\n|---|---|\n" + "".join(f"| `x{i}` | {i} |\n" for i in range(6))
     text = ""
     while len(text) < 6 * n_tokens:
-        text += "# Speculative decoding\n\n" + para(60) + steps + "\n" + code + para(80) + table + "\n" + para(100)
+        text += (
+            "# Speculative decoding\n\n"
+            + para(60)
+            + steps
+            + "\n"
+            + code
+            + para(80)
+            + table
+            + "\n"
+            + para(100)
+        )
     tokens, i = [], 0
     while i < len(text) and len(tokens) < n_tokens:
         k = rng.choice([2, 3, 4, 5])
-        tokens.append((text[i : i + k], rng.choice(["accepted", "accepted", "correction", "target"])))
+        tokens.append(
+            (text[i : i + k], rng.choice(["accepted", "accepted", "correction", "target"]))
+        )
         i += k
     return tokens
 
@@ -237,11 +283,15 @@ def test_a_2000_token_answer_streams_block_by_block_and_stays_at_the_bottom(view
     assert view.browser.toPlainText() == streamed and view.sources_in_document() == sources
     assert bar.value() == bar.maximum()
     with capsys.disabled():
-        print(f"\n2,000-token answer ({sum(len(t) for t, _ in tokens)} characters), {len(times)} updates of 3 tokens:")
+        print(
+            f"\n2,000-token answer ({sum(len(t) for t, _ in tokens)} characters), {len(times)} updates of 3 tokens:"
+        )
         for name, values in (("render per update", times), ("render + repaint", painted)):
             ms = sorted(1000 * t for t in values)
             p95 = ms[int(0.95 * len(ms))]
-            print(f"  {name}: median {statistics.median(ms):.2f} ms, p95 {p95:.2f} ms, max {ms[-1]:.2f} ms")
+            print(
+                f"  {name}: median {statistics.median(ms):.2f} ms, p95 {p95:.2f} ms, max {ms[-1]:.2f} ms"
+            )
         print(f"  full re-render at the end: {full_ms:.0f} ms")
 
 
@@ -266,7 +316,9 @@ def fragments(view):
         while not it.atEnd():
             f = it.fragment().charFormat()
             bg = f.background().color().name() if f.background().style() != Qt.NoBrush else None
-            out.append((it.fragment().text(), bg, f.toolTip(), f.fontWeight(), f.anchorHref(), marker))
+            out.append(
+                (it.fragment().text(), bg, f.toolTip(), f.fontWeight(), f.anchorHref(), marker)
+            )
             it += 1
         block = block.next()
     return out

@@ -8,7 +8,12 @@ pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -
 
 def _count(image, rgb: int) -> int:
     """Pixels of colour ``rgb``, sampling every other row and column."""
-    return sum(1 for x in range(0, image.width(), 2) for y in range(0, image.height(), 2) if image.pixel(x, y) == rgb)
+    return sum(
+        1
+        for x in range(0, image.width(), 2)
+        for y in range(0, image.height(), 2)
+        if image.pixel(x, y) == rgb
+    )
 
 
 @pytest.mark.real_pair
@@ -27,4 +32,6 @@ def test_screenshot_shows_a_highlighted_answer_and_its_chart(qapp, tmp_path, rea
     assert hits > 200, f"only {hits} sampled pixels in the accepted-token colour"
     assert QColor(accepted).name() == "#b9ebc3"
     bars = _count(image, ACCEPTED.rgb())  # the chart's accepted parts, scrolled into view
-    assert bars > 50, f"only {bars} sampled pixels in the chart's green: the drafter chart is not in view"
+    assert bars > 50, (
+        f"only {bars} sampled pixels in the chart's green: the drafter chart is not in view"
+    )

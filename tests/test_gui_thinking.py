@@ -36,7 +36,9 @@ ANSWER = "The answer is 42."
 def events():
     """A reasoning model's stream: three thinking tokens (one a draft token kept), the
     close (a marker, forced), then the answer; the third token releases thinking and answer."""
-    r = lambda token, text, source, rnd: TokenEvent(token, "", source, rnd, channel="reasoning", reasoning=text)  # noqa: E731
+    r = lambda token, text, source, rnd: TokenEvent(
+        token, "", source, rnd, channel="reasoning", reasoning=text
+    )  # noqa: E731
     return [
         r(1, "Let me think", TokenSource.TARGET, 0),
         r(2, " about **this**", TokenSource.ACCEPTED, 1),
@@ -57,7 +59,13 @@ CHANNEL_STATS = {
         "mean_accepted_length": 2.0,
         "tokens_per_s": 30.0,
     },
-    "content": {"tokens": 2, "rounds": 1, "drafted_tokens": 2, "accepted_tokens": 1, "tokens_per_s": 12.5},
+    "content": {
+        "tokens": 2,
+        "rounds": 1,
+        "drafted_tokens": 2,
+        "accepted_tokens": 1,
+        "tokens_per_s": 12.5,
+    },
 }
 STATS = {
     "drafted_tokens": 6,
@@ -106,15 +114,23 @@ def test_the_thinking_streams_collapsed_above_the_answer_and_says_how_long_it_to
         view.append_segments(event_segments(event))
     assert (answer.reasoning, answer.content) == (THINKING, ANSWER)
     assert [s.channel for s in answer.reasoning_segments] == [REASONING] * 3
-    assert "".join(s.text for s in answer.segments) == ANSWER  # the answer holds none of the thinking
+    assert (
+        "".join(s.text for s in answer.segments) == ANSWER
+    )  # the answer holds none of the thinking
     shown = view.browser.toPlainText()
-    assert "▶ Thought for " in shown and shown.endswith(ANSWER) and "think" not in shown.replace("Thought", "")
+    assert (
+        "▶ Thought for " in shown
+        and shown.endswith(ANSWER)
+        and "think" not in shown.replace("Thought", "")
+    )
 
     answer.id, answer.stats = 7, dict(STATS)
     view.end_answer()
     lines = view.browser.toPlainText().split("\n")
     assert lines[lines.index("Assistant   Regenerate") + 1] == "▶ Thought for 3.2 s"
-    assert "localspec:think:id7" in view.links() and "think" not in "".join(lines).replace("Thought", "")
+    assert "localspec:think:id7" in view.links() and "think" not in "".join(lines).replace(
+        "Thought", ""
+    )
     assert format_channel_stats(STATS) in lines  # the stats per channel under the stats line
     assert format_channel_stats(STATS) == (
         "Thinking: 3 tokens · accepted 2/4 (50 %) · mean accepted length 2.00 · 30.0 t/s · 3 forced   "
@@ -124,7 +140,9 @@ def test_the_thinking_streams_collapsed_above_the_answer_and_says_how_long_it_to
     view.browser.anchorClicked.emit(QUrl("localspec:think:id7"))  # a click on its line opens it
     shown = view.browser.toPlainText()
     assert "▼ Thought for 3.2 s\nLet me think about this carefully.\nThe answer is 42." in shown
-    assert background_at(view, "about") == SOURCE_COLOURS["accepted"].name()  # the answer's colours inside
+    assert (
+        background_at(view, "about") == SOURCE_COLOURS["accepted"].name()
+    )  # the answer's colours inside
     assert background_at(view, "answer") == SOURCE_COLOURS["accepted"].name()
     assert background_at(view, " is 42") == SOURCE_COLOURS["correction"].name()
     assert background_at(view, "Let me") is None  # the target's own token
@@ -157,7 +175,11 @@ def test_a_model_that_does_not_think_shows_no_block():
     plain = [Segment("a", "target"), Segment("b", "accepted")]
     assert [event_segments(TokenEvent(1, "a", TokenSource.TARGET, 0))] == [plain[:1]]
     assert event_segments(TokenEvent(-1, "", TokenSource.TARGET, 0)) == [Segment("", "target")]
-    assert format_channel_stats({"channels": {}}) == format_channel_stats({"channels": {"content": {}}}) == ""
+    assert (
+        format_channel_stats({"channels": {}})
+        == format_channel_stats({"channels": {"content": {}}})
+        == ""
+    )
 
 
 def test_the_switch_and_budget_are_settings_that_reach_the_chat_options(qtbot):
@@ -168,19 +190,27 @@ def test_the_switch_and_budget_are_settings_that_reach_the_chat_options(qtbot):
     qtbot.addWidget(panel)
     panel.set_settings(s)
     assert not panel.thinking.isChecked() and not panel.reasoning_budget.isEnabled()
-    assert panel.apply_to(Settings()).thinking_options() == {"thinking": False, "reasoning_budget": 300}
+    assert panel.apply_to(Settings()).thinking_options() == {
+        "thinking": False,
+        "reasoning_budget": 300,
+    }
     options = s.generation_options()
     assert (options["enable_thinking"], options["reasoning_budget"]) == (False, 300)
     assert Settings().generation_options()["reasoning_budget"] == -1  # unlimited by default
     with qtbot.waitSignal(panel.thinkingChanged):
         panel.thinking.setChecked(True)
     assert panel.reasoning_budget.isEnabled()
-    s.take_thinking_options({"thinking": "yes", "reasoning_budget": -7})  # bad values are left alone
+    s.take_thinking_options(
+        {"thinking": "yes", "reasoning_budget": -7}
+    )  # bad values are left alone
     assert (s.thinking, s.reasoning_budget) == (False, 300)
 
 
 def test_the_thinking_is_stored_and_exported_apart_from_the_answer(tmp_path):
-    thinking = [Segment("hm", "target", channel=REASONING), Segment(" ok", "accepted", 0.5, 0.4, REASONING)]
+    thinking = [
+        Segment("hm", "target", channel=REASONING),
+        Segment(" ok", "accepted", 0.5, 0.4, REASONING),
+    ]
     msg = Message("assistant", "A", [Segment("A", "accepted")], dict(STATS), "stop")
     msg.reasoning, msg.reasoning_segments = "hm ok", thinking
     store = ConversationStore(tmp_path / "s.sqlite3")
@@ -191,15 +221,26 @@ def test_the_thinking_is_stored_and_exported_apart_from_the_answer(tmp_path):
     store.close()
     store = ConversationStore(tmp_path / "s.sqlite3")
     back = store.messages(cid)[1]
-    assert (back.content, back.reasoning, back.reasoning_segments, back.stats) == ("A", "hm ok", thinking, STATS)
+    assert (back.content, back.reasoning, back.reasoning_segments, back.stats) == (
+        "A",
+        "hm ok",
+        thinking,
+        STATS,
+    )
     assert store.options(cid) == {"thinking": False, "reasoning_budget": 64}
     assert chat_history(store.messages(cid)) == [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "A"},
     ]
     _, exported = export.from_json(export.to_json("t", [back]))
-    assert (exported[0].reasoning, exported[0].reasoning_segments, exported[0].content) == ("hm ok", thinking, "A")
-    assert "<details><summary>Thinking</summary>\n\nhm ok\n\n</details>\n" in export.to_markdown("t", [back])
+    assert (exported[0].reasoning, exported[0].reasoning_segments, exported[0].content) == (
+        "hm ok",
+        thinking,
+        "A",
+    )
+    assert "<details><summary>Thinking</summary>\n\nhm ok\n\n</details>\n" in export.to_markdown(
+        "t", [back]
+    )
 
 
 def test_a_version_two_store_gets_the_thinking_columns(tmp_path):
@@ -243,7 +284,10 @@ def test_a_server_streams_its_thinking_apart_and_thinking_off_is_sent():
     assert delta_texts(chunk({"content": "A"})) == ("A", "")
     remote = RemoteModel.__new__(RemoteModel)  # no server needed to build a request
     off = remote.chat([], enable_thinking=False, reasoning_budget=5, max_tokens=3).options
-    assert off == {"max_tokens": 3, "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+    assert off == {
+        "max_tokens": 3,
+        "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+    }
     assert remote.chat([], enable_thinking=True).options == {}
 
 
@@ -251,25 +295,39 @@ def test_a_server_streams_its_thinking_apart_and_thinking_off_is_sent():
 def thinking_gguf(tmp_path_factory):
     """A synthetic model whose template opens ``<think>`` in the generation prompt."""
     folder = tmp_path_factory.mktemp("gui-thinking")
-    return write_model(folder / "r1.gguf", seed=1, chat_template=R1_DISTILL, added_tokens=("<think>", "</think>"))
+    return write_model(
+        folder / "r1.gguf", seed=1, chat_template=R1_DISTILL, added_tokens=("<think>", "</think>")
+    )
 
 
-def test_the_window_thinks_within_the_budget_per_conversation_and_sends_no_thinking_back(qtbot, window, thinking_gguf):
+def test_the_window_thinks_within_the_budget_per_conversation_and_sends_no_thinking_back(
+    qtbot, window, thinking_gguf
+):
     sent = []
     generate = window.host.generate
-    window.host.generate = lambda history, options: sent.append((history, options)) or generate(history, options)
+    window.host.generate = lambda history, options: (
+        sent.append((history, options)) or generate(history, options)
+    )
     load(qtbot, window, thinking_gguf, thinking_gguf, max_tokens=24)
     window.panel.reasoning_budget.setValue(5)
     ask(qtbot, window)
     answer = window.messages[-1]
     assert (sent[-1][1]["enable_thinking"], sent[-1][1]["reasoning_budget"]) == (True, 5)
     thinking = answer.stats["channels"]["reasoning"]
-    assert thinking["tokens"] == 6 and thinking["forced_tokens"] >= 3  # the budget, and a newline held as thinking
-    assert answer.reasoning and answer.reasoning == "".join(s.text for s in answer.reasoning_segments)
+    assert (
+        thinking["tokens"] == 6 and thinking["forced_tokens"] >= 3
+    )  # the budget, and a newline held as thinking
+    assert answer.reasoning and answer.reasoning == "".join(
+        s.text for s in answer.reasoning_segments
+    )
     assert "</think>" not in answer.content + answer.reasoning and answer.stats["thinking_s"] > 0
-    assert answer.stats["accepted_tokens"] > 0  # same weights: drafts kept, coloured as in the answer
+    assert (
+        answer.stats["accepted_tokens"] > 0
+    )  # same weights: drafts kept, coloured as in the answer
     lines = window.view.browser.toPlainText().split("\n")
-    assert lines[lines.index("Assistant   Regenerate") + 1].startswith("▶ Thought for ")  # collapsed
+    assert lines[lines.index("Assistant   Regenerate") + 1].startswith(
+        "▶ Thought for "
+    )  # collapsed
     assert format_channel_stats(answer.stats) in lines
 
     cid = window.conversation_id
@@ -284,9 +342,15 @@ def test_the_window_thinks_within_the_budget_per_conversation_and_sends_no_think
     window.panel.thinking.setChecked(False)  # this conversation now answers without thinking
     ask(qtbot, window, "and again")
     history, options = sent[-1]
-    assert history[1] == {"role": "assistant", "content": answer.content}  # sent back without its thinking
+    assert history[1] == {
+        "role": "assistant",
+        "content": answer.content,
+    }  # sent back without its thinking
     assert options["enable_thinking"] is False
-    assert window.messages[-1].reasoning == "" and window.view.links().count(f"localspec:think:id{answer.id}") == 1
+    assert (
+        window.messages[-1].reasoning == ""
+        and window.view.links().count(f"localspec:think:id{answer.id}") == 1
+    )
     assert window.store.options(cid) == {"thinking": False, "reasoning_budget": 5}
 
     window.new_chat()

@@ -27,7 +27,9 @@ def fake_hub(monkeypatch):
     # huggingface_hub reads HF_ENDPOINT at import time; set what it derived from it.
     monkeypatch.setattr(constants, "ENDPOINT", fake.endpoint)
     monkeypatch.setattr(
-        constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+        constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        fake.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
     )
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 << 10)
     monkeypatch.setenv("LOCALSPEC_CACHE", str(Path(constants.HF_HOME).parent / "localspec-cache"))
@@ -78,7 +80,9 @@ def test_cancel_stops_within_a_chunk_and_leaves_nothing(fake_hub):
         hub.ensure_model(entry, progress=progress, cancel=cancel)
     assert seen[-1] < 300_000 + (64 << 10)
     # huggingface_hub 2.x drops the partial file of a stopped call (its PR 4228).
-    assert [p for p in Path(constants.HF_HUB_CACHE).rglob("*") if p.suffix in (".incomplete", ".gguf")] == []
+    assert [
+        p for p in Path(constants.HF_HUB_CACHE).rglob("*") if p.suffix in (".incomplete", ".gguf")
+    ] == []
     assert hub.ensure_model(entry, progress=lambda d, t: None).read_bytes() == PAYLOAD
 
 
@@ -94,7 +98,9 @@ def test_dropped_connection_is_resumed_with_a_range_request(fake_hub):
 def test_corrupt_body_is_rejected_and_nothing_is_kept(fake_hub):
     entry = entry_for(fake_hub)
     fake_hub.corrupt.add((REPO, FILE))
-    with pytest.raises(DownloadError, match="sha256 does not match the catalogue; the file was removed"):
+    with pytest.raises(
+        DownloadError, match="sha256 does not match the catalogue; the file was removed"
+    ):
         hub.ensure_model(entry, progress=lambda d, t: None)
     assert cache_files() == []
     assert hub.find_local(entry) is None
@@ -104,9 +110,13 @@ def test_uncatalogued_file_is_checked_against_the_hub_etag(fake_hub):
     sha = fake_hub.add(REPO, "other.gguf", PAYLOAD)
     fake_hub.corrupt.add((REPO, "other.gguf"))
     with pytest.raises(DownloadError, match="does not match the Hub"):
-        hub.ensure_model(ModelEntry(name="other.gguf", repo=REPO, file="other.gguf"), progress=lambda d, t: None)
+        hub.ensure_model(
+            ModelEntry(name="other.gguf", repo=REPO, file="other.gguf"), progress=lambda d, t: None
+        )
     fake_hub.corrupt.clear()
-    path = hub.ensure_model(ModelEntry(name="other.gguf", repo=REPO, file="other.gguf"), progress=lambda d, t: None)
+    path = hub.ensure_model(
+        ModelEntry(name="other.gguf", repo=REPO, file="other.gguf"), progress=lambda d, t: None
+    )
     assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
 
 
@@ -134,14 +144,18 @@ def test_offline_mode_answers_from_the_cache(fake_hub, monkeypatch):
 def test_hub_errors_are_one_clear_line(fake_hub, setup, message):
     fake_hub.add(REPO, FILE, PAYLOAD)
     setup(fake_hub)
-    entry = ModelEntry(name="x", repo=REPO, file="not-there.gguf" if "not-there" in message else FILE)
+    entry = ModelEntry(
+        name="x", repo=REPO, file="not-there.gguf" if "not-there" in message else FILE
+    )
     with pytest.raises(DownloadError, match=message) as err:
         hub.ensure_model(entry, progress=lambda d, t: None)
     assert "\n" not in str(err.value)
 
 
 def test_unreachable_hub_fails_fast(monkeypatch):
-    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # discard port: refused at once
+    monkeypatch.setattr(
+        constants, "ENDPOINT", "http://127.0.0.1:9"
+    )  # discard port: refused at once
     with pytest.raises(DownloadError, match="cannot reach"):
         hub.ensure_model(ModelEntry(name="x", repo=REPO, file=FILE), progress=lambda d, t: None)
 
@@ -156,7 +170,9 @@ def test_repo_quant_and_repo_file_specs(fake_hub):
         sha,
         False,
     )
-    with pytest.raises(InvalidOptionError, match="no file with quantization 'iq2_xs'.*q4_k_m, q8_0"):
+    with pytest.raises(
+        InvalidOptionError, match="no file with quantization 'iq2_xs'.*q4_k_m, q8_0"
+    ):
         model_ref(f"{REPO}:IQ2_XS")
     ref = model_ref(f"{REPO}:tiny-q8_0.gguf")
     assert (ref.entry.repo, ref.entry.file, ref.entry.size) == (REPO, "tiny-q8_0.gguf", 0)

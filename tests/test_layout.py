@@ -65,7 +65,8 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             base = node.module or ""
             if node.level:
                 base = ".".join(
-                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                    package.split(".")[: len(package.split(".")) - node.level + 1]
+                    + ([base] if base else [])
                 )
             for alias in node.names:
                 full = f"{base}.{alias.name}"
@@ -99,7 +100,9 @@ def _gui_place(module: str) -> tuple[int, str] | None:
 
 def test_only_the_llama_package_imports_llama_cpp():
     importers = sorted(
-        m for m, deps in _graph().items() if any(d == "llama_cpp" or d.startswith("llama_cpp.") for d in deps)
+        m
+        for m, deps in _graph().items()
+        if any(d == "llama_cpp" or d.startswith("llama_cpp.") for d in deps)
     )
     assert importers and all(m.startswith("localspec.llama.") for m in importers), importers
 
@@ -109,7 +112,12 @@ def test_imports_point_down_the_layers():
     for module, deps in _graph().items():
         for dep in deps:
             here, there = _layer(module), _layer(dep)
-            if here is not None and there is not None and there > here and (module, dep) not in LAUNCHER_EDGES:
+            if (
+                here is not None
+                and there is not None
+                and there > here
+                and (module, dep) not in LAUNCHER_EDGES
+            ):
                 upward.append(f"{module} -> {dep}")
     assert upward == []
 

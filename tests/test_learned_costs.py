@@ -14,8 +14,19 @@ import pytest
 from localspec.api import SpeculativeModel
 from localspec.decoding.drafters import Draft, Drafter
 from localspec.decoding.learned import LearnedState, kind_name
-from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, CostAverage, CostModel, batch_sizes
-from localspec.decoding.policy.costs import fastest_of_two, implausible_costs, stored_c1_holds, warm_up
+from localspec.decoding.policy import (
+    BATCH_SIZES,
+    AdaptivePolicy,
+    CostAverage,
+    CostModel,
+    batch_sizes,
+)
+from localspec.decoding.policy.costs import (
+    fastest_of_two,
+    implausible_costs,
+    stored_c1_holds,
+    warm_up,
+)
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.machine_store import MachineStore
@@ -48,7 +59,9 @@ def count_measures(monkeypatch):
     return calls
 
 
-def test_a_second_load_with_the_same_key_measures_nothing_and_has_the_first_loads_costs(target_gguf, monkeypatch):
+def test_a_second_load_with_the_same_key_measures_nothing_and_has_the_first_loads_costs(
+    target_gguf, monkeypatch
+):
     with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as first:
         measured = _costs(first)
     assert set(measured["verify"]) >= set(BATCH_SIZES)
@@ -65,7 +78,10 @@ def test_a_second_load_with_the_same_key_measures_nothing_and_has_the_first_load
 @contextmanager
 def _every_core_busy():
     """Other processes spinning on every core, as while a user builds something."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
+    ]
     try:
         yield
     finally:
@@ -80,7 +96,10 @@ def _quietest_costs(gguf, readings: int = 10) -> dict:
     engine = Engine(gguf, EngineConfig(n_ctx=512))
     try:
         warm_up(engine, 100)
-        return {str(b): min(fastest_of_two(engine, [100] * b, range(b)) for _ in range(readings)) for b in BATCH_SIZES}
+        return {
+            str(b): min(fastest_of_two(engine, [100] * b, range(b)) for _ in range(readings))
+            for b in BATCH_SIZES
+        }
     finally:
         engine.close()
 
@@ -89,7 +108,9 @@ def test_a_second_load_on_a_busy_machine_keeps_the_stored_costs(target_gguf, cou
     with SpeculativeModel(target_gguf, target_gguf, n_ctx=512):
         pass
     stored = MachineStore().entries()[0]["record"]["costs"]["verify"]
-    assert len(count_measures) == 1 and implausible_costs(stored, None) is None  # no stall written down
+    assert (
+        len(count_measures) == 1 and implausible_costs(stored, None) is None
+    )  # no stall written down
     quietest = _quietest_costs(target_gguf)
     _rewrite_stored_verify(lambda v: quietest)
     with _every_core_busy():
@@ -116,7 +137,9 @@ def test_only_a_machine_clearly_faster_than_its_store_measures_again(stored_ms, 
     assert stored_c1_holds(stored_ms / 1000, now_s) is holds
 
 
-def test_another_gguf_starts_fresh_and_a_corrupt_store_still_loads(target_gguf, other_gguf, count_measures):
+def test_another_gguf_starts_fresh_and_a_corrupt_store_still_loads(
+    target_gguf, other_gguf, count_measures
+):
     with SpeculativeModel(target_gguf, target_gguf, n_ctx=512):
         pass
     assert len(count_measures) == 1
@@ -140,7 +163,9 @@ def test_a_generation_that_ends_writes_what_it_learnt(target_gguf, monkeypatch):
     monkeypatch.setattr(learned, "SAVE_EVERY_S", 0.0)
     with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as model:
         model.generate("one two three four", max_tokens=24, temperature=0.0, strategy="auto")
-        verify = {str(b): a.value for b, a in model.slots.slots[0].costs.verify.items() if a.weight > 0}
+        verify = {
+            str(b): a.value for b, a in model.slots.slots[0].costs.verify.items() if a.weight > 0
+        }
         (entry,) = MachineStore().entries()  # written when the generation ended, before close
         assert entry["record"]["costs"]["verify"] == pytest.approx(verify)
         assert entry["record"]["pair"] == {"target": target_gguf.name, "draft": target_gguf.name}
@@ -153,14 +178,18 @@ def _state(target_gguf, other_gguf) -> LearnedState:
 def _cheap_machine(policy):
     """A verify of 17 costs little more than one, a draft token 1 ms: the draft model pays
     from an acceptance of about 0.1 on."""
-    policy.costs.verify.update({b: CostAverage(0.030 + 0.0002 * (b - 1), weight=1.0) for b in BATCH_SIZES})
+    policy.costs.verify.update(
+        {b: CostAverage(0.030 + 0.0002 * (b - 1), weight=1.0) for b in BATCH_SIZES}
+    )
     policy.costs.draft[policy.drafters[0].name] = CostAverage(0.001, weight=1.0)
     policy.costs.prefill[policy.drafters[0].name] = 0.0
 
 
 def _steep_machine(policy):
     """c(b) grows 20 ms a token from 30 ms: the draft model pays only when almost always right."""
-    policy.costs.verify.update({b: CostAverage(0.030 + 0.020 * (b - 1), weight=1.0) for b in BATCH_SIZES})
+    policy.costs.verify.update(
+        {b: CostAverage(0.030 + 0.020 * (b - 1), weight=1.0) for b in BATCH_SIZES}
+    )
     policy.costs.draft[policy.drafters[0].name] = CostAverage(0.002, weight=1.0)
     policy.costs.prefill[policy.drafters[0].name] = 0.0
 
@@ -171,8 +200,14 @@ def _taught(target_gguf, other_gguf, accepted: bool) -> None:
     policy = AdaptivePolicy([d], caps={d.name: 8})
     _cheap_machine(policy)
     for _ in range(60):
-        policy.observe(RoundOutcome(0.031, 5, d, Draft([0] * 4), n_accepted=4 if accepted else 0, draft_s=0.004))
-    assert _state(target_gguf, other_gguf).save(policy.costs, [(kind_name("auto", True, False, False), policy)], True)
+        policy.observe(
+            RoundOutcome(
+                0.031, 5, d, Draft([0] * 4), n_accepted=4 if accepted else 0, draft_s=0.004
+            )
+        )
+    assert _state(target_gguf, other_gguf).save(
+        policy.costs, [(kind_name("auto", True, False, False), policy)], True
+    )
 
 
 def _first_choice(target_gguf, other_gguf, machine, seeded: bool):
@@ -188,11 +223,15 @@ def _first_choice(target_gguf, other_gguf, machine, seeded: bool):
 
 def test_a_draft_model_never_right_before_is_not_bet_on_in_a_fresh_process(target_gguf, other_gguf):
     _taught(target_gguf, other_gguf, accepted=False)
-    assert _first_choice(target_gguf, other_gguf, _cheap_machine, seeded=False)  # the fixed prior bets
+    assert _first_choice(
+        target_gguf, other_gguf, _cheap_machine, seeded=False
+    )  # the fixed prior bets
     assert not _first_choice(target_gguf, other_gguf, _cheap_machine, seeded=True)
 
 
-def test_a_draft_model_always_right_before_is_bet_on_where_the_fixed_prior_would_not(target_gguf, other_gguf):
+def test_a_draft_model_always_right_before_is_bet_on_where_the_fixed_prior_would_not(
+    target_gguf, other_gguf
+):
     _taught(target_gguf, other_gguf, accepted=True)
     assert not _first_choice(target_gguf, other_gguf, _steep_machine, seeded=False)
     assert _first_choice(target_gguf, other_gguf, _steep_machine, seeded=True)
@@ -224,8 +263,14 @@ def test_doctor_lists_what_is_stored_and_recalibrate_forgets_it(target_gguf, oth
     _taught(target_gguf, other_gguf, accepted=False)
     learned = learned_report()
     (entry,) = learned["entries"]
-    assert (entry["target"], entry["draft"], entry["threads"]) == (target_gguf.name, other_gguf.name, 2)
-    assert entry["c1_s"] == pytest.approx(0.030, rel=0.1) and entry["c17_s"] == pytest.approx(0.0332, rel=0.1)
+    assert (entry["target"], entry["draft"], entry["threads"]) == (
+        target_gguf.name,
+        other_gguf.name,
+        2,
+    )
+    assert entry["c1_s"] == pytest.approx(0.030, rel=0.1) and entry["c17_s"] == pytest.approx(
+        0.0332, rel=0.1
+    )
     assert entry["acceptance"]["auto|greedy"]["draft-model"] == 0.0
     text = "\n".join(format_learned(learned))
     assert target_gguf.name in text and "c(17)" in text and "draft-model 0.00" in text
@@ -242,9 +287,14 @@ def test_a_batch_of_fresh_sequences_where_drafting_cannot_pay_runs_plain():
     costs = CostModel(verify=verify)
     policies = []
     for _ in range(4):  # one per slot, the costs shared as SpeculativeModel shares them
-        model, lookup = FakeDrafter("draft-model", 0.7), FakeDrafter("prompt-lookup", 0.3, free=True)
+        model, lookup = (
+            FakeDrafter("draft-model", 0.7),
+            FakeDrafter("prompt-lookup", 0.3, free=True),
+        )
         p = AdaptivePolicy([model, lookup], costs=costs)
-        costs.draft.update({model.name: CostAverage(0.001, weight=1.0), lookup.name: CostAverage(2e-5, weight=1.0)})
+        costs.draft.update(
+            {model.name: CostAverage(0.001, weight=1.0), lookup.name: CostAverage(2e-5, weight=1.0)}
+        )
         p.new_generation()
         policies.append((p, lookup))
     sure = Draft([1] * 8, confidence=[0.99] * 8)
@@ -262,7 +312,9 @@ def test_beside_a_prompt_being_read_a_draft_pays_only_for_its_own_rows():
     for cost, drafts in ((lambda b: 0.03, True), (lambda b: 0.03 * b, False)):
         verify = {b: CostAverage(cost(b), weight=1.0) for b in (*batch_sizes(parallel=4), 129, 257)}
         p = AdaptivePolicy([model, lookup], costs=CostModel(verify=verify))
-        p.costs.draft.update({model.name: CostAverage(0.03, weight=1.0), lookup.name: CostAverage(2e-5, weight=1.0)})
+        p.costs.draft.update(
+            {model.name: CostAverage(0.03, weight=1.0), lookup.name: CostAverage(2e-5, weight=1.0)}
+        )
         p.new_generation()
         chosen, k = p.plan(16, {lookup.name: sure}, n_context=100, others=(129, 2))
         assert (chosen is lookup and k > 0) == drafts
@@ -291,7 +343,9 @@ def test_a_bigger_batch_measured_cheaper_does_not_make_a_useless_draft_look_free
     lose to plain (the costs are taken as never falling with the batch size)."""
     d = FakeDrafter("draft-model", 0.7)
     verify = {1: 0.030, 2: 0.020, 3: 0.031, 5: 0.033, 9: 0.036, 17: 0.040}
-    policy = AdaptivePolicy([d], costs=CostModel(verify={b: CostAverage(c, weight=1.0) for b, c in verify.items()}))
+    policy = AdaptivePolicy(
+        [d], costs=CostModel(verify={b: CostAverage(c, weight=1.0) for b, c in verify.items()})
+    )
     policy.costs.draft[d.name] = CostAverage(0.001, weight=1.0)
     policy.costs.prefill[d.name] = 0.0
     policy.start_from({"draft-model": {"successes": 0.0, "trials": 1000.0}})
@@ -339,7 +393,10 @@ def test_a_first_reading_of_a_new_batch_size_is_clipped_against_the_estimate():
     would look dear for good and never be verified again to correct it)."""
     d = FakeDrafter("draft-model", 0.7)
     policy = AdaptivePolicy(
-        [d], costs=CostModel(verify={1: CostAverage(0.03, weight=1.0), 17: CostAverage(0.06, weight=1.0)})
+        [d],
+        costs=CostModel(
+            verify={1: CostAverage(0.03, weight=1.0), 17: CostAverage(0.06, weight=1.0)}
+        ),
     )
     estimate = policy.costs.verify_s(9)
     policy.observe(RoundOutcome(4.0, 9, d, Draft([0] * 8), n_accepted=8, draft_s=0.008))

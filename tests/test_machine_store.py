@@ -13,20 +13,28 @@ import pytest
 from localspec.llama.machine_store import MachineStore, StoreKey, file_sha256, this_machine_key
 
 KEY = StoreKey(
-    hardware="Test CPU", threads=2, build="0.3.36 | abc | AVX2 = 1 | CPU", offload=False, target_sha256="a" * 64
+    hardware="Test CPU",
+    threads=2,
+    build="0.3.36 | abc | AVX2 = 1 | CPU",
+    offload=False,
+    target_sha256="a" * 64,
 )
 
 
 def test_a_record_round_trips(tmp_path):
     store = MachineStore(tmp_path)
     assert store.load(KEY) is None
-    written = store.update(KEY, lambda old: {"costs": {"1": 0.026, "17": 0.208}, "seen": old is None})
+    written = store.update(
+        KEY, lambda old: {"costs": {"1": 0.026, "17": 0.208}, "seen": old is None}
+    )
     assert written == {"costs": {"1": 0.026, "17": 0.208}, "seen": True}
     assert MachineStore(tmp_path).load(KEY) == written
     assert [e["key"]["threads"] for e in store.entries()] == [2]
 
 
-@pytest.mark.parametrize("content", ["{not json", "[]", '{"version": 99, "record": {}}', '{"version": 1, "record": 3}'])
+@pytest.mark.parametrize(
+    "content", ["{not json", "[]", '{"version": 99, "record": {}}', '{"version": 1, "record": 3}']
+)
 def test_a_corrupt_file_is_ignored_with_one_log_line(tmp_path, caplog, content):
     store = MachineStore(tmp_path)
     store.path(KEY).parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +108,8 @@ def test_a_digest_is_memoised_until_the_file_changes(tmp_path):
 def test_this_machines_key_names_the_pair_and_build(tmp_path, monkeypatch, target_gguf, other_gguf):
     monkeypatch.setenv("LOCALSPEC_STORE", str(tmp_path))
     key = this_machine_key(target_gguf, other_gguf, threads=2, offload=False)
-    assert key.target_sha256 == file_sha256(target_gguf) != key.draft_sha256 == file_sha256(other_gguf)
+    assert (
+        key.target_sha256 == file_sha256(target_gguf) != key.draft_sha256 == file_sha256(other_gguf)
+    )
     assert key.threads == 2 and "0.3.36" in key.build
     assert this_machine_key(target_gguf, None, 2, False).draft_sha256 == ""

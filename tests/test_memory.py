@@ -18,7 +18,9 @@ def test_the_estimate_is_the_hand_computed_sum(target_gguf, other_gguf):
     compute = len(vocabulary()[0]) * 512 * 4 + 512 * N_EMBD * 4 * 8
     m = model_memory(check_gguf_file(target_gguf), n_ctx)
     assert (m.weights, m.kv_cache, m.compute) == (target_gguf.stat().st_size, kv, compute)
-    assert model_memory(check_gguf_file(target_gguf), n_ctx, "q8_0").kv_cache == int(kv / 2 * 34 / 32)
+    assert model_memory(check_gguf_file(target_gguf), n_ctx, "q8_0").kv_cache == int(
+        kv / 2 * 34 / 32
+    )
     pair = pair_memory(target_gguf, other_gguf, n_ctx)
     assert pair.total == m.total + model_memory(check_gguf_file(other_gguf), n_ctx).total
     assert pair.where == "RAM" and pair.available > 0 and pair.verdict == "fits"
@@ -29,7 +31,9 @@ def test_the_estimate_is_the_hand_computed_sum(target_gguf, other_gguf):
         pair_memory(target_gguf.with_name("missing.gguf"), None, n_ctx)
 
 
-@pytest.mark.parametrize("available, verdict", [(1000, "fits"), (700, "tight"), (600, "won't fit"), (None, "unknown")])
+@pytest.mark.parametrize(
+    "available, verdict", [(1000, "fits"), (700, "tight"), (600, "won't fit"), (None, "unknown")]
+)
 def test_verdicts(available, verdict):
     est = PairMemory((ModelMemory("t", 500, 100, 50),), 4096, available, "RAM")
     assert est.total == 650 and est.verdict == verdict
@@ -54,7 +58,9 @@ def test_per_layer_head_counts_and_bad_sizes(tmp_path):
     for n_ctx in (0, -5, "1024", None, True):
         with pytest.raises(ValueError):
             model_memory(info, n_ctx, weights=0)
-    broken = GGUFInfo(tmp_path / "m.gguf", 3, metadata={"general.architecture": "llama", "llama.block_count": 2})
+    broken = GGUFInfo(
+        tmp_path / "m.gguf", 3, metadata={"general.architecture": "llama", "llama.block_count": 2}
+    )
     with pytest.raises(ValueError):
         model_memory(broken, 100, weights=0)
     info.metadata["llama.block_count"] = "2"
@@ -100,7 +106,9 @@ def test_before_download_the_estimate_reads_only_the_header_from_the_hub(
     est = pair_memory_of_refs(target, ModelRef(name=other_gguf.name, path=other_gguf), 2048)
     assert not est.partial and "header read from the Hub before download" in est.describe()
     on_disk = pair_memory(target_gguf, other_gguf, 2048)
-    assert [m.total for m in est.models] == [m.total for m in on_disk.models]  # weights = the Hub's size
+    assert [m.total for m in est.models] == [
+        m.total for m in on_disk.models
+    ]  # weights = the Hub's size
     served = fake_hub.bytes_served(target.entry.file)
     assert header_length(target_gguf) <= served <= header_length(target_gguf) + 2 * 4096
     assert served < len(content) / 20
@@ -113,10 +121,19 @@ def test_before_download_the_estimate_reads_only_the_header_from_the_hub(
     "setup, problem",
     [
         (lambda fake, c, mp: fake.gated.add("acme/Tiny-GGUF"), "gated"),
-        (lambda fake, c, mp: mp.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True), "offline"),
+        (
+            lambda fake, c, mp: mp.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True),
+            "offline",
+        ),
         (lambda fake, c, mp: fake.no_ranges.add("acme/Tiny-GGUF"), "ignores byte ranges"),
-        (lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", b"NOTGGUF" + c[7:]), "not a GGUF file"),
-        (lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", c[: len(c) // 2]), "truncated"),
+        (
+            lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", b"NOTGGUF" + c[7:]),
+            "not a GGUF file",
+        ),
+        (
+            lambda fake, c, mp: fake.add("acme/Tiny-GGUF", "t-q4_k_m.gguf", c[: len(c) // 2]),
+            "truncated",
+        ),
     ],
 )
 def test_a_header_that_cannot_be_read_leaves_the_file_size_and_says_why(
@@ -128,10 +145,14 @@ def test_a_header_that_cannot_be_read_leaves_the_file_size_and_says_why(
     est = pair_memory_of_refs(ref, None, 2048)
     assert est.partial and est.models[0].total == len(content)
     assert problem in est.describe() and "file size only" in est.describe()
-    assert fake_hub.bytes_served(ref.entry.file) <= header_length(target_gguf) + 2 * 4096  # never the weights
+    assert (
+        fake_hub.bytes_served(ref.entry.file) <= header_length(target_gguf) + 2 * 4096
+    )  # never the weights
 
 
-def test_hostile_headers_and_servers_end_fast_without_the_weights(fake_hub, small_blocks, target_gguf, monkeypatch):
+def test_hostile_headers_and_servers_end_fast_without_the_weights(
+    fake_hub, small_blocks, target_gguf, monkeypatch
+):
     import struct
 
     from localspec.errors import DownloadError
@@ -147,7 +168,9 @@ def test_hostile_headers_and_servers_end_fast_without_the_weights(fake_hub, smal
     est = pair_memory_of_refs(ref, None, 2048)
     assert est.partial and "claims 209715200 bytes" in est.describe()
     assert fake_hub.bytes_served("huge.gguf") <= 2 * 4096
-    other = ModelRef(name="t", entry=entry_for(fake_hub, file="t.gguf", content=target_gguf.read_bytes()))
+    other = ModelRef(
+        name="t", entry=entry_for(fake_hub, file="t.gguf", content=target_gguf.read_bytes())
+    )
     wrong_size = ModelRef(name="t", entry=replace(other.entry, size=other.entry.size + 1))
     with pytest.raises(DownloadError, match="the catalogue says"):
         hub.remote_gguf_header(wrong_size.entry)

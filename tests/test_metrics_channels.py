@@ -18,7 +18,9 @@ R1_DISTILL = (
 @pytest.fixture(scope="module")
 def r1_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("metrics-thinking")
-    target = write_model(folder / "r1.gguf", seed=1, chat_template=R1_DISTILL, added_tokens=("<think>", "</think>"))
+    target = write_model(
+        folder / "r1.gguf", seed=1, chat_template=R1_DISTILL, added_tokens=("<think>", "</think>")
+    )
     with SpeculativeModel(target, target, n_ctx=512, draft_max=4, p_min=0.0) as model:
         yield model
 
@@ -45,11 +47,18 @@ def test_a_thinking_generation_is_counted_per_channel(r1_model):
         ch = channels[channel]
         assert got[("localspec:channel_tokens_total", channel)] == 2 * ch.tokens > 0
         assert got[("localspec:channel_draft_tokens_total", channel)] == 2 * ch.drafted_tokens
-        assert got[("localspec:channel_draft_accepted_tokens_total", channel)] == 2 * ch.accepted_tokens
+        assert (
+            got[("localspec:channel_draft_accepted_tokens_total", channel)]
+            == 2 * ch.accepted_tokens
+        )
         assert got[("localspec:channel_forced_tokens_total", channel)] == 2 * ch.forced_tokens
         assert got[("localspec:channel_seconds_total", channel)] == pytest.approx(2 * ch.time_s)
-    assert got[("localspec:channel_forced_tokens_total", "reasoning")] >= 6  # the budget's close, twice
-    assert got[("localspec:channel_draft_accepted_tokens_total", "reasoning")] > 0  # same weights: drafts kept
+    assert (
+        got[("localspec:channel_forced_tokens_total", "reasoning")] >= 6
+    )  # the budget's close, twice
+    assert (
+        got[("localspec:channel_draft_accepted_tokens_total", "reasoning")] > 0
+    )  # same weights: drafts kept
     assert got[("localspec:channel_tokens_total", "marker")] == 2 * result.stats.marker_tokens > 0
     assert ("localspec:channel_draft_tokens_total", "marker") not in got
 

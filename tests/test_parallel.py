@@ -21,7 +21,9 @@ KEY = "test-key"
 
 @pytest.fixture(scope="module")
 def parallel_model(real_pair_paths):
-    with SpeculativeModel(real_pair_paths.target, real_pair_paths.draft, n_ctx=4096, parallel=4) as model:
+    with SpeculativeModel(
+        real_pair_paths.target, real_pair_paths.draft, n_ctx=4096, parallel=4
+    ) as model:
         yield model
 
 
@@ -59,7 +61,9 @@ def kv_matches_bookkeeping(engine: Engine) -> None:
     """Every sequence's cells in llama.cpp's KV cache are exactly the tokens its list holds."""
     memory = llama_cpp.llama_get_memory(engine._ctx)
     for seq in range(engine.config.n_seq_max):
-        assert llama_cpp.llama_memory_seq_pos_max(memory, seq) + 1 == len(engine.seq_tokens(seq)), seq
+        assert llama_cpp.llama_memory_seq_pos_max(memory, seq) + 1 == len(engine.seq_tokens(seq)), (
+            seq
+        )
     assert engine.cells_used <= engine.n_ctx
 
 
@@ -72,7 +76,9 @@ def test_four_threads_chat_at_once_each_as_alone(parallel_model, tie_tolerance):
     alone = [m.chat(p, max_tokens=40, strategy="none").tokens for p in prompts]
     shared_before = m.slots.batcher.shared_decodes
     together = run_in_threads(lambda i: m.chat(prompts[i], max_tokens=40), 4)
-    assert m.slots.batcher.shared_decodes - shared_before >= 3  # few rounds: the answers are in the suffix store
+    assert (
+        m.slots.batcher.shared_decodes - shared_before >= 3
+    )  # few rounds: the answers are in the suffix store
     for p, a, t in zip(prompts, alone, together):
         assert t.finish_reason in ("length", "stop")
         same_greedy(m, p, a, t.tokens, tie_tolerance)
@@ -81,7 +87,9 @@ def test_four_threads_chat_at_once_each_as_alone(parallel_model, tie_tolerance):
 
 
 @pytest.mark.real_pair
-def test_a_request_joining_midway_and_one_cancelled_leave_the_others_unchanged(parallel_model, tie_tolerance):
+def test_a_request_joining_midway_and_one_cancelled_leave_the_others_unchanged(
+    parallel_model, tie_tolerance
+):
     m = parallel_model
     a_msgs, b_msgs = messages_for(5), messages_for(6)
     a_alone = m.chat(a_msgs, max_tokens=48).tokens
@@ -110,7 +118,9 @@ def test_a_request_joining_midway_and_one_cancelled_leave_the_others_unchanged(p
 
 
 @pytest.mark.real_pair
-def test_a_conversation_switched_away_and_back_is_restored_from_the_prompt_cache(real_pair_paths, tie_tolerance):
+def test_a_conversation_switched_away_and_back_is_restored_from_the_prompt_cache(
+    real_pair_paths, tie_tolerance
+):
     """One slot: a chat, a title request in between (it takes the slot), then the chat's
     next turn: its first turn's KV comes back from host memory (cached_tokens > 0) and the
     answer is the one a fresh model gives."""
@@ -119,7 +129,10 @@ def test_a_conversation_switched_away_and_back_is_restored_from_the_prompt_cache
         real_pair_paths.target, real_pair_paths.draft, n_ctx=4096, parallel=1, cache_ram_mib=256
     ) as m:
         first = m.chat(chat, max_tokens=24)
-        m.chat([{"role": "user", "content": "Give a 3-word title for a chat about sorting."}], max_tokens=8)
+        m.chat(
+            [{"role": "user", "content": "Give a 3-word title for a chat about sorting."}],
+            max_tokens=8,
+        )
         follow = chat + [
             {"role": "assistant", "content": first.text},
             {"role": "user", "content": "Now add a docstring."},
@@ -147,7 +160,9 @@ def test_metrics_parse_and_count_what_was_served(parallel_server):
     parallel_server.wait_idle()
     import urllib.request
 
-    request = urllib.request.Request(parallel_server.base + "/metrics", headers={"Authorization": f"Bearer {KEY}"})
+    request = urllib.request.Request(
+        parallel_server.base + "/metrics", headers={"Authorization": f"Bearer {KEY}"}
+    )
     with urllib.request.urlopen(request) as response:
         assert response.headers["Content-Type"].startswith("text/plain")
         text = response.read().decode()
@@ -169,7 +184,13 @@ def test_metrics_parse_and_count_what_was_served(parallel_server):
 def test_eight_clients_with_max_tokens_16_to_256_all_finish(target_gguf):
     # a fixed draft-model policy: the adaptive one may price this draft (the target itself) out
     with SpeculativeModel(
-        target_gguf, target_gguf, n_ctx=4096, parallel=4, p_min=0.0, strategy="draft-model", draft_max=4
+        target_gguf,
+        target_gguf,
+        n_ctx=4096,
+        parallel=4,
+        p_min=0.0,
+        strategy="draft-model",
+        draft_max=4,
     ) as m:
         server = RunningServer(m, api_key=KEY)
         try:

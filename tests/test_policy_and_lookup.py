@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from localspec.decoding.drafters import Draft, Drafter, PromptLookupDrafter
-from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, FixedPolicy, Policy, expected_tokens
+from localspec.decoding.policy import (
+    BATCH_SIZES,
+    AdaptivePolicy,
+    FixedPolicy,
+    Policy,
+    expected_tokens,
+)
 from localspec.decoding.policy.costs import warm_up
 from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
@@ -32,7 +38,10 @@ def test_prompt_lookup_says_how_long_a_match_its_copy_rests_on():
     draft = lookup.propose([9, 1, 2, 3, 4, 5, 6, 7, 8, 2, 3, 4], 3, GREEDY, 0.0, None)
     assert draft.tokens == [5, 6, 7] and draft.depth == [3, 4, 5] and draft.confidence == [0.5] * 3
     long = lookup.propose([9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4], 2, GREEDY, 0.0, None)
-    assert long.tokens == [5, 6] and long.depth == [4, 5]  # 1 2 3 4 matched, the 3-gram key extended
+    assert long.tokens == [5, 6] and long.depth == [
+        4,
+        5,
+    ]  # 1 2 3 4 matched, the 3-gram key extended
     everything = lookup.propose([1, 2, 3, 1, 2, 3], 2, GREEDY, 0.0, None)
     assert everything.tokens == [1, 2] and everything.depth == [3, 4]  # the whole context before it
     capped = lookup.propose(list(range(40)) + list(range(40)), 1, GREEDY, 0.0, None)
@@ -47,7 +56,10 @@ def brute_force_lookup(context, k, max_ngram=3, min_ngram=2, max_depth=32):
         for e in range(last - 1, n - 1, -1):
             if context[e - n : e] == context[last - n :]:
                 depth = 0
-                while depth < min(max_depth, e) and context[e - 1 - depth] == context[last - 1 - depth]:
+                while (
+                    depth < min(max_depth, e)
+                    and context[e - 1 - depth] == context[last - 1 - depth]
+                ):
                     depth += 1
                 follow = context[e : e + k]
                 return follow, [depth + i for i in range(len(follow))]
@@ -67,10 +79,17 @@ def test_prompt_lookup_index_equals_the_definition_as_the_context_grows_and_chan
         for _ in range(int(rng.integers(1, 120))):  # the same list, growing, as in the loop
             k = int(rng.integers(1, 20))
             draft = lookup.propose(context, k, GREEDY, 0.0, None)
-            assert (draft.tokens, draft.depth or []) == brute_force_lookup(context, k), (trial, context)
+            assert (draft.tokens, draft.depth or []) == brute_force_lookup(context, k), (
+                trial,
+                context,
+            )
             context.append(int(rng.integers(0, vocab)))
-        other = context[: int(rng.integers(0, len(context)))] + [int(t) for t in rng.integers(0, vocab, size=5)]
-        draft = lookup.propose(other, 8, GREEDY, 0.0, None)  # another list: checked, re-indexed if it differs
+        other = context[: int(rng.integers(0, len(context)))] + [
+            int(t) for t in rng.integers(0, vocab, size=5)
+        ]
+        draft = lookup.propose(
+            other, 8, GREEDY, 0.0, None
+        )  # another list: checked, re-indexed if it differs
         assert (draft.tokens, draft.depth or []) == brute_force_lookup(other, 8)
     lookup.min_ngram = 1  # changed on a live drafter (the synthetic tests do): the index follows
     draft = lookup.propose(context, 5, GREEDY, 0.0, None)
@@ -80,7 +99,9 @@ def test_prompt_lookup_index_equals_the_definition_as_the_context_grows_and_chan
         for _ in range(200):
             context = [int(t) for t in rng.integers(0, 4, size=int(rng.integers(0, 40)))]
             draft = lookup.propose(context, 6, GREEDY, 0.0, None)
-            assert (draft.tokens, draft.depth or []) == brute_force_lookup(context, 6, ngrams[1], ngrams[0])
+            assert (draft.tokens, draft.depth or []) == brute_force_lookup(
+                context, 6, ngrams[1], ngrams[0]
+            )
 
 
 def test_expected_tokens_formula():
@@ -101,7 +122,14 @@ def teach(policy, drafter, *, alpha, k, draft_s_per_token, verify_s, rounds=60):
         n_acc = k if (i % 10) < alpha * 10 else 0
         draft = Draft([0] * k)
         policy.observe(
-            RoundOutcome(verify_s(k + 1), k + 1, drafter, draft, n_accepted=n_acc, draft_s=draft_s_per_token * k)
+            RoundOutcome(
+                verify_s(k + 1),
+                k + 1,
+                drafter,
+                draft,
+                n_accepted=n_acc,
+                draft_s=draft_s_per_token * k,
+            )
         )
         policy.observe(RoundOutcome(verify_s=verify_s(1), verify_batch=1))
 
@@ -120,7 +148,14 @@ def test_costly_draft_model_gives_way_to_plain_decoding():
 def test_cheap_accurate_draft_is_used_with_a_long_draft():
     d = FakeDrafter("draft-model", 0.7)
     policy = AdaptivePolicy([d], caps={d.name: 8})
-    teach(policy, d, alpha=0.9, k=4, draft_s_per_token=0.002, verify_s=lambda b: 0.030 + 0.001 * (b - 1))
+    teach(
+        policy,
+        d,
+        alpha=0.9,
+        k=4,
+        draft_s_per_token=0.002,
+        verify_s=lambda b: 0.030 + 0.001 * (b - 1),
+    )
     drafter, k = policy.plan(8)
     assert drafter is d and k >= 4
     assert policy.plan(2) == (d, 2)  # the loop's cap wins
@@ -139,7 +174,14 @@ def test_a_draft_model_that_sat_out_a_text_gets_its_chance_on_the_next():
     text starts its estimate back near the prior (a quarter of the evidence kept)."""
     d = FakeDrafter("draft-model", 0.7)
     policy = AdaptivePolicy([d], caps={d.name: 8})
-    teach(policy, d, alpha=0.0, k=4, draft_s_per_token=0.001, verify_s=lambda b: 0.030 + 0.001 * (b - 1))
+    teach(
+        policy,
+        d,
+        alpha=0.0,
+        k=4,
+        draft_s_per_token=0.001,
+        verify_s=lambda b: 0.030 + 0.001 * (b - 1),
+    )
     assert all(policy.plan(8) == (None, 0) for _ in range(50))
     policy.new_generation()
     assert policy.plan(8)[0] is d
@@ -164,7 +206,11 @@ def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
             policy.observe(RoundOutcome(verify_s=cpu_like(1), verify_batch=1))
         else:
             n_accepted = 1 if i % 5 < 2 else 0
-            policy.observe(RoundOutcome(cpu_like(k + 1), k + 1, d, Draft([0] * k), n_accepted, draft_s=0.010 * k))
+            policy.observe(
+                RoundOutcome(
+                    cpu_like(k + 1), k + 1, d, Draft([0] * k), n_accepted, draft_s=0.010 * k
+                )
+            )
     assert plans[0] is d  # the stalled c(1) has it drafting
     assert None not in plans[:_PLAIN_PROBE_EVERY]
     assert plans[-10:] == [None] * 10  # measured again, plain wins and stays
@@ -206,7 +252,11 @@ def test_fixed_policy_cuts_a_suffix_draft_to_max_spec_factor_times_its_match():
     suffix.begin([4, 5])
     short = suffix.propose([4, 5, 100, 101], 8, GREEDY, 0.0, None)
     longer = suffix.propose([100, 101, 102, 103], 8, GREEDY, 0.0, None)
-    assert len(short.tokens) == len(longer.tokens) == 8 and short.depth[0] == 2 and longer.depth[0] == 4
+    assert (
+        len(short.tokens) == len(longer.tokens) == 8
+        and short.depth[0] == 2
+        and longer.depth[0] == 4
+    )
     policy = FixedPolicy(suffix, 8)
     assert policy.length(suffix, short, 8) == 2
     assert policy.length(suffix, longer, 8) == 4
@@ -232,7 +282,9 @@ class ClockedEngine:
     def decode(self, tokens, rows=()):
         self.calls += 1
         stalled = (
-            self.calls in self.stall_at if isinstance(self.stall_at, (set, range)) else self.calls == self.stall_at
+            self.calls in self.stall_at
+            if isinstance(self.stall_at, (set, range))
+            else self.calls == self.stall_at
         )
         self.decode_s += self.cost(len(tokens)) + (self.stall_s if stalled else 0.0)
         self.cache_tokens += list(tokens)
@@ -279,7 +331,9 @@ def test_calibration_of_a_draft_model_keeps_the_faster_run_too():
     its cost per token or per prompt token."""
     d = FakeDrafter("draft-model", 0.7)
     warm = _warm_up_decodes(lambda b: 0.003 * b)
-    for stall_at in range(warm + 1, warm + 5):  # its two 1-token decodes, then its two 17-token ones
+    for stall_at in range(
+        warm + 1, warm + 5
+    ):  # its two 1-token decodes, then its two 17-token ones
         draft = ClockedEngine(lambda b: 0.003 * b, stall_at=stall_at, stall_s=0.5)
         policy = AdaptivePolicy([d], caps={d.name: 8})
         policy.costs.measure(ClockedEngine(cpu_like), {d.name: draft})
@@ -300,4 +354,6 @@ def test_calibration_drops_readings_that_are_not_times():
     for broken in (float("nan"), float("inf")):
         policy = AdaptivePolicy([d], caps={d.name: 16})
         policy.costs.measure(ClockedEngine(lambda b: broken), {})
-        assert not policy.costs.measured and policy.costs.verify_s(4) == pytest.approx(0.03 * 1.3)  # the prior
+        assert not policy.costs.measured and policy.costs.verify_s(4) == pytest.approx(
+            0.03 * 1.3
+        )  # the prior

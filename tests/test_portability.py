@@ -34,7 +34,9 @@ def test_a_child_killed_by_sigill_is_a_result_not_a_crash():
     assert not result.ok and result.crash_signal == "SIGILL"
 
 
-def test_the_real_probe_child_decodes_here_or_crashes_and_the_fallback_decodes(tmp_path, no_env_force, monkeypatch):
+def test_the_real_probe_child_decodes_here_or_crashes_and_the_fallback_decodes(
+    tmp_path, no_env_force, monkeypatch
+):
     """The probe decodes, except on a CPU with AMX and a build with llama.cpp's AMX kernels,
     where a crash is what it is there to catch: SIGILL on machine B of the design notes,
     SIGSEGV on the Xeon of 2026-12-07.  After a crash, an engine that asks the decision
@@ -66,7 +68,10 @@ def test_the_real_probe_child_decodes_here_or_crashes_and_the_fallback_decodes(t
 def test_each_crash_signal_of_the_amx_kernels_turns_amx_off(tmp_path, no_env_force, signal_name):
     child = [sys.executable, "-c", f"import os, signal; os.kill(os.getpid(), signal.{signal_name})"]
     decision = amx_probe.decide(True, tmp_path / "probe.json", lambda: amx_probe.run_probe(child))
-    assert decision.avoid_amx and f"crash on this machine (probe child killed by {signal_name})" in decision.status
+    assert (
+        decision.avoid_amx
+        and f"crash on this machine (probe child killed by {signal_name})" in decision.status
+    )
 
 
 def test_a_child_killed_for_another_reason_avoids_amx_without_blaming_it(tmp_path, no_env_force):
@@ -96,9 +101,15 @@ def test_decision_avoids_amx_after_a_crash_and_caches_it(tmp_path, no_env_force)
 
 
 def test_decision_keeps_amx_when_the_probe_decodes(tmp_path, no_env_force):
-    decoded = amx_probe.ProbeResult(True, None, "decoded", 1.0)  # the real child crashes on AMX Xeons
+    decoded = amx_probe.ProbeResult(
+        True, None, "decoded", 1.0
+    )  # the real child crashes on AMX Xeons
     decision = amx_probe.decide(True, tmp_path / "probe.json", lambda: decoded)
-    assert not decision.avoid_amx and decision.source == "probe" and decision.status.startswith("in use")
+    assert (
+        not decision.avoid_amx
+        and decision.source == "probe"
+        and decision.status.startswith("in use")
+    )
 
 
 def test_no_probe_without_amx_in_the_build(tmp_path, no_env_force):
@@ -126,7 +137,9 @@ def test_repack_selection_follows_llama_cpp_rules(real_pair_paths):
     info = check_gguf_file(real_pair_paths.target)
     names = backend.repack_tensors(info, avx2=True, avx512=False)
     by_name = {t.name: t for t in info.tensors}
-    assert names and all(by_name[n].ggml_type.name in ("Q4_0", "Q4_K", "IQ4_NL", "MXFP4") for n in names)
+    assert names and all(
+        by_name[n].ggml_type.name in ("Q4_0", "Q4_K", "IQ4_NL", "MXFP4") for n in names
+    )
     assert all(by_name[n].shape[1] % 8 == 0 for n in names)
     assert "token_embd.weight" not in names
     q6k = [t.name for t in info.tensors if t.ggml_type.name == "Q6_K"]
@@ -137,9 +150,19 @@ def test_repack_selection_follows_llama_cpp_rules(real_pair_paths):
 def test_override_patterns_name_exactly_the_chosen_tensors():
     import re
 
-    names = ["blk.0.attn_q.weight", "blk.12.attn_q.weight", "blk.3.ffn_down.weight", "output.weight"]
+    names = [
+        "blk.0.attn_q.weight",
+        "blk.12.attn_q.weight",
+        "blk.3.ffn_down.weight",
+        "output.weight",
+    ]
     patterns = backend._override_patterns(names)
-    others = ["blk.1.attn_q.weight", "blk.120.attn_q.weight", "blk.0.attn_q.weight2", "token_embd.weight"]
+    others = [
+        "blk.1.attn_q.weight",
+        "blk.120.attn_q.weight",
+        "blk.0.attn_q.weight2",
+        "token_embd.weight",
+    ]
     assert all(any(re.search(p, n) for p in patterns) for n in names)
     assert not any(re.search(p, n) for p in patterns for n in others)
 
@@ -154,10 +177,16 @@ def test_fallback_keeps_cpu_repack_and_the_same_logits(real_pair_paths, capfd):
     logs = {}
     for mode in ("default", "no-amx"):
         capfd.readouterr()
-        engines[mode] = Engine(real_pair_paths.target, EngineConfig(n_ctx=256, cpu_buffers=mode), verbose=True)
+        engines[mode] = Engine(
+            real_pair_paths.target, EngineConfig(n_ctx=256, cpu_buffers=mode), verbose=True
+        )
         logs[mode] = capfd.readouterr().err
     buffers = {
-        mode: [line.split("=")[-1].strip() for line in log.splitlines() if "CPU_REPACK model buffer size" in line]
+        mode: [
+            line.split("=")[-1].strip()
+            for line in log.splitlines()
+            if "CPU_REPACK model buffer size" in line
+        ]
         for mode, log in logs.items()
     }
     try:
@@ -166,7 +195,9 @@ def test_fallback_keeps_cpu_repack_and_the_same_logits(real_pair_paths, capfd):
         assert engines["no-amx"].cpu_buffers.startswith("without AMX")
         b = engines["no-amx"].decode(prompt, [39])[0]
         if amx_probe.amx_decision().avoid_amx and backend.amx_in_build():
-            assert "AMX model buffer" in logs["default"] and "AMX model buffer" not in logs["no-amx"]
+            assert (
+                "AMX model buffer" in logs["default"] and "AMX model buffer" not in logs["no-amx"]
+            )
             assert buffers["no-amx"] and np.isfinite(b).all()
         else:
             np.testing.assert_array_equal(engines["default"].decode(prompt, [39])[0], b)
@@ -175,14 +206,23 @@ def test_fallback_keeps_cpu_repack_and_the_same_logits(real_pair_paths, capfd):
             e.close()
 
 
-def test_the_benchmarks_peer_llama_loads_its_weights_as_an_engine_does(real_pair_paths, monkeypatch, capfd):
+def test_the_benchmarks_peer_llama_loads_its_weights_as_an_engine_does(
+    real_pair_paths, monkeypatch, capfd
+):
     """llama-cpp-python's own ``Llama`` (the benchmarks' peer) has no option to avoid the
     AMX kernels; on a machine where they crash, it must still load without them (before
     load_peer_llama, ``localspec bench`` died of SIGILL at the peer's first decode)."""
-    monkeypatch.setattr(amx_probe, "amx_decision", lambda: amx_probe.AmxDecision(True, "forced by the test", "env"))
+    monkeypatch.setattr(
+        amx_probe, "amx_decision", lambda: amx_probe.AmxDecision(True, "forced by the test", "env")
+    )
     capfd.readouterr()
     peer = load_peer_llama(
-        real_pair_paths.target, n_ctx=256, n_threads=2, flash_attn=True, logits_all=True, verbose=True
+        real_pair_paths.target,
+        n_ctx=256,
+        n_threads=2,
+        flash_attn=True,
+        logits_all=True,
+        verbose=True,
     )
     log = capfd.readouterr().err
     ours = Engine(real_pair_paths.target, EngineConfig(n_ctx=256, cpu_buffers="no-amx"))
@@ -190,7 +230,9 @@ def test_the_benchmarks_peer_llama_loads_its_weights_as_an_engine_does(real_pair
         assert "model buffer size" in log and "AMX model buffer" not in log
         prompt = list(range(1000, 1040))
         peer.eval(prompt)
-        np.testing.assert_allclose(peer.scores[len(prompt) - 1], ours.decode(prompt, [39])[0], rtol=0, atol=1e-4)
+        np.testing.assert_allclose(
+            peer.scores[len(prompt) - 1], ours.decode(prompt, [39])[0], rtol=0, atol=1e-4
+        )
     finally:
         peer.close()
         ours.close()
@@ -212,7 +254,9 @@ def test_doctor_reports_the_build(monkeypatch, capsys):
     assert r["threads"] >= 1 and r["memory_bytes"] > 0 and r["default_pair"]["target"]["name"]
     assert main(["doctor"]) == 0
     text = capsys.readouterr().out
-    assert "LOCALSPEC_NO_AMX   set: the fallback is forced" in text and "llama.cpp 0c1e57098" in text
+    assert (
+        "LOCALSPEC_NO_AMX   set: the fallback is forced" in text and "llama.cpp 0c1e57098" in text
+    )
 
 
 def test_gpu_without_a_gpu_build_warns_once_with_the_reinstall_command(monkeypatch):

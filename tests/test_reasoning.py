@@ -44,7 +44,10 @@ def fmt_of(name: str):
 
 def render(name: str, messages: list[dict], add_generation_prompt: bool = True, **kwargs) -> str:
     formatter = Jinja2ChatFormatter(
-        (TEMPLATES / name).read_text(), eos_token="</s>", bos_token="<s>", add_generation_prompt=add_generation_prompt
+        (TEMPLATES / name).read_text(),
+        eos_token="</s>",
+        bos_token="<s>",
+        add_generation_prompt=add_generation_prompt,
     )
     return formatter(messages=messages, **kwargs).prompt
 
@@ -66,7 +69,12 @@ def test_the_format_is_read_from_the_template(
     name, kind, opens_in_prompt, reads_enable_thinking, reads_reasoning_effort
 ):
     fmt = fmt_of(name)
-    assert (fmt.kind, fmt.opens_in_prompt, fmt.reads_enable_thinking, fmt.reads_reasoning_effort) == (
+    assert (
+        fmt.kind,
+        fmt.opens_in_prompt,
+        fmt.reads_enable_thinking,
+        fmt.reads_reasoning_effort,
+    ) == (
         kind,
         opens_in_prompt,
         reads_enable_thinking,
@@ -74,7 +82,11 @@ def test_the_format_is_read_from_the_template(
     )
     expected = {
         THINK_TAGS: ("<think>", "</think>", "\n\n"),
-        HARMONY: ("<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant<|channel|>final<|message|>"),
+        HARMONY: (
+            "<|channel|>analysis<|message|>",
+            "<|end|>",
+            "<|start|>assistant<|channel|>final<|message|>",
+        ),
         None: ("", "", ""),
     }[kind]
     assert (fmt.open, fmt.close, fmt.separator) == expected
@@ -86,14 +98,19 @@ def test_no_template_or_one_without_thinking_has_no_format(template):
 
 
 def test_a_separator_the_template_writes_is_kept():
-    fmt = detect_reasoning("{{ '<think>' + r + '</think>\\n' + c }}{% if add_generation_prompt %}x{% endif %}")
+    fmt = detect_reasoning(
+        "{{ '<think>' + r + '</think>\\n' + c }}{% if add_generation_prompt %}x{% endif %}"
+    )
     assert fmt.separator == "\n"
 
 
 ONE_TURN = [{"role": "user", "content": "Hi"}]
 TOOL_LOOP = [
     {"role": "user", "content": "Weather?"},
-    {"role": "assistant", "content": "<think>\nI should call it.\n</think>\n\n<tool_call>{}</tool_call>"},
+    {
+        "role": "assistant",
+        "content": "<think>\nI should call it.\n</think>\n\n<tool_call>{}</tool_call>",
+    },
     {"role": "tool", "content": "sunny"},
 ]
 LITERAL_TAG = [{"role": "user", "content": "What does <think> do?"}]
@@ -136,7 +153,14 @@ def test_a_harmony_prompt_that_opens_a_channel(prompt, start):
 
 # Pieces are each token's decoded text, or (text, token id) for a marker the vocabulary holds
 # as one control token (the engine decodes those to "").
-HARMONY_IDS = {1: "<|start|>", 2: "<|channel|>", 3: "<|message|>", 4: "<|end|>", 5: "<|call|>", 6: "<|constrain|>"}
+HARMONY_IDS = {
+    1: "<|start|>",
+    2: "<|channel|>",
+    3: "<|message|>",
+    4: "<|end|>",
+    5: "<|call|>",
+    6: "<|constrain|>",
+}
 START, CHANNEL, MESSAGE, END, CALL, CONSTRAIN = (("", i) for i in range(1, 7))
 
 
@@ -197,27 +221,72 @@ START, CHANNEL, MESSAGE, END, CALL, CONSTRAIN = (("", i) for i in range(1, 7))
             [C, C, C],
             id="no-block-a-later-tag-is-text",
         ),
-        pytest.param(QWEN3, EITHER, ["<t", "hink", "ing"], "", "<thinking", [C, C, C], id="open-prefix-that-fails"),
-        pytest.param(QWEN3, CONTENT, ["<think>", "x"], "", "<think>x", [C, C], id="prompt-closed-the-block"),
         pytest.param(
-            QWEN25_CODER, EITHER, ["<think>", "x", "</think>"], "", "<think>x</think>", [C, C, C], id="no-format"
+            QWEN3,
+            EITHER,
+            ["<t", "hink", "ing"],
+            "",
+            "<thinking",
+            [C, C, C],
+            id="open-prefix-that-fails",
+        ),
+        pytest.param(
+            QWEN3, CONTENT, ["<think>", "x"], "", "<think>x", [C, C], id="prompt-closed-the-block"
+        ),
+        pytest.param(
+            QWEN25_CODER,
+            EITHER,
+            ["<think>", "x", "</think>"],
+            "",
+            "<think>x</think>",
+            [C, C, C],
+            id="no-format",
         ),
         pytest.param(
             GPT_OSS,
             EITHER,
-            [CHANNEL, "analysis", MESSAGE, "Hmm", " ok", END, START, "assistant", CHANNEL, "final", MESSAGE, "Hi", "!"],
+            [
+                CHANNEL,
+                "analysis",
+                MESSAGE,
+                "Hmm",
+                " ok",
+                END,
+                START,
+                "assistant",
+                CHANNEL,
+                "final",
+                MESSAGE,
+                "Hi",
+                "!",
+            ],
             "Hmm ok",
             "Hi!",
             [M, M, M, R, R, M, M, M, M, M, M, C, C],
             id="harmony-analysis-then-final",
         ),
         pytest.param(
-            GPT_OSS, EITHER, [CHANNEL, "final", MESSAGE, "Hi"], "", "Hi", [M, M, M, C], id="harmony-straight-to-final"
+            GPT_OSS,
+            EITHER,
+            [CHANNEL, "final", MESSAGE, "Hi"],
+            "",
+            "Hi",
+            [M, M, M, C],
+            id="harmony-straight-to-final",
         ),
         pytest.param(
             GPT_OSS,
             EITHER,
-            [CHANNEL, "commentary to=functions.f ", CONSTRAIN, "json", MESSAGE, '{"a":', "1}", CALL],
+            [
+                CHANNEL,
+                "commentary to=functions.f ",
+                CONSTRAIN,
+                "json",
+                MESSAGE,
+                '{"a":',
+                "1}",
+                CALL,
+            ],
             "",
             '{"a":1}',
             [M, M, M, M, M, C, C, M],
@@ -232,11 +301,23 @@ START, CHANNEL, MESSAGE, END, CALL, CONSTRAIN = (("", i) for i in range(1, 7))
             [M, M, R, R, M],
             id="harmony-tags-spelled-in-text",
         ),
-        pytest.param(GPT_OSS, REASONING, ["deep", END], "deep", "", [R, M], id="harmony-prompt-opened-analysis"),
-        pytest.param(GPT_OSS, EITHER, ["x" * 300], "", "x" * 300, [C], id="harmony-model-writes-plain-text"),
+        pytest.param(
+            GPT_OSS,
+            REASONING,
+            ["deep", END],
+            "deep",
+            "",
+            [R, M],
+            id="harmony-prompt-opened-analysis",
+        ),
+        pytest.param(
+            GPT_OSS, EITHER, ["x" * 300], "", "x" * 300, [C], id="harmony-model-writes-plain-text"
+        ),
     ],
 )
-def test_the_splitter_labels_each_token_and_splits_the_text(name, start, pieces, reasoning, content, labels):
+def test_the_splitter_labels_each_token_and_splits_the_text(
+    name, start, pieces, reasoning, content, labels
+):
     splitter = channel_splitter(fmt_of(name), start, HARMONY_IDS if name == GPT_OSS else None)
     got, written = [], []
     for piece in pieces:
@@ -268,7 +349,11 @@ def test_the_split_renders_back_to_the_same_text():
     splitter = channel_splitter(fmt_of(QWEN3), EITHER)
     for piece in ["<think>", "\n", "Let me", " see.", "\n", "</think>", "\n\n", "Four."]:
         splitter.feed(piece)
-    turn = {"role": "assistant", "content": splitter.content, "reasoning_content": splitter.reasoning}
+    turn = {
+        "role": "assistant",
+        "content": splitter.content,
+        "reasoning_content": splitter.reasoning,
+    }
     rendered = render(QWEN3, ONE_TURN + [turn], add_generation_prompt=False)
     assert rendered.endswith("<|im_start|>assistant\n" + written + "<|im_end|>\n")
 
@@ -310,7 +395,9 @@ def test_the_forced_close_text(name, tail, forced):
         (GPT_OSS, EITHER, [("", 2), "final", ("", 3), "Hi"], ""),
     ],
 )
-def test_the_splitter_says_what_to_force_and_the_forced_text_ends_the_block(name, start, pieces, forced):
+def test_the_splitter_says_what_to_force_and_the_forced_text_ends_the_block(
+    name, start, pieces, forced
+):
     splitter = channel_splitter(fmt_of(name), start, HARMONY_IDS if name == GPT_OSS else None)
     for piece in pieces:
         splitter.feed(*(piece if isinstance(piece, tuple) else (piece, None)))
@@ -319,14 +406,22 @@ def test_the_splitter_says_what_to_force_and_the_forced_text_ends_the_block(name
         reasoning = splitter.reasoning
         splitter.feed(forced)
         splitter.feed("Answer")
-        assert (splitter.reasoning, splitter.content, splitter.channel) == (reasoning, "Answer", CONTENT)
+        assert (splitter.reasoning, splitter.content, splitter.channel) == (
+            reasoning,
+            "Answer",
+            CONTENT,
+        )
 
 
 @pytest.mark.parametrize(
     "forced, special, grammar",
     [
         ("\n</think>\n\n", (), 'start: "\\n</think>\\n\\n" answer\nanswer: /(.|\\n)*/\n'),
-        ("\n</think>\n\n", ("</think>",), 'start: "\\n" </think> "\\n\\n" answer\nanswer: /(.|\\n)*/\n'),
+        (
+            "\n</think>\n\n",
+            ("</think>",),
+            'start: "\\n" </think> "\\n\\n" answer\nanswer: /(.|\\n)*/\n',
+        ),
         (
             HARMONY_CLOSE,
             fmt_of(GPT_OSS).markers,
@@ -350,7 +445,9 @@ def test_the_close_grammar_forces_its_text_as_the_models_tokens(target_gguf):
     spelling of it (the last token left out, as :meth:`Constraint.forced` does)."""
     engine = Engine(target_gguf, EngineConfig(n_ctx=64))
     try:
-        constraint = Constraint.compile(grammar_tokenizer(engine), close_grammar("\n</think>\n\n"), engine.n_vocab)
+        constraint = Constraint.compile(
+            grammar_tokenizer(engine), close_grammar("\n</think>\n\n"), engine.n_vocab
+        )
         forced = engine.owner.run(constraint.forced)
         written = b"".join(engine.token_bytes(t) for t in forced)
         assert written and b"\n</think>\n\n".startswith(written)

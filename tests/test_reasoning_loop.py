@@ -41,7 +41,9 @@ def thinking_pair(tmp_path_factory):
 @pytest.fixture(scope="module")
 def r1_model(thinking_pair):
     """DeepSeek-R1-Distill's template: the generation prompt opens ``<think>\\n``."""
-    with SpeculativeModel(*thinking_pair, n_ctx=512, chat_template=R1_DISTILL, draft_max=4, p_min=0.0) as model:
+    with SpeculativeModel(
+        *thinking_pair, n_ctx=512, chat_template=R1_DISTILL, draft_max=4, p_min=0.0
+    ) as model:
         yield model
 
 
@@ -50,7 +52,9 @@ def qwen3_model(thinking_pair, tmp_path_factory):
     """Qwen3's template, given as a file path (``--chat-template-file``)."""
     path = tmp_path_factory.mktemp("template") / "qwen3.jinja"
     path.write_text(QWEN3)
-    with SpeculativeModel(thinking_pair[0], n_ctx=512, chat_template=str(path), draft_max=4) as model:
+    with SpeculativeModel(
+        thinking_pair[0], n_ctx=512, chat_template=str(path), draft_max=4
+    ) as model:
         yield model
 
 
@@ -68,10 +72,15 @@ def test_enable_thinking_reaches_the_template(qwen3_model):
     off = qwen3_model.target.render_chat(messages, template_kwargs={"enable_thinking": False})
     assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert qwen3_model.target.render_chat(messages).endswith("<|im_start|>assistant\n")
-    for options in ({"enable_thinking": False}, {"chat_template_kwargs": {"enable_thinking": False}}):
+    for options in (
+        {"enable_thinking": False},
+        {"chat_template_kwargs": {"enable_thinking": False}},
+    ):
         result = qwen3_model.chat(QUESTION, max_tokens=8, **options)
         assert result.reasoning == "" and result.stats.channels.get(REASONING) is None
-        prompt = qwen3_model.target.chat_tokens(messages, template_kwargs={"enable_thinking": False})
+        prompt = qwen3_model.target.chat_tokens(
+            messages, template_kwargs={"enable_thinking": False}
+        )
         assert result.stats.prompt_tokens == len(prompt)
 
 
@@ -85,7 +94,11 @@ def test_without_a_reasoning_format_nothing_changes(target_gguf):
     with SpeculativeModel(target_gguf, n_ctx=256, draft_max=4) as model:
         result = model.chat(QUESTION, max_tokens=10)
         events = list(model.chat(QUESTION, max_tokens=10, stream=True))
-    assert result.reasoning is None and result.stats.channels == {} and "thinking" not in result.stats.summary()
+    assert (
+        result.reasoning is None
+        and result.stats.channels == {}
+        and "thinking" not in result.stats.summary()
+    )
     assert {e.channel for e in events} == {CONTENT} and not any(e.reasoning for e in events)
 
 
@@ -100,9 +113,13 @@ def test_every_token_is_labelled_and_the_texts_are_kept_apart(r1_model):
     assert "".join(e.text for e in events) == result.text and result.text
     channels = [e.channel for e in events if e.token >= 0]
     first_marker, first_content = channels.index(MARKER), channels.index(CONTENT)
-    assert set(channels[:first_marker]) == {REASONING} and set(channels[first_content:]) == {CONTENT}
+    assert set(channels[:first_marker]) == {REASONING} and set(channels[first_content:]) == {
+        CONTENT
+    }
     stats = result.stats
-    assert stats.channels[REASONING].tokens + stats.channels[CONTENT].tokens + stats.marker_tokens == len(channels)
+    assert stats.channels[REASONING].tokens + stats.channels[
+        CONTENT
+    ].tokens + stats.marker_tokens == len(channels)
     assert "</think>" not in result.text and "</think>" not in result.reasoning
 
 
@@ -115,10 +132,16 @@ def test_reasoning_format_none_keeps_everything_as_answer(r1_model):
 def test_stop_strings_apply_to_the_answer_not_to_the_thinking(r1_model):
     free = r1_model.chat(QUESTION, max_tokens=30, reasoning_budget=8)
     in_thinking = next(
-        free.reasoning[i : i + 2] for i in range(len(free.reasoning) - 1) if free.reasoning[i : i + 2] not in free.text
+        free.reasoning[i : i + 2]
+        for i in range(len(free.reasoning) - 1)
+        if free.reasoning[i : i + 2] not in free.text
     )
     kept = r1_model.chat(QUESTION, max_tokens=30, reasoning_budget=8, stop=[in_thinking])
-    assert (kept.reasoning, kept.text, kept.finish_reason) == (free.reasoning, free.text, free.finish_reason)
+    assert (kept.reasoning, kept.text, kept.finish_reason) == (
+        free.reasoning,
+        free.text,
+        free.finish_reason,
+    )
     cut = r1_model.chat(QUESTION, max_tokens=30, reasoning_budget=8, stop=[free.text[3:5]])
     assert cut.finish_reason == "stop" and cut.text == free.text[: free.text.find(free.text[3:5])]
     assert cut.reasoning == free.reasoning
@@ -135,7 +158,11 @@ def test_the_budget_forces_the_close_in_one_verify(r1_model, budget):
     assert forced >= 3  # "</think>", "\n", "\n" (and a "\n" before it after text)
     assert thinking.tokens - (1 if budget else 0) == budget  # a forced newline is held as thinking
     assert result.sources.count(TokenSource.FORCED) == forced
-    assert result.stats.drafted_by_drafter["grammar"] == result.stats.accepted_by_drafter["grammar"] == forced
+    assert (
+        result.stats.drafted_by_drafter["grammar"]
+        == result.stats.accepted_by_drafter["grammar"]
+        == forced
+    )
     assert result.stats.rounds_by_drafter["grammar"] == 1  # the whole close in one target step
     assert result.stats.rounds < result.stats.generated_tokens
     assert result.text and "</think>" not in result.reasoning
@@ -143,11 +170,16 @@ def test_the_budget_forces_the_close_in_one_verify(r1_model, budget):
 
 
 def test_the_budget_is_a_load_option_and_enable_thinking_false_means_zero(thinking_pair):
-    with SpeculativeModel(thinking_pair[0], n_ctx=512, chat_template=R1_DISTILL, reasoning_budget=2) as model:
+    with SpeculativeModel(
+        thinking_pair[0], n_ctx=512, chat_template=R1_DISTILL, reasoning_budget=2
+    ) as model:
         assert model.chat(QUESTION, max_tokens=20).stats.channels[REASONING].tokens == 3
         off = model.chat(QUESTION, max_tokens=20, enable_thinking=False)
         assert off.reasoning == "" and off.stats.channels[REASONING].forced_tokens >= 3
-        assert model.chat(QUESTION, max_tokens=20, reasoning_budget=-1).stats.channels.get(CONTENT) is None
+        assert (
+            model.chat(QUESTION, max_tokens=20, reasoning_budget=-1).stats.channels.get(CONTENT)
+            is None
+        )
 
 
 @pytest.mark.parametrize("budget", [0, 4, 11, -1])
@@ -181,7 +213,9 @@ def _first_tokens(model, n: int = N_SAMPLED) -> tuple[np.ndarray, int]:
 
 @pytest.fixture(scope="module")
 def plain_sampled(thinking_pair):
-    with SpeculativeModel(thinking_pair[0], n_ctx=512, chat_template=R1_DISTILL, strategy="none") as plain:
+    with SpeculativeModel(
+        thinking_pair[0], n_ctx=512, chat_template=R1_DISTILL, strategy="none"
+    ) as plain:
         return _first_tokens(plain)[0]
 
 
@@ -201,14 +235,18 @@ def test_sampling_keeps_the_targets_distribution_given_the_forced_close(
     first three answer tokens after the budget's forced close (the first one the bonus of the
     round that verifies the close), speculative against plain sampling, fixed seeds.  Fails
     (p ~ 1e-9) with the correction sampled from the target's row instead of the residual."""
-    options = dict(n_ctx=512, chat_template=R1_DISTILL, p_min=0.0, draft_max=draft_max, strategy=strategy)
+    options = dict(
+        n_ctx=512, chat_template=R1_DISTILL, p_min=0.0, draft_max=draft_max, strategy=strategy
+    )
     with SpeculativeModel(thinking_pair[0], sharp_draft, **options) as spec:
         spec_sampled, drafted = _first_tokens(spec)
         forced = spec.chat(QUESTION, seed=0, **SAMPLED).stats.channels[REASONING].forced_tokens
     assert forced >= 3 and drafted >= N_SAMPLED  # the close forced, the answers drafted
     for pos in range(spec_sampled.shape[1]):
         cats = np.union1d(spec_sampled[:, pos], plain_sampled[:, pos])
-        table = np.array([[np.sum(x[:, pos] == c) for c in cats] for x in (spec_sampled, plain_sampled)])
+        table = np.array(
+            [[np.sum(x[:, pos] == c) for c in cats] for x in (spec_sampled, plain_sampled)]
+        )
         table = table[:, table.sum(axis=0) >= 10]
         if table.shape[1] < 2:  # a position where one token is (nearly) always drawn
             assert set(spec_sampled[:, pos]) == set(plain_sampled[:, pos])
@@ -234,10 +272,13 @@ def test_options_a_thinking_model_cannot_combine_are_refused(r1_model):
 def thinking_style(template: str) -> str:
     """The Qwen2.5-Coder template with a generation prompt that opens ``<think>``."""
     opened = template.replace(
-        "{{- '<|im_start|>assistant\\n' }}\n{%- endif %}", "{{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}"
+        "{{- '<|im_start|>assistant\\n' }}\n{%- endif %}",
+        "{{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}",
     )
     assert opened != template
-    return "{%- if false %}</think>{% endif %}" + opened  # mentions the close (before the generation prompt)
+    return (
+        "{%- if false %}</think>{% endif %}" + opened
+    )  # mentions the close (before the generation prompt)
 
 
 @pytest.fixture
@@ -252,7 +293,9 @@ def thinking_real(real_model):
 
 
 @pytest.mark.real_pair
-def test_real_pair_budget_forces_the_close_and_speculation_keeps_plain_greedy(thinking_real, tie_tolerance):
+def test_real_pair_budget_forces_the_close_and_speculation_keeps_plain_greedy(
+    thinking_real, tie_tolerance
+):
     model = thinking_real
     messages = [{"role": "user", "content": "Write a Python function that reverses a string."}]
     assert model.reasoning.format.opens_in_prompt
@@ -274,7 +317,9 @@ def test_real_pair_budget_forces_the_close_and_speculation_keeps_plain_greedy(th
 # --- the CLI ----------------------------------------------------------------------------------
 
 
-def test_cli_run_prints_the_thinking_apart_and_the_stats_per_channel(thinking_pair, tmp_path, capsys):
+def test_cli_run_prints_the_thinking_apart_and_the_stats_per_channel(
+    thinking_pair, tmp_path, capsys
+):
     from localspec.cli import commands
 
     template = tmp_path / "r1.jinja"
@@ -283,7 +328,9 @@ def test_cli_run_prints_the_thinking_apart_and_the_stats_per_channel(thinking_pa
     argv += ["--chat-template-file", str(template), "--reasoning-budget", "4", "--no-color"]
     assert commands.main(argv) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("<think>\n") and "\n</think>\n\n" in out  # no colour: the tags show where it ends
+    assert (
+        out.startswith("<think>\n") and "\n</think>\n\n" in out
+    )  # no colour: the tags show where it ends
     assert "thinking: 5 tokens" in err and "answer:" in err
     assert commands.main(argv + ["--json"]) == 0
     assert '"reasoning"' in capsys.readouterr().out

@@ -19,23 +19,41 @@ from test_tools import WEATHER
 from localspec.decoding.stats import GenerationResult, GenerationStats
 from localspec.decoding.tool_calls import ToolFormat, normalise_messages
 from localspec.server.errors import RequestError
-from localspec.server.openai_responses import ResponseShape, ResponsesRequest, messages_from, responses_request
+from localspec.server.openai_responses import (
+    ResponseShape,
+    ResponsesRequest,
+    messages_from,
+    responses_request,
+)
 from localspec.server.request import Limits, model_options
 
 INSTRUCTIONS = "You are a helpful programming assistant."
 ASK = "Write a Python function that reverses a string."
 WEATHER_ASK = "What is the weather in Paris?"
 TOOLS = [
-    {"type": "function", "name": "get_weather", "description": "The weather in a city now", "parameters": WEATHER},
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city now",
+        "parameters": WEATHER,
+    },
     {
         "type": "function",
         "name": "add",
         "description": "Add two numbers",
-        "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        },
     },
 ]
 SCHEMAS = {t["name"]: t["parameters"] for t in TOOLS}
-ECHO = {"model": "pair", "tools": [], "tool_choice": "auto", "parallel_tool_calls": True}  # what Response requires
+ECHO = {
+    "model": "pair",
+    "tools": [],
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+}  # what Response requires
 HERMES = ToolFormat("hermes", open_token=1, close_token=2)
 
 
@@ -50,7 +68,9 @@ def assert_sequenced(events: list) -> None:
     """created, in_progress first, completed or incomplete last, sequence numbers 0, 1, 2, ..."""
     kinds = [e.type for e in events]
     assert kinds[:2] == ["response.created", "response.in_progress"], kinds
-    assert kinds[-1] in ("response.completed", "response.incomplete") and kinds.count(kinds[-1]) == 1, kinds
+    assert (
+        kinds[-1] in ("response.completed", "response.incomplete") and kinds.count(kinds[-1]) == 1
+    ), kinds
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert kinds.count("response.output_item.added") == kinds.count("response.output_item.done")
 
@@ -84,33 +104,65 @@ def test_a_stream_reassembles_to_the_whole_answer(server, real_model, tie_tolera
     real_model.reset_cache()
     whole = client.responses.create(model="m", input=ASK, max_output_tokens=32, temperature=0)
     real_model.reset_cache()
-    with client.responses.stream(model="m", input=ASK, max_output_tokens=32, temperature=0) as stream:
+    with client.responses.stream(
+        model="m", input=ASK, max_output_tokens=32, temperature=0
+    ) as stream:
         events = list(stream)
     assert_sequenced(events)
-    final = events[-1].response  # get_final_response() wants response.completed; a cut answer is incomplete
+    final = events[
+        -1
+    ].response  # get_final_response() wants response.completed; a cut answer is incomplete
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-    assert text == final.output_text == next(e.text for e in events if e.type == "response.output_text.done")
-    assert_same_greedy(real_model, [{"role": "user", "content": ASK}], whole.output_text, text, tie_tolerance)
+    assert (
+        text
+        == final.output_text
+        == next(e.text for e in events if e.type == "response.output_text.done")
+    )
+    assert_same_greedy(
+        real_model, [{"role": "user", "content": ASK}], whole.output_text, text, tie_tolerance
+    )
     assert events[0].response.id == final.id and final.status == whole.status
-    assert final.usage.output_tokens == whole.usage.output_tokens and final.model_extra["timings"]["draft_n"] >= 0
+    assert (
+        final.usage.output_tokens == whole.usage.output_tokens
+        and final.model_extra["timings"]["draft_n"] >= 0
+    )
 
 
 def _chat_call(call) -> dict:
-    return {"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
 
 
 def test_a_function_call_round_trips_through_previous_response_id(server, real_model):
     client = server.client()
     first = client.responses.create(
-        model="m", input=WEATHER_ASK, tools=TOOLS, tool_choice="required", max_output_tokens=48, temperature=0
+        model="m",
+        input=WEATHER_ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        max_output_tokens=48,
+        temperature=0,
     )
     calls = [o for o in first.output if o.type == "function_call"]
-    assert calls and first.status == "completed" and all(c.call_id.startswith("call_") for c in calls)
+    assert (
+        calls and first.status == "completed" and all(c.call_id.startswith("call_") for c in calls)
+    )
     assert calls[0].id.startswith("fc_") and calls[0].status == "completed"
     jsonschema.validate(json.loads(calls[0].arguments), SCHEMAS[calls[0].name])
-    outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": '{"celsius": 21}'} for c in calls]
+    outputs = [
+        {"type": "function_call_output", "call_id": c.call_id, "output": '{"celsius": 21}'}
+        for c in calls
+    ]
     final = client.responses.create(
-        model="m", previous_response_id=first.id, input=outputs, tools=TOOLS, tool_choice="none", max_output_tokens=32
+        model="m",
+        previous_response_id=first.id,
+        input=outputs,
+        tools=TOOLS,
+        tool_choice="none",
+        max_output_tokens=32,
     )
     assert [o.type for o in final.output] == ["message"] and final.output_text.strip()
     assert final.previous_response_id == first.id
@@ -119,20 +171,32 @@ def test_a_function_call_round_trips_through_previous_response_id(server, real_m
         {"role": "assistant", "content": "", "tool_calls": [_chat_call(c) for c in calls]},
         *({"role": "tool", "tool_call_id": o["call_id"], "content": o["output"]} for o in outputs),
     ]
-    assert final.usage.input_tokens == len(real_model.target.chat_tokens(normalise_messages(conversation)))
+    assert final.usage.input_tokens == len(
+        real_model.target.chat_tokens(normalise_messages(conversation))
+    )
     # the same call streamed: one function_call item whose argument deltas make its arguments
     with client.responses.stream(
-        model="m", input=WEATHER_ASK, tools=TOOLS, tool_choice="required", max_output_tokens=48, temperature=0
+        model="m",
+        input=WEATHER_ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        max_output_tokens=48,
+        temperature=0,
     ) as stream:
         events = list(stream)
         streamed = stream.get_final_response()
     assert_sequenced(events)
     call = next(o for o in streamed.output if o.type == "function_call")
     deltas = "".join(
-        e.delta for e in events if e.type == "response.function_call_arguments.delta" and e.output_index == 0
+        e.delta
+        for e in events
+        if e.type == "response.function_call_arguments.delta" and e.output_index == 0
     )
     assert json.loads(deltas) == json.loads(call.arguments) == json.loads(calls[0].arguments)
-    assert next(e for e in events if e.type == "response.function_call_arguments.done").arguments == call.arguments
+    assert (
+        next(e for e in events if e.type == "response.function_call_arguments.done").arguments
+        == call.arguments
+    )
 
 
 def test_an_auto_function_call_s_arguments_stream_while_they_are_written(server):
@@ -142,7 +206,13 @@ def test_an_auto_function_call_s_arguments_stream_while_they_are_written(server)
 
     function = WRITE_TOOLS[0]["function"]
     tools = [{"type": "function", "name": "write", "parameters": function["parameters"]}]
-    ask = dict(model="m", input=WRITE_ASK[0]["content"], tools=tools, tool_choice="auto", max_output_tokens=200)
+    ask = dict(
+        model="m",
+        input=WRITE_ASK[0]["content"],
+        tools=tools,
+        tool_choice="auto",
+        max_output_tokens=200,
+    )
     with server.client().responses.stream(**ask, temperature=0) as stream:
         events = list(stream)
         final = stream.get_final_response()
@@ -161,7 +231,11 @@ def test_text_format_json_schema_parses(server):
         age: int
 
     r = server.client().responses.parse(
-        model="m", input="Invent a person. Reply in JSON.", text_format=Person, max_output_tokens=48, temperature=0
+        model="m",
+        input="Invent a person. Reply in JSON.",
+        text_format=Person,
+        max_output_tokens=48,
+        temperature=0,
     )
     assert isinstance(r.output_parsed, Person)
 
@@ -177,13 +251,22 @@ BAD_CALL = {"type": "function_call", "call_id": "call_1", "name": "add", "argume
         (dict(input=[{"type": "item_reference", "id": "msg_1"}]), "input.0.type"),
         (dict(input=[BAD_CALL]), "input.0.arguments"),
         (dict(input=[{"type": "function_call_output", "output": "3"}]), "input.0.call_id"),
-        (dict(input="Hi", tools=[{"type": "frobnicate"}]), "tools.0"),  # hosted tools are dropped; unknown ones named
+        (
+            dict(input="Hi", tools=[{"type": "frobnicate"}]),
+            "tools.0",
+        ),  # hosted tools are dropped; unknown ones named
         (dict(input="Hi", tool_choice="required"), "tool_choice"),
-        (dict(input="Hi", tools=TOOLS, tool_choice={"type": "function", "name": "nope"}), "tool_choice"),
+        (
+            dict(input="Hi", tools=TOOLS, tool_choice={"type": "function", "name": "nope"}),
+            "tool_choice",
+        ),
         (dict(input="Hi", temperature="hot"), "temperature"),
         (dict(input="Hi", max_output_tokens=0), "max_output_tokens"),
         (
-            dict(input="Hi", text={"format": {"type": "json_schema", "name": "x", "schema": {"$ref": "#/no"}}}),
+            dict(
+                input="Hi",
+                text={"format": {"type": "json_schema", "name": "x", "schema": {"$ref": "#/no"}}},
+            ),
             "text.format",
         ),
         (dict(input=[]), "input"),
@@ -202,7 +285,9 @@ def test_unstored_and_unknown_responses_are_404_and_the_server_keeps_serving(ser
     unstored = client.responses.create(model="m", input="Hi", max_output_tokens=2, store=False)
     assert unstored.store is False
     with pytest.raises(openai.NotFoundError) as err:
-        client.responses.create(model="m", input="Hi", previous_response_id=unstored.id, max_output_tokens=2)
+        client.responses.create(
+            model="m", input="Hi", previous_response_id=unstored.id, max_output_tokens=2
+        )
     assert err.value.body["param"] == "previous_response_id"
     assert err.value.body["code"] == "previous_response_not_found"
     with pytest.raises(openai.NotFoundError):
@@ -279,7 +364,11 @@ def test_input_items_translate_to_the_models_messages():
         {
             "input": [
                 {"role": "developer", "content": "Be brief."},
-                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Add 1 and 2."}]},
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "Add 1 and 2."}],
+                },
                 {"type": "reasoning", "id": "rs_1", "summary": []},
                 {
                     "type": "message",
@@ -288,10 +377,25 @@ def test_input_items_translate_to_the_models_messages():
                     "status": "completed",
                     "content": [{"type": "output_text", "text": "Sure.", "annotations": []}],
                 },
-                {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "add", "arguments": '{"a": 1}'},
-                {"type": "function_call", "call_id": "call_2", "name": "add", "arguments": '{"b": 2}'},
+                {
+                    "type": "function_call",
+                    "id": "fc_1",
+                    "call_id": "call_1",
+                    "name": "add",
+                    "arguments": '{"a": 1}',
+                },
+                {
+                    "type": "function_call",
+                    "call_id": "call_2",
+                    "name": "add",
+                    "arguments": '{"b": 2}',
+                },
                 {"type": "function_call_output", "call_id": "call_1", "output": "3"},
-                {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "x"}]},
+                {
+                    "type": "function_call_output",
+                    "call_id": "call_2",
+                    "output": [{"type": "input_text", "text": "x"}],
+                },
             ]
         }
     ).input
@@ -314,28 +418,48 @@ LIMITS = Limits("pair", max_tokens=100, tools=True, fim=False)
 
 def test_a_body_translates_to_the_generation_request_and_its_options():
     body = ResponsesRequest.model_validate(
-        {"input": "x", "tools": TOOLS, "tool_choice": {"type": "function", "name": "add"}, "parallel_tool_calls": False}
+        {
+            "input": "x",
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "name": "add"},
+            "parallel_tool_calls": False,
+        }
     )
     request = responses_request(body)
-    assert request.protocol == "openai.responses" and request.messages == ({"role": "user", "content": "x"},)
+    assert request.protocol == "openai.responses" and request.messages == (
+        {"role": "user", "content": "x"},
+    )
     options = model_options(request, LIMITS)
     assert options["tool_choice"] == {"type": "function", "function": {"name": "add"}}
     assert options["tools"][0] == {
         "type": "function",
-        "function": {"name": "get_weather", "description": "The weather in a city now", "parameters": WEATHER},
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city now",
+            "parameters": WEATHER,
+        },
     }
     assert options["parallel_tool_calls"] is False and options["max_tokens"] == 100
-    body = ResponsesRequest.model_validate({"input": "x", "tools": TOOLS, "text": {"format": {"type": "json_object"}}})
+    body = ResponsesRequest.model_validate(
+        {"input": "x", "tools": TOOLS, "text": {"format": {"type": "json_object"}}}
+    )
     with pytest.raises(RequestError, match="cannot be combined") as err:
         model_options(responses_request(body), LIMITS)
     assert err.value.path == ("text", "format")
     schema = {"type": "json_schema", "name": "p", "schema": WEATHER, "strict": True}
-    body = ResponsesRequest.model_validate({"input": "x", "max_output_tokens": 7, "text": {"format": schema}})
+    body = ResponsesRequest.model_validate(
+        {"input": "x", "max_output_tokens": 7, "text": {"format": schema}}
+    )
     options = model_options(responses_request(body), LIMITS)
-    assert options["response_format"] == {"type": "json_schema", "json_schema": {"name": "p", "schema": WEATHER}}
+    assert options["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "p", "schema": WEATHER},
+    }
     assert options["max_tokens"] == 7
     body = ResponsesRequest.model_validate({"input": "x", "max_output_tokens": 101})
-    with pytest.raises(RequestError, match="max_output_tokens is 101; this server allows at most 100") as err:
+    with pytest.raises(
+        RequestError, match="max_output_tokens is 101; this server allows at most 100"
+    ) as err:
         model_options(responses_request(body), LIMITS)
     assert err.value.param == "max_output_tokens"
 
@@ -365,7 +489,9 @@ def test_the_stream_shape_as_the_sdks_types_and_reader_take_it():
         sse += shape.stream_events(batch)
     stats = GenerationStats(prompt_tokens=12, generated_tokens=20)
     calls = parser.finish()
-    result = GenerationResult(text, list(range(20)), [], "tool_calls", stats, tool_calls=calls, content=parser.content)
+    result = GenerationResult(
+        text, list(range(20)), [], "tool_calls", stats, tool_calls=calls, content=parser.content
+    )
     sse += shape.stream_end(result, False)
     payloads = _payloads(sse)
     adapter = TypeAdapter(ResponseStreamEvent)
@@ -378,11 +504,19 @@ def test_the_stream_shape_as_the_sdks_types_and_reader_take_it():
         events = list(stream)
         final = stream.get_final_response()
     assert_sequenced(events)
-    assert [o.type for o in final.output] == ["message", "function_call"] and final.output_text == "Let me check.\n"
-    assert final.output[1].name == "get_weather" and json.loads(final.output[1].arguments) == {"city": "Paris"}
+    assert [o.type for o in final.output] == [
+        "message",
+        "function_call",
+    ] and final.output_text == "Let me check.\n"
+    assert final.output[1].name == "get_weather" and json.loads(final.output[1].arguments) == {
+        "city": "Paris"
+    }
     assert final.output[1].parsed_arguments is None  # not a strict tool: the SDK leaves it unparsed
     whole = Response.model_validate(ResponseShape(ECHO, stored.append).whole([], result))
-    assert [o.type for o in whole.output] == ["message", "function_call"] and whole.output_text == "Let me check."
+    assert [o.type for o in whole.output] == [
+        "message",
+        "function_call",
+    ] and whole.output_text == "Let me check."
 
 
 def test_a_cut_or_empty_stream_ends_incomplete_with_a_message_item():
@@ -392,11 +526,15 @@ def test_a_cut_or_empty_stream_ends_incomplete_with_a_message_item():
     sse = shape.stream_start()
     for batch in answer_batches("1 <", HERMES, step=3)[0]:  # "<" may begin a call: held to the end
         sse += shape.stream_events(batch)
-    sse += shape.stream_end(GenerationResult("1 <", [1, 2], [], "length", GenerationStats(prompt_tokens=3)), False)
+    sse += shape.stream_end(
+        GenerationResult("1 <", [1, 2], [], "length", GenerationStats(prompt_tokens=3)), False
+    )
     payloads = _payloads(sse)
     for payload in payloads:
         TypeAdapter(ResponseStreamEvent).validate_python(payload)
-    assert "".join(p["delta"] for p in payloads if p["type"] == "response.output_text.delta") == "1 <"
+    assert (
+        "".join(p["delta"] for p in payloads if p["type"] == "response.output_text.delta") == "1 <"
+    )
     last = payloads[-1]
     assert (
         last["type"] == "response.incomplete"

@@ -26,7 +26,9 @@ def test_interrupt_inside_decode_leaves_the_model_usable(target_gguf, monkeypatc
         original = engine._output_rows
         calls = []
 
-        def interrupted(counts, views):  # llama_decode has stored the tokens; cache_tokens not yet updated
+        def interrupted(
+            counts, views
+        ):  # llama_decode has stored the tokens; cache_tokens not yet updated
             calls.append(counts)
             raise KeyboardInterrupt
 
@@ -171,13 +173,17 @@ def test_bad_prompts_are_invalid_option_errors(target_gguf, prompt):
 def test_seed_minus_one_is_random_and_tiny_temperature_is_greedy(target_gguf):
     with SpeculativeModel(target_gguf, None, n_ctx=256, strategy="none") as m:
         greedy = m.generate(PROMPT, max_tokens=10).tokens
-        assert m.generate(PROMPT, max_tokens=10, temperature=5e-324, top_k=0, seed=-1).tokens == greedy
+        assert (
+            m.generate(PROMPT, max_tokens=10, temperature=5e-324, top_k=0, seed=-1).tokens == greedy
+        )
 
 
 def test_smaller_draft_vocabulary_skips_tokens_it_cannot_read(synth_dir, target_gguf):
     big_target = write_model(synth_dir / "bigtarget.gguf", seed=1, extra_words=100)
     with SpeculativeModel(big_target, target_gguf, n_ctx=512, draft_max=4, p_min=0.0) as m:
-        r = m.generate([1, 300, 330, 360, 400, 310], max_tokens=20)  # ids >= 321 exist only in the target
+        r = m.generate(
+            [1, 300, 330, 360, 400, 310], max_tokens=20
+        )  # ids >= 321 exist only in the target
     assert len(r.tokens) == 20
 
 

@@ -36,7 +36,9 @@ def residual_distribution(p, q):
 def emitted_distribution(p, q):
     """Exact law of the first emitted token when one token is drafted from q:
     sum_d q(d) [min(1, p/q)(d) * 1{x=d} + (1 - min(1, p/q)(d)) * residual(x)]."""
-    accept = np.where(q > 0, np.minimum(1.0, np.divide(p, q, out=np.ones_like(p), where=q > 0)), 1.0)
+    accept = np.where(
+        q > 0, np.minimum(1.0, np.divide(p, q, out=np.ones_like(p), where=q > 0)), 1.0
+    )
     return q * accept + (q * (1 - accept)).sum() * residual_distribution(p, q)
 
 
@@ -138,7 +140,9 @@ def test_processed_probs_filters():
     np.testing.assert_allclose(full, [0.5, 0.2, 0.15, 0.1, 0.05], rtol=1e-6)
     top2 = processed_probs(logits, SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0))
     np.testing.assert_allclose(top2, [5 / 7, 2 / 7, 0, 0, 0], rtol=1e-6)
-    nucleus = processed_probs(logits, SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0))
+    nucleus = processed_probs(
+        logits, SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0)
+    )
     np.testing.assert_allclose(nucleus, np.array([0.5, 0.2, 0.15, 0, 0]) / 0.85, rtol=1e-6)
     minp = processed_probs(logits, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.25))
     np.testing.assert_allclose(minp, np.array([0.5, 0.2, 0.15, 0, 0]) / 0.85, rtol=1e-6)
@@ -186,7 +190,9 @@ def dense_reference(row, params):
     keep = np.zeros(row.size, dtype=bool)
     order = np.argsort(-row, kind="stable")[: params.top_k or row.size]
     head = p[order] / p[order].sum()
-    n_keep = int(np.searchsorted(np.cumsum(head), params.top_p)) + 1 if params.top_p < 1 else head.size
+    n_keep = (
+        int(np.searchsorted(np.cumsum(head), params.top_p)) + 1 if params.top_p < 1 else head.size
+    )
     order, head = order[:n_keep], head[:n_keep]
     order = order[head >= params.min_p * head.max()]
     keep[order] = True
@@ -209,7 +215,9 @@ def test_sparse_candidates_equal_the_dense_filters_on_a_real_vocabulary(params):
     the dense computation's support and the probabilities agree to rounding."""
     from pathlib import Path
 
-    rows = np.load(Path(__file__).parents[1] / "benchmarks" / "data" / "logits.npz")["logits"].astype(np.float32)
+    rows = np.load(Path(__file__).parents[1] / "benchmarks" / "data" / "logits.npz")[
+        "logits"
+    ].astype(np.float32)
     got = candidates(rows, params)
     for row, c in zip(rows, got):
         ref = dense_reference(row, params)
@@ -228,10 +236,14 @@ def test_sampling_from_candidates_equals_the_dense_inverse_cdf():
     cumulative = np.cumsum(p)
     for seed in range(200):
         u = np.random.default_rng(seed).random() * cumulative[-1]
-        assert c.sample(np.random.default_rng(seed)) == int(np.searchsorted(cumulative, u, side="right"))
+        assert c.sample(np.random.default_rng(seed)) == int(
+            np.searchsorted(cumulative, u, side="right")
+        )
 
 
-@pytest.mark.parametrize("n_vocab, k", [(151_936, 40), (1_007, 5), (49_152, 200), (64, 40), (100_003, 1)])
+@pytest.mark.parametrize(
+    "n_vocab, k", [(151_936, 40), (1_007, 5), (49_152, 200), (64, 40), (100_003, 1)]
+)
 def test_top_k_by_column_maxima_is_exact(n_vocab, k):
     """The strided column-maxima search finds exactly the k largest logits, on vocabularies
     that the slices do and do not divide, with a tail, and with heavy ties below the cut."""
@@ -253,12 +265,18 @@ def test_min_p_alone_keeps_a_token_exactly_at_the_cut_and_bad_rows_fail_clearly(
 
     row = np.array([0.28422242403030396, -0.015350802801549435], np.float32)
     sp = SamplingParams(temperature=0.1, top_k=0, top_p=1.0, min_p=0.05)
-    np.testing.assert_array_equal(row_candidates(row, sp).ids, np.flatnonzero(dense_reference(row, sp)))
+    np.testing.assert_array_equal(
+        row_candidates(row, sp).ids, np.flatnonzero(dense_reference(row, sp))
+    )
     for bad in ([np.nan, 1.0], [np.inf, 1.0], [-np.inf, -np.inf]):
         with pytest.raises(EngineError):
             row_candidates(np.array(bad, np.float32), SamplingParams(0.7))
     vocabulary = np.zeros(151_936, np.float32)
-    for nans, top_k in ((vocabulary.size, 40), (1, 1), (64, 40)):  # top-k's floor turns NaN: no candidates
+    for nans, top_k in (
+        (vocabulary.size, 40),
+        (1, 1),
+        (64, 40),
+    ):  # top-k's floor turns NaN: no candidates
         row = vocabulary.copy()
         row[:nans] = np.nan
         with pytest.raises(EngineError):

@@ -25,7 +25,12 @@ def server(real_model):
 
 def messages_for(i):
     task = humaneval_tasks(i + 1)[i]
-    return [{"role": "user", "content": f"Complete this Python function.\n\n```python\n{task['prompt']}```"}]
+    return [
+        {
+            "role": "user",
+            "content": f"Complete this Python function.\n\n```python\n{task['prompt']}```",
+        }
+    ]
 
 
 def assert_same_greedy(model, messages, reference, other, tie_tolerance):
@@ -54,18 +59,30 @@ def test_chat_equals_the_library_call_and_reports_statistics(server, real_model,
     real_model.reset_cache()
     direct = real_model.chat(messages, max_tokens=48)
     real_model.reset_cache()
-    r = server.client().chat.completions.create(model="anything", messages=messages, max_tokens=48, temperature=0)
+    r = server.client().chat.completions.create(
+        model="anything", messages=messages, max_tokens=48, temperature=0
+    )
     assert r.model == "test-pair" and r.object == "chat.completion"
     assert r.choices[0].message.role == "assistant"
-    assert_same_greedy(real_model, messages, direct.text, r.choices[0].message.content, tie_tolerance)
+    assert_same_greedy(
+        real_model, messages, direct.text, r.choices[0].message.content, tie_tolerance
+    )
     assert r.choices[0].finish_reason in ("stop", "length")
-    assert r.usage.completion_tokens == len(direct.tokens) and r.usage.prompt_tokens == direct.stats.prompt_tokens
+    assert (
+        r.usage.completion_tokens == len(direct.tokens)
+        and r.usage.prompt_tokens == direct.stats.prompt_tokens
+    )
     timings = r.model_extra["timings"]
     assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
-    assert timings["predicted_n"] == r.usage.completion_tokens + (r.choices[0].finish_reason == "stop") - 1
+    assert (
+        timings["predicted_n"]
+        == r.usage.completion_tokens + (r.choices[0].finish_reason == "stop") - 1
+    )
     assert timings["predicted_per_second"] > 0 and timings["prompt_ms"] > 0
     # the same conversation again: its prompt comes from the KV cache
-    again = server.client().chat.completions.create(model="x", messages=messages, max_tokens=8, temperature=0)
+    again = server.client().chat.completions.create(
+        model="x", messages=messages, max_tokens=8, temperature=0
+    )
     assert again.usage.prompt_tokens_details.cached_tokens >= again.usage.prompt_tokens - 1
 
 
@@ -76,7 +93,11 @@ def test_streaming_chunks_as_the_sdk_reads_them(server, real_model, tie_toleranc
     real_model.reset_cache()
     chunks = list(
         server.client().chat.completions.create(
-            model="m", messages=messages, max_tokens=40, stream=True, stream_options={"include_usage": True}
+            model="m",
+            messages=messages,
+            max_tokens=40,
+            stream=True,
+            stream_options={"include_usage": True},
         )
     )
     assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
@@ -100,12 +121,16 @@ def test_completions_stream_and_not(server, real_model):
     real_model.reset_cache()
     streamed = "".join(
         c.choices[0].text
-        for c in client.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0, stream=True)
+        for c in client.completions.create(
+            model="m", prompt=prompt, max_tokens=24, temperature=0, stream=True
+        )
         if c.choices
     )
     assert streamed == r.choices[0].text
     lp = (
-        client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0, logprobs=3).choices[0].logprobs
+        client.completions.create(model="m", prompt=prompt, max_tokens=4, temperature=0, logprobs=3)
+        .choices[0]
+        .logprobs
     )
     assert len(lp.tokens) == 4 and all(len(t) == 3 for t in lp.top_logprobs)
 
@@ -122,7 +147,9 @@ def test_logprobs_are_the_targets_own(server, real_model):
         assert entry.top_logprobs[0].logprob >= entry.logprob - 1e-6  # greedy picks the best
     assert "".join(e.token for e in content) == r.choices[0].message.content
     with pytest.raises(openai.BadRequestError) as err:
-        server.client().chat.completions.create(model="m", messages=messages, logprobs=True, top_logprobs=21)
+        server.client().chat.completions.create(
+            model="m", messages=messages, logprobs=True, top_logprobs=21
+        )
     assert err.value.body["param"] == "top_logprobs"
 
 
@@ -133,10 +160,16 @@ def test_prediction_drafts_the_edit_and_keeps_the_greedy_text(server, real_model
     messages = [{"role": "user", "content": prompt.text}]
     client = server.client()
     plain = client.chat.completions.create(
-        model="m", messages=messages, max_tokens=96, extra_body={"speculative": {"strategy": "none"}}
+        model="m",
+        messages=messages,
+        max_tokens=96,
+        extra_body={"speculative": {"strategy": "none"}},
     )
     predicted = client.chat.completions.create(
-        model="m", messages=messages, max_tokens=96, prediction={"type": "content", "content": original}
+        model="m",
+        messages=messages,
+        max_tokens=96,
+        prediction={"type": "content", "content": original},
     )
     details = predicted.usage.completion_tokens_details
     assert details.accepted_prediction_tokens > 0
@@ -145,7 +178,11 @@ def test_prediction_drafts_the_edit_and_keeps_the_greedy_text(server, real_model
         <= predicted.model_extra["timings"]["draft_n"]
     )
     assert_same_greedy(
-        real_model, messages, plain.choices[0].message.content, predicted.choices[0].message.content, tie_tolerance
+        real_model,
+        messages,
+        plain.choices[0].message.content,
+        predicted.choices[0].message.content,
+        tie_tolerance,
     )
     parts = client.chat.completions.create(
         model="m",
@@ -159,7 +196,10 @@ def test_prediction_drafts_the_edit_and_keeps_the_greedy_text(server, real_model
 def test_four_clients_at_once_each_get_their_own_answer(server, real_model, tie_tolerance):
     prompts = [messages_for(i) for i in range(4)]
     sequential = [
-        server.client().chat.completions.create(model="m", messages=m, max_tokens=24).choices[0].message.content
+        server.client()
+        .chat.completions.create(model="m", messages=m, max_tokens=24)
+        .choices[0]
+        .message.content
         for m in prompts
     ]
     answers = [None] * 4
@@ -189,7 +229,9 @@ def test_dropped_streams_cancel_and_leak_nothing(server, real_model, tie_toleran
     server.wait_idle()
     threads_before = threading.active_count()
     for _ in range(50):
-        with client.chat.completions.create(model="m", messages=messages, max_tokens=400, stream=True) as stream:
+        with client.chat.completions.create(
+            model="m", messages=messages, max_tokens=400, stream=True
+        ) as stream:
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
                     break  # the client leaves mid-answer
@@ -202,8 +244,16 @@ def test_dropped_streams_cancel_and_leak_nothing(server, real_model, tie_toleran
     assert server.worker.waiting == 0
     assert len(real_model.target.cache_tokens) < real_model.target.n_ctx // 2
     # and the model still answers as before
-    a = client.chat.completions.create(model="m", messages=messages_for(0), max_tokens=16).choices[0].message.content
-    b = client.chat.completions.create(model="m", messages=messages_for(0), max_tokens=16).choices[0].message.content
+    a = (
+        client.chat.completions.create(model="m", messages=messages_for(0), max_tokens=16)
+        .choices[0]
+        .message.content
+    )
+    b = (
+        client.chat.completions.create(model="m", messages=messages_for(0), max_tokens=16)
+        .choices[0]
+        .message.content
+    )
     assert_same_greedy(real_model, messages_for(0), a, b, tie_tolerance)
 
 
@@ -211,14 +261,18 @@ def test_a_queued_request_whose_client_left_never_starts(server):
     client = server.client(timeout=1.0)
     long = [{"role": "user", "content": "Write a long essay about rivers."}]
     holder = threading.Thread(
-        target=lambda: server.client().chat.completions.create(model="m", messages=long, max_tokens=120)
+        target=lambda: server.client().chat.completions.create(
+            model="m", messages=long, max_tokens=120
+        )
     )
     skipped = server.worker.skipped
     holder.start()
     while not server.worker.busy:
         time.sleep(0.01)
     with pytest.raises(openai.APITimeoutError):
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "never"}], max_tokens=5)
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "never"}], max_tokens=5
+        )
     holder.join(300)
     server.wait_idle()
     assert server.worker.skipped == skipped + 1
@@ -265,14 +319,30 @@ F = {"type": "function", "function": {"name": "f"}}
         (dict(messages=[*OK, {"role": "tool", "content": "3"}]), "messages.1"),  # no tool_call_id
         (dict(messages=OK, stop=["a", "b", "c", "d", "e"]), "stop"),
         (dict(messages=OK, prediction={"type": "content", "content": "x"}, n=3), "n"),
-        (dict(messages=OK, extra_body={"speculative": {"strategy": "prediction"}}), "speculative.strategy"),
+        (
+            dict(messages=OK, extra_body={"speculative": {"strategy": "prediction"}}),
+            "speculative.strategy",
+        ),
         (dict(messages=OK, tools=[{"type": "function"}]), "tools.0.function"),
         (dict(messages=OK, tools=[F], tool_choice="sometimes"), "tool_choice"),
         (dict(messages=OK, tool_choice="required"), "tool_choice"),  # no tools
-        (dict(messages=OK, tools=[F], tool_choice={"type": "function", "function": {"name": "g"}}), "tool_choice"),
-        (dict(messages=OK, tools=[{"type": "function", "function": {"name": "get\nweather"}}]), "tools"),
         (
-            dict(messages=OK, tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}]),
+            dict(
+                messages=OK, tools=[F], tool_choice={"type": "function", "function": {"name": "g"}}
+            ),
+            "tool_choice",
+        ),
+        (
+            dict(messages=OK, tools=[{"type": "function", "function": {"name": "get\nweather"}}]),
+            "tools",
+        ),
+        (
+            dict(
+                messages=OK,
+                tools=[
+                    {"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}
+                ],
+            ),
             "tools.0.function.parameters",
         ),
         (dict(messages=OK, tools=[F], response_format={"type": "json_object"}), "response_format"),
@@ -281,7 +351,10 @@ F = {"type": "function", "function": {"name": "f"}}
 def test_bad_chat_fields_are_a_400_naming_the_param(server, kwargs, param):
     with pytest.raises(openai.BadRequestError) as err:
         server.client().chat.completions.create(model="m", **kwargs)
-    assert err.value.status_code == 400 and err.value.body["param"] == param, (kwargs, err.value.body)
+    assert err.value.status_code == 400 and err.value.body["param"] == param, (
+        kwargs,
+        err.value.body,
+    )
 
 
 def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_model):
@@ -300,7 +373,9 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_
         server.client(key="wrong").chat.completions.create(model="m", messages=ok)
     assert err.value.body["code"] == "invalid_api_key"
     with pytest.raises(openai.APIStatusError) as err:
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * (9 << 20)}])
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x" * (9 << 20)}]
+        )
     assert err.value.status_code == 413
     with pytest.raises(openai.NotFoundError):
         client.embeddings.create(model="m", input="hi")
@@ -313,9 +388,18 @@ def test_bad_input_gets_openai_errors_and_the_server_keeps_serving(server, real_
 
 def test_a_call_cut_by_max_tokens_is_no_content_streamed_or_not(server):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    ask = dict(model="m", messages=[{"role": "user", "content": "Call f."}], tools=tools, tool_choice="required")
+    ask = dict(
+        model="m",
+        messages=[{"role": "user", "content": "Call f."}],
+        tools=tools,
+        tool_choice="required",
+    )
     whole = server.client().chat.completions.create(**ask, max_tokens=3).choices[0]
-    assert (whole.finish_reason, whole.message.content, whole.message.tool_calls) == ("length", "", None)
+    assert (whole.finish_reason, whole.message.content, whole.message.tool_calls) == (
+        "length",
+        "",
+        None,
+    )
     pieces = [
         c.choices[0].delta.content or ""
         for c in server.client().chat.completions.create(**ask, max_tokens=3, stream=True)
@@ -347,15 +431,26 @@ def test_llama_servers_flat_speculative_keys_are_understood(server):
         model="m",
         messages=messages,
         max_tokens=12,
-        extra_body={"speculative.n_max": 4, "speculative.p_min": 0.0, "speculative": {"strategy": "draft-model"}},
+        extra_body={
+            "speculative.n_max": 4,
+            "speculative.p_min": 0.0,
+            "speculative": {"strategy": "draft-model"},
+        },
     )
     assert drafted.model_extra["timings"]["draft_n"] > 0
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model="m", messages=messages, max_tokens=4, extra_body={"speculative.p_min": 2})
-    assert err.value.body["param"] == "speculative.p_min"
-    with pytest.raises(openai.BadRequestError) as err:  # a non-object "speculative" is not hidden by flat keys
         client.chat.completions.create(
-            model="m", messages=messages, max_tokens=4, extra_body={"speculative": 5, "speculative.n_max": 3}
+            model="m", messages=messages, max_tokens=4, extra_body={"speculative.p_min": 2}
+        )
+    assert err.value.body["param"] == "speculative.p_min"
+    with pytest.raises(
+        openai.BadRequestError
+    ) as err:  # a non-object "speculative" is not hidden by flat keys
+        client.chat.completions.create(
+            model="m",
+            messages=messages,
+            max_tokens=4,
+            extra_body={"speculative": 5, "speculative.n_max": 3},
         )
     assert err.value.body["param"] == "speculative"
 
@@ -380,12 +475,17 @@ def test_response_format_json_schema_through_the_sdk(server):
 
     client = server.client()
     ask = [{"role": "user", "content": "Invent a person. Reply in JSON."}]
-    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "person", "schema": PERSON, "strict": True},
+    }
     r = client.chat.completions.create(model="m", messages=ask, response_format=fmt, max_tokens=64)
     answer = json.loads(r.choices[0].message.content)
     jsonschema.validate(answer, PERSON)
     assert r.model_extra["timings"]["draft_n"] >= 0
-    parsed = client.chat.completions.parse(model="m", messages=ask, response_format=Person, max_tokens=64)
+    parsed = client.chat.completions.parse(
+        model="m", messages=ask, response_format=Person, max_tokens=64
+    )
     assert isinstance(parsed.choices[0].message.parsed, Person)
     pieces = [
         c.choices[0].delta.content or ""
@@ -395,7 +495,9 @@ def test_response_format_json_schema_through_the_sdk(server):
         if c.choices
     ]
     assert json.loads("".join(pieces)) == answer
-    short = [{"role": "user", "content": "Reply with a JSON object whose only key is ok, set to true."}]
+    short = [
+        {"role": "user", "content": "Reply with a JSON object whose only key is ok, set to true."}
+    ]
     json_mode = client.chat.completions.create(
         model="m", messages=short, response_format={"type": "json_object"}, max_tokens=200
     )
@@ -427,7 +529,9 @@ def test_a_tool_call_round_trip_through_the_sdk_and_its_stream(server):
     from test_tools import ASK, TOOLS, WEATHER
 
     client = server.client()
-    r = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=96)
+    r = client.chat.completions.create(
+        model="m", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=96
+    )
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
     call = choice.message.tool_calls[0]
@@ -446,12 +550,16 @@ def test_a_tool_call_round_trip_through_the_sdk_and_its_stream(server):
                 names[d.index] = d.function.name
         finish = chunk.choices[0].finish_reason or finish
     assert finish == "tool_calls"
-    assert names[0] == call.function.name and json.loads(pieces[0]) == json.loads(call.function.arguments)
+    assert names[0] == call.function.name and json.loads(pieces[0]) == json.loads(
+        call.function.arguments
+    )
     follow = ASK + [
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},
     ]
-    final = client.chat.completions.create(model="m", messages=follow, tools=TOOLS, tool_choice="none", max_tokens=48)
+    final = client.chat.completions.create(
+        model="m", messages=follow, tools=TOOLS, tool_choice="none", max_tokens=48
+    )
     assert final.choices[0].message.content and not final.choices[0].message.tool_calls
 
 
@@ -460,7 +568,14 @@ def test_an_auto_call_s_arguments_stream_while_they_are_written(server):
     arguments in many deltas, not one at its end (issue 49)."""
     from test_tools import WRITE_ASK, WRITE_TOOLS
 
-    ask = dict(model="m", messages=WRITE_ASK, tools=WRITE_TOOLS, tool_choice="auto", max_tokens=200, temperature=0)
+    ask = dict(
+        model="m",
+        messages=WRITE_ASK,
+        tools=WRITE_TOOLS,
+        tool_choice="auto",
+        max_tokens=200,
+        temperature=0,
+    )
     pieces, names, finish = [], [], None
     for chunk in server.client().chat.completions.create(**ask, stream=True):
         for d in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
@@ -469,8 +584,12 @@ def test_an_auto_call_s_arguments_stream_while_they_are_written(server):
         finish = (chunk.choices[0].finish_reason if chunk.choices else None) or finish
     assert names == ["write"] and finish == "tool_calls" and len(pieces) > 1, pieces
     assert json.loads("".join(pieces))["filePath"] == "hello.py"
-    whole = server.client().chat.completions.create(**ask).choices[0].message  # greedy, may part at a tie
-    assert whole.tool_calls[0].function.name == "write" and whole.tool_calls[0].id.startswith("call_")
+    whole = (
+        server.client().chat.completions.create(**ask).choices[0].message
+    )  # greedy, may part at a tie
+    assert whole.tool_calls[0].function.name == "write" and whole.tool_calls[0].id.startswith(
+        "call_"
+    )
     assert json.loads(whole.tool_calls[0].function.arguments)["filePath"] == "hello.py"
 
 
@@ -486,7 +605,12 @@ def test_langchain_structured_output_returns_the_pydantic_model(server):
         country: str
 
     llm = ChatOpenAI(
-        base_url=server.base + "/v1", api_key=KEY, model="local", temperature=0, max_tokens=64, max_retries=0
+        base_url=server.base + "/v1",
+        api_key=KEY,
+        model="local",
+        temperature=0,
+        max_tokens=64,
+        max_retries=0,
     )
     city = llm.with_structured_output(City).invoke("Name the capital of France.")
     assert isinstance(city, City) and city.name
@@ -513,11 +637,17 @@ def test_a_keyless_loopback_server_answers_only_requests_naming_localhost(real_m
             assert ask(host)[0] == 200, host
         status, body = ask(f"evil.example:{running.port}")
         assert (
-            status == 403 and body["error"]["code"] == "host_not_allowed" and "evil.example" in body["error"]["message"]
+            status == 403
+            and body["error"]["code"] == "host_not_allowed"
+            and "evil.example" in body["error"]["message"]
         )
         count = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
         status, body = ask("evil.example", "/v1/messages/count_tokens", count)
-        assert status == 403 and body["type"] == "error" and body["error"]["type"] == "permission_error"
+        assert (
+            status == 403
+            and body["type"] == "error"
+            and body["error"]["type"] == "permission_error"
+        )
     finally:
         running.stop()
     keyed = RunningServer(real_model, loopback_only=True, api_key=KEY)  # the key guards it instead
@@ -537,22 +667,49 @@ def test_a_chat_body_becomes_one_request_validated_once():
     from localspec.server.request import Limits, model_options
     from localspec.server.schemas import ChatRequest
 
-    limits = Limits("pair", max_tokens=64, tools=True, fim=False, defaults={"temperature": 0.5, "max_tokens": 16})
+    limits = Limits(
+        "pair",
+        max_tokens=64,
+        tools=True,
+        fim=False,
+        defaults={"temperature": 0.5, "max_tokens": 16},
+    )
     body = ChatRequest.model_validate(
-        {"messages": OK, "stop": "x", "top_k": 3, "logprobs": True, "speculative": {"n_max": 4}, "stream": True}
+        {
+            "messages": OK,
+            "stop": "x",
+            "top_k": 3,
+            "logprobs": True,
+            "speculative": {"n_max": 4},
+            "stream": True,
+        }
     )
     request = chat_request(body)
     assert request.protocol == "openai.chat" and request.stream and request.stop == ("x",)
     options = model_options(request, limits)
-    assert options == {"temperature": 0.5, "max_tokens": 16, "top_k": 3, "stop": ["x"], "draft_max": 4, "logprobs": 0}
+    assert options == {
+        "temperature": 0.5,
+        "max_tokens": 16,
+        "top_k": 3,
+        "stop": ["x"],
+        "draft_max": 4,
+        "logprobs": 0,
+    }
     bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}
     with pytest.raises(RequestError) as err:
-        model_options(chat_request(ChatRequest.model_validate({"messages": OK, "tools": [bad]})), limits)
+        model_options(
+            chat_request(ChatRequest.model_validate({"messages": OK, "tools": [bad]})), limits
+        )
     assert err.value.path == ("tools", 0, "function", "parameters")
     assert json.loads(err.value.response().body)["error"]["param"] == "tools.0.function.parameters"
     anthropic = json.loads(error_response(err.value).body)
-    assert anthropic == {"type": "error", "error": {"type": "invalid_request_error", "message": err.value.message}}
+    assert anthropic == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": err.value.message},
+    }
     no_tools = Limits("pair", max_tokens=64, tools=False, fim=False)
     with pytest.raises(RequestError, match="no tool-call format") as err:
-        model_options(chat_request(ChatRequest.model_validate({"messages": OK, "tools": [F]})), no_tools)
+        model_options(
+            chat_request(ChatRequest.model_validate({"messages": OK, "tools": [F]})), no_tools
+        )
     assert err.value.param == "tools" and err.value.code == "unsupported_value"

@@ -66,9 +66,12 @@ def test_kv_cache_after_every_round_equals_fresh_prefill(target_gguf, other_gguf
 
 
 @pytest.mark.parametrize(
-    "strategy, draft_max", [("draft-model", 3), ("prompt-lookup", 3), ("suffix", 3), ("auto", "auto")]
+    "strategy, draft_max",
+    [("draft-model", 3), ("prompt-lookup", 3), ("suffix", 3), ("auto", "auto")],
 )
-def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strategy, draft_max, drafting_always_pays):
+def test_sampling_end_to_end_matches_plain_target(
+    target_gguf, other_gguf, strategy, draft_max, drafting_always_pays
+):
     """Two-sample chi-square test on the 2nd and 3rd generated tokens (the ones that go
     through a speculative round), speculative vs plain sampling, fixed seeds, for every
     drafter and for the adaptive policy.  Prompt lookup's 1-in-6 guesses never pay on
@@ -100,7 +103,9 @@ def test_sampling_end_to_end_matches_plain_target(target_gguf, other_gguf, strat
         plain_tokens, _ = collect(plain)
     for pos in range(2):
         cats = np.union1d(spec_tokens[:, pos], plain_tokens[:, pos])
-        table = np.array([[np.sum(x[:, pos] == c) for c in cats] for x in (spec_tokens, plain_tokens)])
+        table = np.array(
+            [[np.sum(x[:, pos] == c) for c in cats] for x in (spec_tokens, plain_tokens)]
+        )
         table = table[:, table.sum(axis=0) >= 10]
         _, pvalue, _, _ = stats.chi2_contingency(table)
         assert pvalue > 1e-3, (pos, table)
@@ -145,12 +150,18 @@ def test_cancel_ends_within_one_round(target_gguf):
     assert all(e.round <= first.round + 1 for e in rest)
 
 
-@pytest.mark.parametrize("strategy, draft_max", [("prompt-lookup", 5), ("suffix", 5), ("auto", "auto")])
-def test_greedy_output_is_the_targets_with_every_drafter(target_gguf, other_gguf, strategy, draft_max):
+@pytest.mark.parametrize(
+    "strategy, draft_max", [("prompt-lookup", 5), ("suffix", 5), ("auto", "auto")]
+)
+def test_greedy_output_is_the_targets_with_every_drafter(
+    target_gguf, other_gguf, strategy, draft_max
+):
     prompt = PROMPT + " hello world the code hello world"
     with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as plain:
         reference = plain.generate(prompt, max_tokens=80)
-    with SpeculativeModel(target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=draft_max, strategy=strategy) as m:
+    with SpeculativeModel(
+        target_gguf, other_gguf, n_ctx=512, p_min=0.0, draft_max=draft_max, strategy=strategy
+    ) as m:
         r = m.generate(prompt, max_tokens=80)
     assert r.tokens == reference.tokens
 
@@ -175,7 +186,9 @@ def _shared(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def test_a_draft_models_lag_counts_what_a_new_prompt_does_not_share_with_its_cache(target_gguf, other_gguf):
+def test_a_draft_models_lag_counts_what_a_new_prompt_does_not_share_with_its_cache(
+    target_gguf, other_gguf
+):
     """After one request the draft model's cache holds it; a new, unrelated prompt must
     not look already read (its catch-up would then be charged as free), while a continued
     conversation keeps the shared prefix."""
@@ -243,10 +256,18 @@ def test_a_draft_ends_at_its_first_end_of_generation_token(target_gguf):
     engine = Engine(target_gguf, EngineConfig(n_ctx=256))
     assert engine.is_eog(2) and not engine.is_eog(5) and engine.eog_tokens() == [2]
     batches, decode = [], engine.decode
-    engine.decode = lambda tokens, rows=(), copy=True: batches.append(len(tokens)) or decode(tokens, rows, copy)
+    engine.decode = lambda tokens, rows=(), copy=True: (
+        batches.append(len(tokens)) or decode(tokens, rows, copy)
+    )
     copier = Copier()
-    params = GenerationParams(max_tokens=20, draft=DraftParams(draft_max=4, strategy="prompt-lookup"))
-    result = Generation(engine, [copier], FixedPolicy(copier, 4), engine.tokenize(PROMPT), params).run()
+    params = GenerationParams(
+        max_tokens=20, draft=DraftParams(draft_max=4, strategy="prompt-lookup")
+    )
+    result = Generation(
+        engine, [copier], FixedPolicy(copier, 4), engine.tokenize(PROMPT), params
+    ).run()
     engine.close()
-    assert max(batches[1:]) == 3 and batches.count(3) >= 5  # [t, 5, EOS] (less where max_tokens cuts), never 6, 7
+    assert (
+        max(batches[1:]) == 3 and batches.count(3) >= 5
+    )  # [t, 5, EOS] (less where max_tokens cuts), never 6, 7
     assert result.stats.drafted_tokens <= 2 * result.stats.rounds

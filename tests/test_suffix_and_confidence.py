@@ -42,9 +42,13 @@ def test_lookup_follows_the_32_latest_occurrences_besides_the_contexts_own():
     from localspec.decoding.drafters.suffix_index import MAX_OCCURRENCES
 
     ix = SuffixIndex()
-    ix.append([5, 6, 1] * MAX_OCCURRENCES + [5, 6])  # 32 earlier "5 6", each followed by 1, and the context's own
+    ix.append(
+        [5, 6, 1] * MAX_OCCURRENCES + [5, 6]
+    )  # 32 earlier "5 6", each followed by 1, and the context's own
     draft = ix.lookup([5, 6], 1)
-    assert draft.tokens == [1] and draft.estimates == pytest.approx([MAX_OCCURRENCES / (MAX_OCCURRENCES + 1)])
+    assert draft.tokens == [1] and draft.estimates == pytest.approx(
+        [MAX_OCCURRENCES / (MAX_OCCURRENCES + 1)]
+    )
 
 
 def test_index_takes_any_iterable_and_counts_its_tokens():
@@ -80,7 +84,9 @@ def test_store_is_bounded_first_in_first_out_and_forgets_evicted_text():
     assert ix.lookup([300, 301], 3).tokens == [302, 303, 304]
     assert ix.lookup([0, 1], 3).tokens == []  # evicted
     entries = sum(len(positions) for table in ix._tables.values() for positions in table.values())
-    assert entries == 2 * sum(max(0, 6 - k + 1) for k in KEYS)  # nothing of the evicted text is left
+    assert entries == 2 * sum(
+        max(0, 6 - k + 1) for k in KEYS
+    )  # nothing of the evicted text is left
 
 
 def test_suffix_drafter_remembers_earlier_answers_across_requests():
@@ -189,7 +195,9 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     policy = policy_for([d], flat)
     for b in (2, 3, 5, 9, 17):
         policy.observe(RoundOutcome(verify_s=100 * flat(b), verify_batch=b))
-    assert all(policy.costs.verify_s(b) <= 1.25 * b * policy.costs.verify_s(1) for b in range(2, 18))
+    assert all(
+        policy.costs.verify_s(b) <= 1.25 * b * policy.costs.verify_s(1) for b in range(2, 18)
+    )
     assert policy.costs.verify_s(17) < 4 * flat(17)
     sure = Draft(list(range(16)), confidence=[0.99] * 16)
     drafter, k = policy.plan(16, {d.name: sure})
@@ -200,8 +208,12 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     stalled_step = RoundOutcome(flat(5), 5, model, Draft([0] * 4), n_accepted=4, draft_s=4 * 0.3)
     slow_start.observe(stalled_step)  # a draft step stalled 100 times over
     assert cost.value <= 3 * 0.003  # the draft model's cost is no more locked out than the target's
-    stalled = AdaptivePolicy([d], costs=CostModel(verify={1: CostAverage(0.03, 1.0), 5: CostAverage(3.0, 1.0)}))
-    assert stalled.costs.verify_s(5) == pytest.approx(1.25 * 5 * 0.03)  # the bound, however it got there
+    stalled = AdaptivePolicy(
+        [d], costs=CostModel(verify={1: CostAverage(0.03, 1.0), 5: CostAverage(3.0, 1.0)})
+    )
+    assert stalled.costs.verify_s(5) == pytest.approx(
+        1.25 * 5 * 0.03
+    )  # the bound, however it got there
 
 
 def test_where_verifying_costs_its_length_only_near_certain_drafts_pay():
@@ -244,7 +256,9 @@ def test_a_draft_models_own_draft_is_cut_at_its_first_doubtful_token():
     draft = Draft([1, 2, 3, 4, 5, 6], confidence=[0.99, 0.98, 0.97, 0.02, 0.99, 0.99])
     assert policy.length(m, draft, 6) == 3
     assert policy.length(m, Draft([1], confidence=[0.01]), 1) == 1  # nearly free to check here
-    assert policy_for([m], steep).length(m, Draft([1], confidence=[0.01]), 1) == 0  # not where it costs a step
+    assert (
+        policy_for([m], steep).length(m, Draft([1], confidence=[0.01]), 1) == 0
+    )  # not where it costs a step
 
 
 def perfect_trace(n=9):
@@ -252,7 +266,8 @@ def perfect_trace(n=9):
 
     answer = list(range(100, 100 + n))
     free = {
-        "suffix": [([], [])] + [(answer[j : j + 16], [1.0] * len(answer[j : j + 16])) for j in range(1, n)],
+        "suffix": [([], [])]
+        + [(answer[j : j + 16], [1.0] * len(answer[j : j + 16])) for j in range(1, n)],
         "prompt-lookup": [([], [])] * n,
     }
     return Trace("w", "t", 10, answer, free, draft_next=[0] * n, draft_conf=[0.5] * n)
@@ -273,7 +288,9 @@ def test_fixed_acceptance_counts_drafted_and_accepted_tokens_and_cuts_to_the_mat
     from localspec.decoding.replay import Trace, fixed_acceptance
 
     answer = [10, 11, 12, 13, 14, 15, 16]
-    wrong_third = [([], [], [])] + [(answer[j : j + 2] + [99, 98], [0.5] * 4, [1, 2, 3, 4]) for j in range(1, 7)]
+    wrong_third = [([], [], [])] + [
+        (answer[j : j + 2] + [99, 98], [0.5] * 4, [1, 2, 3, 4]) for j in range(1, 7)
+    ]
     trace = Trace("w", "t", 5, answer, {"suffix": wrong_third})
     # j=1: 4 drafted, 2 kept (+ the correction) -> j=4: 3 drafted (3 left), 2 kept -> j=7
     assert fixed_acceptance(trace, "suffix", 8) == (7, 4, 2)
@@ -331,10 +348,18 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
         picks.append(drafter.name if drafter else "plain")
         if drafter is model:  # it drafts 4, the target keeps 2 and corrects the 3rd
             drafted = Draft(answer[j : j + 2] + [0, 0])
-            policy.observe(RoundOutcome(flat(5), 5, model, drafted, 2, draft_s=0.004, emitted=tuple(answer[j : j + 3])))
+            policy.observe(
+                RoundOutcome(
+                    flat(5), 5, model, drafted, 2, draft_s=0.004, emitted=tuple(answer[j : j + 3])
+                )
+            )
         else:
             emitted = tuple(answer[j : j + k + 1])
-            policy.observe(RoundOutcome(flat(k + 1), k + 1, free, suffix_draft.truncated(k), k, emitted=emitted))
+            policy.observe(
+                RoundOutcome(
+                    flat(k + 1), k + 1, free, suffix_draft.truncated(k), k, emitted=emitted
+                )
+            )
     assert picks[0] == "draft-model" and picks[-1] == "suffix"
     assert policy.confidence_calibration(free)(0.3) > 0.8
     wrong = Draft([1, 2, 3], confidence=[0.3] * 3)
@@ -365,7 +390,9 @@ def test_a_draft_model_whose_drafts_are_never_verified_stops_being_chosen(declin
             made = Draft([]) if declines else Draft([1, 2, 3, 4][:k], confidence=[0.01] * k)
             assert policy.length(m, made, k) == 0
             spent_s = 0.001 * max(1, len(made.tokens))
-            policy.observe(RoundOutcome(cpu_like_verify(1), 1, m, Draft([]), 0, draft_s=spent_s, emitted=(5,)))
+            policy.observe(
+                RoundOutcome(cpu_like_verify(1), 1, m, Draft([]), 0, draft_s=spent_s, emitted=(5,))
+            )
         else:
             policy.observe(RoundOutcome(cpu_like_verify(1), 1, emitted=(5,)))
     assert picks[0] is m and m not in picks[-20:]
@@ -394,7 +421,9 @@ def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
     for _ in range(5):
         plans.append(policy.plan(8, {d.name: deep})[1])
         k = plans[-1]
-        policy.observe(RoundOutcome(verify(k + 1), k + 1, d, deep.truncated(k), 0, emitted=(7,)))  # rejected, or judged
+        policy.observe(
+            RoundOutcome(verify(k + 1), k + 1, d, deep.truncated(k), 0, emitted=(7,))
+        )  # rejected, or judged
     assert plans[0] == 4 and plans[3] <= 1  # shorter at once: 3 misses leave 0.4 of a 0.99 chance
     assert policy.plan(8, {d.name: deep}) == (None, 0)
     calibrated = policy.confidence_calibration(d)(0.5, 16)
@@ -423,12 +452,20 @@ def test_a_failed_deep_draft_is_not_outvoted_by_the_short_matches_that_held():
     for _ in range(10):  # short proposals, each right
         drafter, k = policy.plan(8, {d.name: short})
         emitted = tuple([5][:k] + [9])
-        policy.observe(RoundOutcome(cpu_like_verify(k + 1), k + 1, drafter, short.truncated(k), k, emitted=emitted))
+        policy.observe(
+            RoundOutcome(
+                cpu_like_verify(k + 1), k + 1, drafter, short.truncated(k), k, emitted=emitted
+            )
+        )
     assert policy.plan(8, {d.name: deep}) == (d, 4)
     policy.observe(RoundOutcome(cpu_like_verify(5), 5, d, deep, 0, emitted=(7,)))
     assert cal(0.5, 16) > 0.9
-    assert policy.accept_chances(d, deep, 1)[0] < 0.7  # (0 + 2) / (0.93 + 2) of the calibrated chance
-    assert policy.accept_chances(d, short, 1)[0] > cal(0.5, 2)  # the short matches keep their credit
+    assert (
+        policy.accept_chances(d, deep, 1)[0] < 0.7
+    )  # (0 + 2) / (0.93 + 2) of the calibrated chance
+    assert policy.accept_chances(d, short, 1)[0] > cal(
+        0.5, 2
+    )  # the short matches keep their credit
 
 
 def test_bad_max_spec_factors_are_refused():
@@ -456,7 +493,9 @@ def test_costs_shared_by_two_policies_are_read_fresh_and_broken_timings_are_igno
     for broken in (-1.0, float("nan"), float("inf")):
         second.observe(RoundOutcome(verify_s=broken, verify_batch=1))
         second.observe(RoundOutcome(verify_s=broken, verify_batch=3))
-    assert first.costs.verify_s(1) == pytest.approx(0.030) and 3 not in {k for k, v in shared.items() if v.weight > 0}
+    assert first.costs.verify_s(1) == pytest.approx(0.030) and 3 not in {
+        k for k, v in shared.items() if v.weight > 0
+    }
     for _ in range(50):
         second.observe(RoundOutcome(verify_s=0.0, verify_batch=1))
     assert first.plan(8, {a.name: Draft([1, 2], confidence=[0.9, 0.9], depth=[8, 9])})[1] <= 2

@@ -48,12 +48,16 @@ def llama_calls(monkeypatch):
 
 def test_every_llama_call_of_a_pair_runs_on_its_owner_thread(target_gguf, other_gguf, llama_calls):
     main = threading.get_ident()
-    model = SpeculativeModel(target_gguf, other_gguf, n_ctx=256, n_threads=2, strategy="draft-model", draft_max=3)
+    model = SpeculativeModel(
+        target_gguf, other_gguf, n_ctx=256, n_threads=2, strategy="draft-model", draft_max=3
+    )
     owner = model.owner.ident
     assert owner != main
     with ThreadPoolExecutor(2) as pool:  # a user's thread pool, one call after the other
         first = pool.submit(model.chat, "Hello", max_tokens=8).result()
-        streamed = pool.submit(lambda: [e.text for e in model.chat("Hello", stream=True, max_tokens=8)]).result()
+        streamed = pool.submit(
+            lambda: [e.text for e in model.chat("Hello", stream=True, max_tokens=8)]
+        ).result()
     model.reset_cache()
     model.close()
     names = {name for name, _ in llama_calls}
@@ -67,7 +71,9 @@ def test_every_llama_call_of_a_pair_runs_on_its_owner_thread(target_gguf, other_
     } <= names
     assert {thread for _, thread in llama_calls} == {owner}
     assert first.stats.drafted_tokens > 0 and "".join(streamed) == first.text
-    assert not any(t.ident == owner for t in threading.enumerate())  # the owner thread ended with close()
+    assert not any(
+        t.ident == owner for t in threading.enumerate()
+    )  # the owner thread ended with close()
 
 
 def test_a_standalone_engine_has_its_own_thread_and_stops_it(target_gguf, llama_calls):
@@ -91,7 +97,9 @@ def test_the_owner_thread_hands_back_results_and_exceptions_in_order():
     with pytest.raises(ZeroDivisionError):
         owner.run(lambda: 1 / 0)
     assert owner.run(threading.get_ident) == owner.ident  # still serving after an error
-    assert owner.run(lambda: owner.run(lambda: 7)) == 7  # a call from the thread itself runs directly
+    assert (
+        owner.run(lambda: owner.run(lambda: 7)) == 7
+    )  # a call from the thread itself runs directly
     owner.stop()
     with pytest.raises(EngineError):
         owner.run(lambda: None)
@@ -124,5 +132,7 @@ def test_spin_count_is_set_before_llama_cpp_loads_libgomp():
         "import os, sys; import localspec.llama.engine; "
         "print('llama_cpp' in sys.modules, os.environ.get('GOMP_SPINCOUNT'))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["True", "1000"]

@@ -68,15 +68,16 @@ def test_a_fenced_or_bare_call_to_a_declared_tool_is_a_call(text):
 
 
 def test_prose_before_and_after_stays_content_and_two_calls_are_two():
-    text = (
-        f'I will write it.\n\n{FENCED}\n\nThen read it back:\n{{"name": "read", "arguments": {{"path": "a"}}}}\nDone.'
-    )
+    text = f'I will write it.\n\n{FENCED}\n\nThen read it back:\n{{"name": "read", "arguments": {{"path": "a"}}}}\nDone.'
     content, calls = _calls(text)
     assert content == "I will write it.\n\nThen read it back:\n\nDone."
     assert [name for name, _ in calls] == ["write", "read"]
     streamed = ToolCallParser(HERMES)
     pieces = [streamed.feed(text[i : i + 3])[0] for i in range(0, len(text), 3)]
-    assert "".join(pieces) + streamed.close()[0] == "I will write it.\n\n\n\nThen read it back:\n\nDone."
+    assert (
+        "".join(pieces) + streamed.close()[0]
+        == "I will write it.\n\n\n\nThen read it back:\n\nDone."
+    )
 
 
 @pytest.mark.parametrize(
@@ -96,7 +97,10 @@ def test_what_is_not_a_call_to_a_declared_tool_stays_text(text):
 
 
 def test_without_declared_names_only_the_template_form_is_parsed():
-    assert split_tool_calls(FENCED, ToolFormat("hermes", open_token=0, close_token=3)) == (FENCED, [])
+    assert split_tool_calls(FENCED, ToolFormat("hermes", open_token=0, close_token=3)) == (
+        FENCED,
+        [],
+    )
     assert split_tool_calls(FENCED) == (FENCED, [])
     assert _calls(FENCED, ToolFormat("hermes"), names=["write"])[1][0][0] == "write"
 
@@ -120,11 +124,15 @@ def test_tool_names_as_clients_send_them_are_accepted_and_control_characters_ref
 
 
 def test_tool_request_carries_the_declared_names_and_a_text_trigger():
-    request = tool_request({"tools": _tools(DOTTED, "b"), "tool_choice": "auto"}, lambda: HERMES, "m")
+    request = tool_request(
+        {"tools": _tools(DOTTED, "b"), "tool_choice": "auto"}, lambda: HERMES, "m"
+    )
     assert request.format.tools == (DOTTED, "b")
     assert request.trigger.token == 0
     assert request.trigger.pattern.search(b'Ok.\n```json\n{"name": "' + DOTTED.encode() + b'"')
-    assert not request.trigger.pattern.search(b'x {"name": "' + DOTTED.encode() + b'"')  # not at a line's start
+    assert not request.trigger.pattern.search(
+        b'x {"name": "' + DOTTED.encode() + b'"'
+    )  # not at a line's start
     assert request.trigger.pattern.search(b'{"name"')  # before the name: the grammar then holds it
     required = tool_request({"tools": _tools("b"), "tool_choice": "required"}, lambda: HERMES, "m")
     assert required.trigger is None
@@ -146,7 +154,9 @@ def _walk(model, tools: list[dict], text: str) -> dict:
     tokenizer = grammar_tokenizer(model.target)
 
     def run():
-        constraint = Constraint.compile(tokenizer, request.grammar, model.target.n_vocab, request.trigger)
+        constraint = Constraint.compile(
+            tokenizer, request.grammar, model.target.n_vocab, request.trigger
+        )
         ids = list(tokenizer.tokenize_str(text))
         seen = {"cut_at": None, "woke_at": None, "refused": []}
         for i, token in enumerate(ids):
@@ -170,7 +180,9 @@ def test_the_grammar_wakes_at_a_fenced_calls_opening_and_a_dotted_name_goes_thro
     text = f'Sure.\n```json\n{{\n  "name": "{DOTTED}",\n  "arguments": {{"city": "Paris"}}\n}}\n```'
     seen = _walk(synth, _tools(DOTTED, "other"), text)
     assert seen["refused"] == []
-    assert seen["cut_at"] == seen["woke_at"]  # the draft stops before the token that completes the opening
+    assert (
+        seen["cut_at"] == seen["woke_at"]
+    )  # the draft stops before the token that completes the opening
     assert seen["prefix"].endswith('"name"')
     assert not seen["quote_allowed_now"]  # from there on the mask applies: a colon must come
     assert seen["accepting"]
@@ -197,7 +209,10 @@ def test_the_grammar_wakes_in_a_wrapped_call_inside_a_tag_and_closes_both_object
             '<tools>\n{"type": "function", "function": {"name": "wri',
         ),
         ('Sure.\n```json\n{\n  "na', '```json\n{\n  "na'),
-        ('Ok.\n```json\n{\n  "name": "create', '```json\n{\n  "name": "create'),  # Codex's, before the name is whole
+        (
+            'Ok.\n```json\n{\n  "name": "create',
+            '```json\n{\n  "name": "create',
+        ),  # Codex's, before the name is whole
         ("Sure.\n<b>bold</b>", ""),
         ('Sure.\n{"x": 1}', ""),
         ("Sure, <tools> is a tag.", ""),
@@ -220,7 +235,9 @@ def test_prose_does_not_wake_it(synth):
 def test_a_call_opened_at_a_line_s_start_may_name_only_a_declared_tool(synth):
     # the 1.5B under Codex's prompt wrote {"name": "create_hello.py", ...}: awake from the
     # "name" key on, the grammar holds the name to the declared tools
-    seen = _walk(synth, _tools("write", "read"), 'Ok.\n```json\n{"name": "create_hello.py", "arguments": {}}')
+    seen = _walk(
+        synth, _tools("write", "read"), 'Ok.\n```json\n{"name": "create_hello.py", "arguments": {}}'
+    )
     assert seen["prefix"].endswith('"name"') and seen["refused"]
     assert seen["refused"] == ["c"]  # '"' was allowed (write, read), "c" of "create" is not
 
@@ -234,7 +251,9 @@ def test_names_the_grammar_must_quote_compile(synth, name):
 
 @pytest.mark.real_pair
 def test_the_default_pair_s_fenced_auto_answer_comes_back_as_a_call(real_model):
-    ask = [{"role": "user", "content": "Can you retrieve the details for the user with the ID 7890?"}]
+    ask = [
+        {"role": "user", "content": "Can you retrieve the details for the user with the ID 7890?"}
+    ]
     tools = [
         {
             "type": "function",

@@ -19,7 +19,9 @@ from localspec.decoding.tool_parser import ToolCallParser, split_tool_calls
 from localspec.errors import InvalidOptionError
 from localspec.llama.synthetic import write_model
 
-LLAMA31_TEMPLATE = (Path(__file__).parent / "data" / "llama-3.1-instruct.chat_template.jinja").read_text()
+LLAMA31_TEMPLATE = (
+    Path(__file__).parent / "data" / "llama-3.1-instruct.chat_template.jinja"
+).read_text()
 FORECAST = {
     "type": "object",
     "properties": {
@@ -31,14 +33,19 @@ FORECAST = {
 }
 TOOLS = [
     {"type": "function", "function": {"name": "forecast", "parameters": FORECAST}},
-    {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}},
+    {
+        "type": "function",
+        "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}},
+    },
 ]
 ASK = [{"role": "user", "content": "Forecast for three days?"}]
 
 
 @pytest.fixture(scope="module")
 def llama_model(tmp_path_factory):
-    path = write_model(tmp_path_factory.mktemp("llama3") / "llama3.gguf", seed=1, chat_template=LLAMA31_TEMPLATE)
+    path = write_model(
+        tmp_path_factory.mktemp("llama3") / "llama3.gguf", seed=1, chat_template=LLAMA31_TEMPLATE
+    )
     with SpeculativeModel(path, path, n_ctx=2048) as model:
         yield model
 
@@ -50,7 +57,9 @@ def test_the_llama_template_is_recognised_and_the_others_are_not(llama_model, re
     assert tool_format(None, lambda text: [1]) is None
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "forecast"}}])
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "forecast"}}]
+)
 def test_a_forced_call_is_one_json_call_under_its_schema(llama_model, choice):
     r = llama_model.chat(ASK, tools=TOOLS, tool_choice=choice, max_tokens=200)
     assert r.finish_reason == "tool_calls", r.text
@@ -60,7 +69,9 @@ def test_a_forced_call_is_one_json_call_under_its_schema(llama_model, choice):
         assert call.name == "forecast"
     schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == call.name)
     jsonschema.validate(json.loads(call.arguments), schema)
-    assert r.stats.accepted_by_drafter.get("grammar", 0) > 0  # the keys and quotes were forced drafts
+    assert (
+        r.stats.accepted_by_drafter.get("grammar", 0) > 0
+    )  # the keys and quotes were forced drafts
 
 
 def test_the_call_renders_back_for_the_next_turn(llama_model):
@@ -89,12 +100,18 @@ def test_the_call_renders_back_for_the_next_turn(llama_model):
     ],
 )
 def test_auto_allows_one_call_or_prose_that_does_not_open_one(llama_model, text, ok):
-    tools = tool_request({"tools": TOOLS, "tool_choice": "auto"}, lambda: llama_model.tool_format, "m")
+    tools = tool_request(
+        {"tools": TOOLS, "tool_choice": "auto"}, lambda: llama_model.tool_format, "m"
+    )
     assert tools.trigger is None  # active from the first token: the call is the whole answer
     constraint = llama_model._constraint(tools.grammar, tools.trigger)
-    tokens = list(constraint._tokenizer.tokenize_bytes(text.encode()))  # no SentencePiece space in front
+    tokens = list(
+        constraint._tokenizer.tokenize_bytes(text.encode())
+    )  # no SentencePiece space in front
     allowed = constraint.allowed(tokens)
-    complete = allowed == len(tokens) and (constraint.advance(tokens) or True) and constraint.accepting
+    complete = (
+        allowed == len(tokens) and (constraint.advance(tokens) or True) and constraint.accepting
+    )
     assert complete == ok, text
 
 
@@ -134,7 +151,10 @@ def test_the_openai_sdk_reads_a_llama_call_whole_and_streamed(llama_model):
                     args += event.arguments_delta
             final = stream.get_final_completion().choices[0]
         [streamed] = final.message.tool_calls
-        assert (streamed.function.name, json.loads(args)) == (call.function.name, json.loads(call.function.arguments))
+        assert (streamed.function.name, json.loads(args)) == (
+            call.function.name,
+            json.loads(call.function.arguments),
+        )
         assert json.loads(streamed.function.arguments) == json.loads(args)
     finally:
         running.stop()

@@ -16,12 +16,16 @@ OWN = (
     'Sure.\n<tool_call>\n{"name": "write", "arguments": {"path": "a.py", "text": "x = \\"}\\"\\n"}}\n</tool_call>\n'
     '<tool_call>\n{"name": "écrire", "arguments": {"texte": "café 😀 \\u00e9"}}\n</tool_call>'
 )
-FENCED = (
-    'Je vais écrire 😀.\n```json\n{\n  "name": "écrire",\n  "arguments": {\n    "texte": "{[\\"]}"\n  }\n}\n```\nFini.'
-)
+FENCED = 'Je vais écrire 😀.\n```json\n{\n  "name": "écrire",\n  "arguments": {\n    "texte": "{[\\"]}"\n  }\n}\n```\nFini.'
 WRAPPED = '<tools>\n{"type": "function", "function": {"name": "write", "parameters": {"path": "b"}}}\n</tools>'
 LLAMA = '{"name": "forecast", "parameters": {"days": [1, {"x": "}"}], "unit": "é"}}'
-CASES = [(OWN, HERMES), (FENCED, HERMES), (WRAPPED, HERMES), (LLAMA, LLAMA3_JSON), ("Just prose 😀 <to", HERMES)]
+CASES = [
+    (OWN, HERMES),
+    (FENCED, HERMES),
+    (WRAPPED, HERMES),
+    (LLAMA, LLAMA3_JSON),
+    ("Just prose 😀 <to", HERMES),
+]
 
 
 def _stream(text: str, fmt: ToolFormat, cuts: list[int]) -> tuple[str, dict, ToolCallParser]:
@@ -30,10 +34,14 @@ def _stream(text: str, fmt: ToolFormat, cuts: list[int]) -> tuple[str, dict, Too
         piece, deltas = parser.feed(text[start:end])
         content += piece
         for d in deltas:
-            calls.setdefault(d.index, {"id": d.id, "name": d.name, "arguments": ""})["arguments"] += d.arguments
+            calls.setdefault(d.index, {"id": d.id, "name": d.name, "arguments": ""})[
+                "arguments"
+            ] += d.arguments
     piece, deltas = parser.close()
     for d in deltas:
-        calls.setdefault(d.index, {"id": d.id, "name": d.name, "arguments": ""})["arguments"] += d.arguments
+        calls.setdefault(d.index, {"id": d.id, "name": d.name, "arguments": ""})["arguments"] += (
+            d.arguments
+        )
     return content + piece, calls, parser
 
 
@@ -49,7 +57,8 @@ def test_any_pieces_give_the_calls_and_content_of_the_whole_text(text, fmt):
         finished = parser.finish()
         assert _shape(finished) == _shape(calls) and parser.content == content, step
         assert [(c.id, c.name, c.arguments) for c in finished] == [
-            (pieces[c.index]["id"], pieces[c.index]["name"], pieces[c.index]["arguments"]) for c in finished
+            (pieces[c.index]["id"], pieces[c.index]["name"], pieces[c.index]["arguments"])
+            for c in finished
         ]
         assert parser.finish() == finished  # finishing again changes nothing
 
@@ -67,7 +76,9 @@ def test_what_each_form_gives():
     assert json.loads(calls[0].arguments) == {"path": "a.py", "text": 'x = "}"\n'}
     assert json.loads(calls[1].arguments) == {"texte": "café 😀 é"}
     content, [call] = split_tool_calls(FENCED, HERMES)
-    assert content == "Je vais écrire 😀.\n\nFini." and json.loads(call.arguments) == {"texte": '{["]}'}
+    assert content == "Je vais écrire 😀.\n\nFini." and json.loads(call.arguments) == {
+        "texte": '{["]}'
+    }
     assert split_tool_calls(WRAPPED, HERMES)[1][0].arguments == '{"path": "b"}'
     assert split_tool_calls(LLAMA, LLAMA3_JSON)[0] == ""
     assert split_tool_calls("Just prose 😀 <to", HERMES) == ("Just prose 😀 <to", [])

@@ -21,7 +21,11 @@ WEATHER = {
 TOOLS = [
     {
         "type": "function",
-        "function": {"name": "get_weather", "description": "The weather in a city now", "parameters": WEATHER},
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city now",
+            "parameters": WEATHER,
+        },
     },
     {
         "type": "function",
@@ -83,7 +87,9 @@ def test_the_stream_splits_content_and_call_pieces_as_the_sdk_reassembles_them()
             ("add", {"a": 1, "b": {"x": "}"}}),
         ]
         assert all(c["id"].startswith("call_") for c in calls.values())
-        assert [(c.id, c.arguments) for c in stream.finish()] == [(c["id"], c["arguments"]) for c in calls.values()]
+        assert [(c.id, c.arguments) for c in stream.finish()] == [
+            (c["id"], c["arguments"]) for c in calls.values()
+        ]
     assert split_tool_calls(text)[0] == "Let me check."
 
 
@@ -95,7 +101,9 @@ def test_a_required_call_follows_its_schema_and_the_round_trip_answers(real_mode
     assert call.name in ("get_weather", "add") and call.id.startswith("call_") and call.index == 0
     schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == call.name)
     jsonschema.validate(json.loads(call.arguments), schema)
-    assert r.stats.accepted_by_drafter.get("grammar", 0) >= 5  # the call's keys and quotes, drafted for free
+    assert (
+        r.stats.accepted_by_drafter.get("grammar", 0) >= 5
+    )  # the call's keys and quotes, drafted for free
     follow = ASK + [
         {"role": "assistant", "content": None, "tool_calls": r.tool_calls},
         {"role": "tool", "tool_call_id": r.tool_calls[0].id, "content": '{"celsius": 21}'},
@@ -106,7 +114,12 @@ def test_a_required_call_follows_its_schema_and_the_round_trip_answers(real_mode
 
 @pytest.mark.real_pair
 def test_a_named_function_is_the_one_called_once(real_model):
-    r = real_model.chat(ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}}, max_tokens=96)
+    r = real_model.chat(
+        ASK,
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "add"}},
+        max_tokens=96,
+    )
     assert [c.name for c in r.tool_calls] == ["add"]
 
 
@@ -144,10 +157,15 @@ def test_a_template_without_a_call_format_is_refused(smollm2_gguf):
 def test_an_auto_call_streams_as_the_model_writes_it(real_model):
     """The loop's events carry the call's pieces while it is generated, and the finished
     result holds the same call (its id made once)."""
-    generation = real_model.chat(WRITE_ASK, tools=WRITE_TOOLS, tool_choice="auto", max_tokens=200, stream=True)
+    generation = real_model.chat(
+        WRITE_ASK, tools=WRITE_TOOLS, tool_choice="auto", max_tokens=200, stream=True
+    )
     pieces = [d for event in generation if event.token != -1 for d in event.calls]
     [call] = generation.result.tool_calls
     assert pieces[0].id == call.id and pieces[0].name == call.name == "write"
     assert len([d for d in pieces if d.arguments]) > 1
     assert "".join(d.arguments for d in pieces) == call.arguments
-    assert json.loads(call.arguments)["filePath"] == "hello.py" and generation.result.finish_reason == "tool_calls"
+    assert (
+        json.loads(call.arguments)["filePath"] == "hello.py"
+        and generation.result.finish_reason == "tool_calls"
+    )

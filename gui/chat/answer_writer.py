@@ -24,7 +24,14 @@ from PySide6.QtGui import (
 from ..markdown.code_colours import token_colour
 from ..markdown.markdown_render import Span, Unit, parse_markdown
 from .message import Segment
-from .token_colours import DARK_TEXT, SOURCE_COLOURS, SOURCE_PROPERTY, is_dark, readable, tooltip_for
+from .token_colours import (
+    DARK_TEXT,
+    SOURCE_COLOURS,
+    SOURCE_PROPERTY,
+    is_dark,
+    readable,
+    tooltip_for,
+)
 
 HEADING_SCALE = {1: 1.45, 2: 1.3, 3: 1.15}
 BULLETS = (QTextListFormat.ListDisc, QTextListFormat.ListCircle, QTextListFormat.ListSquare)
@@ -52,10 +59,14 @@ class FormatBook:
             self.mono.setPointSizeF(font.pointSizeF() * 0.95)
         self.dark = is_dark(palette)
         base, text = palette.color(QPalette.Base), palette.color(QPalette.Text)
-        self.code_bg = QColor(*(round(b + (t - b) * 0.07) for b, t in zip(base.getRgb()[:3], text.getRgb()[:3])))
+        self.code_bg = QColor(
+            *(round(b + (t - b) * 0.07) for b, t in zip(base.getRgb()[:3], text.getRgb()[:3]))
+        )
         self._chars: dict[tuple, QTextCharFormat] = {}
 
-    def char(self, kind: str, level: int, style: str, href: str, source: str | None) -> QTextCharFormat:
+    def char(
+        self, kind: str, level: int, style: str, href: str, source: str | None
+    ) -> QTextCharFormat:
         """The format of text of ``style`` (see :class:`~gui.markdown.markdown_render.Span`) in a
         unit of ``kind``, written by a token of ``source`` (None: no token colours)."""
         key = (kind, level, style, href, source)
@@ -64,7 +75,9 @@ class FormatBook:
             fmt = self._chars[key] = self._make_char(kind, level, style, href, source)
         return fmt
 
-    def _make_char(self, kind: str, level: int, style: str, href: str, source: str | None) -> QTextCharFormat:
+    def _make_char(
+        self, kind: str, level: int, style: str, href: str, source: str | None
+    ) -> QTextCharFormat:
         fmt = QTextCharFormat()
         syntax = style.startswith("tok:")
         letters = "" if syntax else style
@@ -164,7 +177,11 @@ class AnswerWriter:
         if same == len(units) == len(self.units):
             return
         cursor.movePosition(QTextCursor.End)
-        if same == len(self.units) - 1 and same < len(units) and self._grow_last(cursor, units[same]):
+        if (
+            same == len(self.units) - 1
+            and same < len(units)
+            and self._grow_last(cursor, units[same])
+        ):
             same += 1
         elif same < len(self.units):
             start = self.starts[same]
@@ -180,7 +197,13 @@ class AnswerWriter:
         same block (same kind, level, list); False when it must be written again."""
         old = self.units[-1]
         shape = (old.kind, old.level, old.number, old.group, old.first)
-        if old.kind == "table" or shape != (unit.kind, unit.level, unit.number, unit.group, unit.first):
+        if old.kind == "table" or shape != (
+            unit.kind,
+            unit.level,
+            unit.number,
+            unit.group,
+            unit.first,
+        ):
             return False
         p = 0
         while p < min(len(old.spans), len(unit.spans)) and old.spans[p] == unit.spans[p]:
@@ -213,7 +236,9 @@ class AnswerWriter:
             self.text_starts.append(cursor.position())
             if unit.kind == "item":
                 self._join_list(cursor, unit)
-                cursor.setBlockCharFormat(self.book.char("item", unit.level, "", "", None))  # the marker's
+                cursor.setBlockCharFormat(
+                    self.book.char("item", unit.level, "", "", None)
+                )  # the marker's
             self._spans(cursor, unit.spans, unit.kind, unit.level)
         self.units.append(unit)
 
@@ -224,7 +249,9 @@ class AnswerWriter:
             existing.add(cursor.block())
             return
         fmt = QTextListFormat()
-        fmt.setStyle(QTextListFormat.ListDecimal if unit.number else BULLETS[unit.level % len(BULLETS)])
+        fmt.setStyle(
+            QTextListFormat.ListDecimal if unit.number else BULLETS[unit.level % len(BULLETS)]
+        )
         fmt.setIndent(unit.level + 1)
         if unit.number:
             fmt.setStart(unit.number)
@@ -244,7 +271,9 @@ class AnswerWriter:
         table = cursor.insertTable(len(unit.cells), max(1, columns), fmt)
         for r, row in enumerate(unit.cells):
             for c, cell in enumerate(row):
-                self._spans(table.cellAt(r, c).firstCursorPosition(), cell, "th" if r == 0 else "td", 0)
+                self._spans(
+                    table.cellAt(r, c).firstCursorPosition(), cell, "th" if r == 0 else "td", 0
+                )
         cursor.movePosition(QTextCursor.End)
 
     def _spans(self, cursor: QTextCursor, spans: tuple[Span, ...], kind: str, level: int) -> None:
@@ -259,7 +288,9 @@ class AnswerWriter:
             while done < n:
                 end = self.bounds[k + 1] if k + 1 < len(self.bounds) else len(self.source)
                 take = max(1, min(n - done, end - span.src - done))
-                cursor.insertText(span.text[done : done + take], self._token_format(kind, level, span, k))
+                cursor.insertText(
+                    span.text[done : done + take], self._token_format(kind, level, span, k)
+                )
                 done += take
                 k = min(k + 1, len(self.segments) - 1)
 

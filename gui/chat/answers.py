@@ -56,7 +56,9 @@ class Answers:
         w.messages.append(user)
         self._sent_text = text
         w.input.clear()
-        self._start(history, "chat", w.settings.generation_options(), parent_id=user.id, n_prompt=n_prompt)
+        self._start(
+            history, "chat", w.settings.generation_options(), parent_id=user.id, n_prompt=n_prompt
+        )
 
     def _fit(self, history: list[dict]) -> tuple[list[dict] | None, int | None]:
         """(history to send, its prompt tokens) by :func:`fit_to_context` and the Too long
@@ -75,19 +77,31 @@ class Answers:
         w = self.window
         if w.request is not None or not w.model_ready:
             return
-        answers = [m for m in w.messages if m.role == "assistant" and m.kind == "chat" and m.id is not None]
+        answers = [
+            m for m in w.messages if m.role == "assistant" and m.kind == "chat" and m.id is not None
+        ]
         target = (
-            next((m for m in answers if m.id == message_id), None) if message_id else (answers[-1] if answers else None)
+            next((m for m in answers if m.id == message_id), None)
+            if message_id
+            else (answers[-1] if answers else None)
         )
         if target is None:
             return
         w.hide_error()
-        history, n_prompt = self._fit(chat_history(w.messages[: w.messages.index(target)], w.settings.system_prompt))
+        history, n_prompt = self._fit(
+            chat_history(w.messages[: w.messages.index(target)], w.settings.system_prompt)
+        )
         if history is None:
             return
         w.messages = w.messages[: w.messages.index(target)]
         self._sent_text = ""
-        self._start(history, "chat", w.settings.generation_options(), parent_id=target.parent_id, n_prompt=n_prompt)
+        self._start(
+            history,
+            "chat",
+            w.settings.generation_options(),
+            parent_id=target.parent_id,
+            n_prompt=n_prompt,
+        )
 
     def edit(self, message_id: int) -> None:
         """Put question ``message_id`` in the input box; sending it makes a new version of
@@ -141,17 +155,28 @@ class Answers:
         w = self.window
         if w.request is not None or not w.model_ready:
             return
-        last = max((i for i, m in enumerate(w.messages) if m.kind == "chat" and m.role == "assistant"), default=None)
+        last = max(
+            (i for i, m in enumerate(w.messages) if m.kind == "chat" and m.role == "assistant"),
+            default=None,
+        )
         if last is None:
             return
         history = chat_history(w.messages[:last], w.settings.system_prompt)
         self._sent_text = ""
         self._start(
-            history, "baseline", {**w.settings.generation_options(), "strategy": "none"}, parent_id=w.messages[-1].id
+            history,
+            "baseline",
+            {**w.settings.generation_options(), "strategy": "none"},
+            parent_id=w.messages[-1].id,
         )
 
     def _start(
-        self, history: list[dict], kind: str, options: dict, parent_id: int | None, n_prompt: int | None = None
+        self,
+        history: list[dict],
+        kind: str,
+        options: dict,
+        parent_id: int | None,
+        n_prompt: int | None = None,
     ) -> None:
         """Queue the answer to ``history``; ``n_prompt``: its prompt tokens when already
         counted (for the context meter while the answer streams)."""
@@ -207,7 +232,9 @@ class Answers:
         kind, answer = taken
         w = self.window
         answer.content = result["text"]
-        answer.reasoning = result.get("reasoning") or "".join(s.text for s in answer.reasoning_segments)
+        answer.reasoning = result.get("reasoning") or "".join(
+            s.text for s in answer.reasoning_segments
+        )
         answer.stats = result["stats"]
         if self._request_dropped:
             answer.stats["context_dropped_messages"] = self._request_dropped
@@ -221,7 +248,9 @@ class Answers:
         w.view.end_answer()
         w.view.set_messages(w.messages)
         w.session_label.setText(w.session.text())
-        line = format_stats(answer.stats, answer.finish_reason, w.session.baseline_tps if kind == "chat" else None)
+        line = format_stats(
+            answer.stats, answer.finish_reason, w.session.baseline_tps if kind == "chat" else None
+        )
         w.status.setText(("Plain decoding: " if kind == "baseline" else "") + line)
         if answer.finish_reason == "context":
             w.show_error(
@@ -230,7 +259,9 @@ class Answers:
             )
         w.update_buttons()
         w.update_context_meter()
-        shown = next((m for m in w.messages if m.id == answer.id), answer)  # with its versions counted
+        shown = next(
+            (m for m in w.messages if m.id == answer.id), answer
+        )  # with its versions counted
         w.answerDone.emit(shown)
 
     def _count_in_session(self, kind: str, answer: Message) -> None:

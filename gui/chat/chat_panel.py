@@ -18,7 +18,9 @@ from PySide6.QtWidgets import (
 
 from .chat_view import ChatView, legend_html
 
-BANNER_STYLE = "background:#fde2e1; color:#7f1d1d; border:1px solid #f5a5a0;border-radius:4px; padding:6px;"
+BANNER_STYLE = (
+    "background:#fde2e1; color:#7f1d1d; border:1px solid #f5a5a0;border-radius:4px; padding:6px;"
+)
 
 
 class ChatInput(QPlainTextEdit):
@@ -27,7 +29,10 @@ class ChatInput(QPlainTextEdit):
     submitted = Signal()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
-        if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not event.modifiers() & Qt.ShiftModifier:
+        if (
+            event.key() in (Qt.Key_Return, Qt.Key_Enter)
+            and not event.modifiers() & Qt.ShiftModifier
+        ):
             self.submitted.emit()
             return
         super().keyPressEvent(event)
@@ -44,7 +49,8 @@ class ChatPanel(QWidget):
         self.highlight_box = QCheckBox("Highlight token sources")
         self.highlight_box.setToolTip(
             "On: answers rendered as Markdown, each token's source as the background of its text "
-            "(see the legend) and its probabilities on hover. Off: the same rendered text, without colours"
+            "(see the legend) and its probabilities on hover. Off: the same rendered text, "
+            "without colours"
         )
         self.view = ChatView()
         self._make_input()
@@ -67,7 +73,9 @@ class ChatPanel(QWidget):
         self.send_button = QPushButton("Send")
         self.stop_button = QPushButton("Stop")
         self.compare_button = QPushButton("Compare with no draft")
-        self.compare_button.setToolTip("Rerun the last prompt with plain decoding and show both speeds")
+        self.compare_button.setToolTip(
+            "Rerun the last prompt with plain decoding and show both speeds"
+        )
 
     def _make_status_lines(self, session_text: str) -> None:
         self.status = QLabel()

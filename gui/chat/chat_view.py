@@ -168,14 +168,20 @@ class ChatView(QWidget):
         elif thinking and self._title_at >= 0:
             cursor.setPosition(self._title_at)
             cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
-            insert_title(cursor, self.palette(), STREAMING_KEY, thinking_title(msg, False, True), False)
+            insert_title(
+                cursor, self.palette(), STREAMING_KEY, thinking_title(msg, False, True), False
+            )
         cursor.endEditBlock()
         bar.setValue(bar.maximum() if at_bottom else value)
 
     def end_answer(self) -> None:
         """The streaming answer is done (stored: its ``id`` set); its thinking stays as open
         or closed as it was."""
-        if STREAMING_KEY in self.expanded and self._streaming is not None and self._streaming.id is not None:
+        if (
+            STREAMING_KEY in self.expanded
+            and self._streaming is not None
+            and self._streaming.id is not None
+        ):
             self.expanded.add(f"id{self._streaming.id}")
         self.expanded.discard(STREAMING_KEY)
         self._streaming = None
@@ -201,7 +207,12 @@ class ChatView(QWidget):
         doc.clear()
         self._book = FormatBook(self.palette(), self.font(), self._mono, self.highlight)
         self._thinking_book = ThinkingBook(self.palette(), self.font(), self._mono, self.highlight)
-        self._writer, self._thinking_writer, self._title_at, self._after_table = None, None, -1, False
+        self._writer, self._thinking_writer, self._title_at, self._after_table = (
+            None,
+            None,
+            -1,
+            False,
+        )
         cursor = QTextCursor(doc)
         cursor.beginEditBlock()
         for i, msg in enumerate(self.messages):
@@ -217,7 +228,16 @@ class ChatView(QWidget):
         """Everything a render depends on (the messages' content, sources and stats, the
         streaming one, the settings and the palette)."""
         shown = tuple(
-            (m.role, m.kind, m.id, m.versions, m.finish_reason, m.content, repr(m.stats), m is self._streaming)
+            (
+                m.role,
+                m.kind,
+                m.id,
+                m.versions,
+                m.finish_reason,
+                m.content,
+                repr(m.stats),
+                m is self._streaming,
+            )
             + tuple((s.text, s.source, s.p_target, s.p_draft) for s in m.segments)
             + (m.reasoning,)
             + tuple((s.text, s.source, s.p_target, s.p_draft) for s in m.reasoning_segments)
@@ -229,9 +249,12 @@ class ChatView(QWidget):
     def _render_message(self, cursor: QTextCursor, msg: Message, index: int) -> None:
         head = QTextCharFormat()
         head.setFontWeight(QFont.Bold)
-        head.setForeground(self.palette().color(QPalette.Link if msg.role == "user" else QPalette.Text))
+        head.setForeground(
+            self.palette().color(QPalette.Link if msg.role == "user" else QPalette.Text)
+        )
         title = {"user": "You"}.get(
-            msg.role, "Plain decoding (no draft), same prompt" if msg.kind == "baseline" else "Assistant"
+            msg.role,
+            "Plain decoding (no draft), same prompt" if msg.kind == "baseline" else "Assistant",
         )
         cursor.insertText(title, head)
         streaming = msg is self._streaming
@@ -251,14 +274,22 @@ class ChatView(QWidget):
         elif msg.stats:
             self._insert_stats(cursor, msg, writer.ends_with_table)
 
-    def _insert_thinking(self, cursor: QTextCursor, msg: Message, index: int, streaming: bool) -> None:
+    def _insert_thinking(
+        self, cursor: QTextCursor, msg: Message, index: int, streaming: bool
+    ) -> None:
         """The thinking's line under the title and, when open, the thinking."""
         key = thinking_key(msg, index, streaming)
         expanded, thinking = key in self.expanded, streaming and not msg.content
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         if streaming:
             self._title_at = cursor.position()
-        insert_title(cursor, self.palette(), key, thinking_title(msg, expanded, thinking, self._thought_s), expanded)
+        insert_title(
+            cursor,
+            self.palette(),
+            key,
+            thinking_title(msg, expanded, thinking, self._thought_s),
+            expanded,
+        )
         if expanded:
             seg = Segment(msg.reasoning, "target", channel=REASONING)
             writer = AnswerWriter(self._thinking_book, msg.reasoning_segments or [seg])
@@ -309,7 +340,9 @@ class ChatView(QWidget):
             self._insert_link(cursor, "▶", f"next:{msg.id}", "Next version")
             cursor.insertText("   ", plain)
         if msg.role == "user":
-            self._insert_link(cursor, "Edit", f"edit:{msg.id}", "Edit this message and send it as a new version")
+            self._insert_link(
+                cursor, "Edit", f"edit:{msg.id}", "Edit this message and send it as a new version"
+            )
         else:
             self._insert_link(
                 cursor,
@@ -319,7 +352,9 @@ class ChatView(QWidget):
             )
             for i, _ in enumerate(code_blocks(msg.content)):
                 cursor.insertText("   ", plain)
-                self._insert_link(cursor, f"Copy code {i + 1}", f"copy:{msg.id}:{i}", "Copy this code block")
+                self._insert_link(
+                    cursor, f"Copy code {i + 1}", f"copy:{msg.id}:{i}", "Copy this code block"
+                )
 
     def _insert_link(self, cursor: QTextCursor, text: str, target: str, tip: str) -> None:
         fmt = QTextCharFormat()

@@ -10,7 +10,9 @@ from PySide6.QtCore import QTimer
 
 from .message import chat_history
 
-CountTokens = Callable[[list[dict]], "tuple[int, int] | None"]  # (tokens, n_ctx), None without a model
+CountTokens = Callable[
+    [list[dict]], "tuple[int, int] | None"
+]  # (tokens, n_ctx), None without a model
 
 
 class Fitted(NamedTuple):
@@ -82,7 +84,9 @@ class ContextMeter:
         w = self.window
         if w.request is not None and self.base is not None:
             return self.base + len(w.request[2].segments), self.n_ctx_loaded()
-        before = w.messages[: w.messages.index(w.editing)] if w.editing in w.messages else w.messages
+        before = (
+            w.messages[: w.messages.index(w.editing)] if w.editing in w.messages else w.messages
+        )
         history = chat_history(before, w.settings.system_prompt)
         typed = w.input.toPlainText().strip()
         if typed:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QLineEdit, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 class ConversationList(QWidget):
@@ -36,7 +44,9 @@ class ConversationList(QWidget):
         lv.addWidget(self.search)
         lv.addWidget(self.conversations)
         self._menu = self._build_menu()
-        self.conversations.itemClicked.connect(lambda item: self.opened.emit(item.data(Qt.UserRole)))
+        self.conversations.itemClicked.connect(
+            lambda item: self.opened.emit(item.data(Qt.UserRole))
+        )
         self.conversations.customContextMenuRequested.connect(self._show_menu)
 
     def _build_menu(self) -> QMenu:

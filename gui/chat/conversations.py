@@ -74,13 +74,17 @@ class ConversationActions:
         store = self.window.store
         title = store.title(conversation_id) or "Chat"
         messages = store.messages(conversation_id)
-        text = export.to_markdown(title, messages) if fmt == "md" else export.to_json(title, messages)
+        text = (
+            export.to_markdown(title, messages) if fmt == "md" else export.to_json(title, messages)
+        )
         Path(path).write_text(text, encoding="utf-8")
 
     def reload(self) -> None:
         """List the conversations the search box matches, the one shown selected."""
         w = self.window
-        w.conversation_list.show_conversations(w.store.list(w.conversation_list.query()), w.conversation_id)
+        w.conversation_list.show_conversations(
+            w.store.list(w.conversation_list.query()), w.conversation_id
+        )
 
     # --- the list's right-click menu: the selected conversation, through a dialog -------------
 
@@ -89,7 +93,9 @@ class ConversationActions:
         cid = w.conversation_list.selected()
         if cid is None:
             return
-        title, ok = QInputDialog.getText(w, "Rename conversation", "Title", text=w.store.title(cid) or "")
+        title, ok = QInputDialog.getText(
+            w, "Rename conversation", "Title", text=w.store.title(cid) or ""
+        )
         if ok:
             self.rename(cid, title)
 

@@ -20,7 +20,9 @@ DRAFTER_NAMES = {
     "prediction": "prediction",
     "grammar": "grammar",
 }
-ACCEPTED = QColor("#3fb767")  # green, as the accepted tokens' background but strong enough for a bar
+ACCEPTED = QColor(
+    "#3fb767"
+)  # green, as the accepted tokens' background but strong enough for a bar
 REJECTED = {False: QColor("#d4d4d8"), True: QColor("#52525b")}  # by palette darkness
 ROW, LABEL_W, BAR_W, COUNT_W, GAP, POS_H, TITLE = 14, 84, 110, 56, 18, 40, 14
 MAX_POSITIONS = 16
@@ -41,7 +43,11 @@ def drafter_mix(stats: dict | None) -> list[tuple[str, int, int]]:
     """(drafter label, accepted, drafted) per drafter that drafted, most drafted first."""
     drafted = (stats or {}).get("drafted_by_drafter") or {}
     accepted = (stats or {}).get("accepted_by_drafter") or {}
-    rows = [(DRAFTER_NAMES.get(name, name), accepted.get(name, 0), n) for name, n in drafted.items() if n]
+    rows = [
+        (DRAFTER_NAMES.get(name, name), accepted.get(name, 0), n)
+        for name, n in drafted.items()
+        if n
+    ]
     return sorted(rows, key=lambda row: (-row[2], row[0]))
 
 
@@ -79,7 +85,9 @@ def chart_bars(stats: dict | None) -> tuple[list[Bar], list[Bar]]:
         x = left + i * 14
         part_h = height * a / d if d else 0.0
         whole = QRectF(x, TITLE + 2, 10, height)
-        positions.append(Bar(str(i + 1), a, d, whole, QRectF(x, TITLE + 2 + height - part_h, 10, part_h)))
+        positions.append(
+            Bar(str(i + 1), a, d, whole, QRectF(x, TITLE + 2 + height - part_h, 10, part_h))
+        )
     return drafters, positions
 
 
@@ -91,7 +99,9 @@ def chart_size(stats: dict | None) -> tuple[int, int]:
     return left + max(len(positions) * 14, 160), TITLE + height + 2 + ROW
 
 
-def chart_image(stats: dict | None, palette: QPalette, font: QFont, ratio: float = 1.0) -> QImage | None:
+def chart_image(
+    stats: dict | None, palette: QPalette, font: QFont, ratio: float = 1.0
+) -> QImage | None:
     """The chart drawn for ``palette`` (None when nothing was drafted); ``ratio``: the
     screen's device pixel ratio."""
     drafters, positions = chart_bars(stats)
@@ -109,13 +119,19 @@ def chart_image(stats: dict | None, palette: QPalette, font: QFont, ratio: float
     return image
 
 
-def _draw(painter: QPainter, drafters: list[Bar], positions: list[Bar], palette: QPalette, font: QFont) -> None:
+def _draw(
+    painter: QPainter, drafters: list[Bar], positions: list[Bar], palette: QPalette, font: QFont
+) -> None:
     small = QFont(font)
     small.setPointSizeF(max(6.5, font.pointSizeF() * 0.8))
     painter.setFont(small)
     text, grey = palette.color(QPalette.Text), REJECTED[is_dark(palette)]
     painter.setPen(text)
-    painter.drawText(QRectF(0, 0, LABEL_W + BAR_W + COUNT_W, TITLE), Qt.AlignLeft, "accepted / drafted per drafter")
+    painter.drawText(
+        QRectF(0, 0, LABEL_W + BAR_W + COUNT_W, TITLE),
+        Qt.AlignLeft,
+        "accepted / drafted per drafter",
+    )
     left = LABEL_W + BAR_W + COUNT_W + GAP
     painter.drawText(QRectF(left, 0, 200, TITLE), Qt.AlignLeft, "accepted by draft position")
     for bar in drafters:
@@ -130,4 +146,8 @@ def _draw(painter: QPainter, drafters: list[Bar], positions: list[Bar], palette:
         painter.fillRect(bar.whole, grey)
         painter.fillRect(bar.part, ACCEPTED)
         painter.setPen(text)
-        painter.drawText(QRectF(bar.whole.left() - 2, bar.whole.bottom() + 1, 14, ROW), Qt.AlignHCenter, bar.label)
+        painter.drawText(
+            QRectF(bar.whole.left() - 2, bar.whole.bottom() + 1, 14, ROW),
+            Qt.AlignHCenter,
+            bar.label,
+        )

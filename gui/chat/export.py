@@ -21,10 +21,15 @@ def to_markdown(title: str, messages: list[Message]) -> str:
     Markdown, code blocks included) with the answer's stats line in italics."""
     parts = [f"# {title}\n"]
     for m in messages:
-        heading = "You" if m.role == "user" else ("Plain decoding (no draft)" if m.kind == "baseline" else "Assistant")
+        heading = (
+            "You"
+            if m.role == "user"
+            else ("Plain decoding (no draft)" if m.kind == "baseline" else "Assistant")
+        )
         if m.reasoning:
             parts.append(
-                f"## {heading}\n\n<details><summary>Thinking</summary>\n\n{m.reasoning.strip()}\n\n</details>\n"
+                f"## {heading}\n\n<details><summary>Thinking</summary>\n\n"
+                f"{m.reasoning.strip()}\n\n</details>\n"
             )
             parts.append(f"{m.content.rstrip()}\n")
         else:
@@ -87,7 +92,9 @@ def from_json(text: str) -> tuple[str, list[Message]]:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} file")
     if data.get("version") != VERSION:
-        raise ValueError(f"{FORMAT} version {data.get('version')!r} is not supported (this reads {VERSION})")
+        raise ValueError(
+            f"{FORMAT} version {data.get('version')!r} is not supported (this reads {VERSION})"
+        )
     raw = data.get("messages") or []
     if not isinstance(raw, list):
         raise ValueError("messages must be a list")
@@ -97,11 +104,17 @@ def from_json(text: str) -> tuple[str, list[Message]]:
 
 
 def _message(i: int, m) -> Message:
-    if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
+    if (
+        not isinstance(m, dict)
+        or m.get("role") not in ("user", "assistant")
+        or not isinstance(m.get("content"), str)
+    ):
         raise ValueError(f"message {i + 1} has no valid role and content")
     segments, thinking = m.get("segments") or [], m.get("reasoning_segments") or []
     if not (_valid_segments(segments) and _valid_segments(thinking)):
-        raise ValueError(f"message {i + 1}: segments must be objects with text, source, p_target, p_draft")
+        raise ValueError(
+            f"message {i + 1}: segments must be objects with text, source, p_target, p_draft"
+        )
     reasoning = m.get("reasoning", "")
     if not isinstance(reasoning, str):
         raise ValueError(f"message {i + 1}: reasoning must be text")
@@ -109,7 +122,10 @@ def _message(i: int, m) -> Message:
     if stats is not None and not (
         isinstance(stats, dict)
         and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) or isinstance(v, (str, dict)) or v is None
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            or isinstance(v, (str, dict))
+            or v is None
             for v in stats.values()
         )
     ):
@@ -126,6 +142,8 @@ def _valid_segments(segments) -> bool:
     return isinstance(segments, list) and all(
         isinstance(s, dict)
         and set(s) == set(_SEGMENT_TYPES)
-        and all(isinstance(s[k], t) and not isinstance(s[k], bool) for k, t in _SEGMENT_TYPES.items())
+        and all(
+            isinstance(s[k], t) and not isinstance(s[k], bool) for k, t in _SEGMENT_TYPES.items()
+        )
         for s in segments
     )

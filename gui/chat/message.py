@@ -25,7 +25,12 @@ class Segment:
 
     @classmethod
     def from_event(cls, event) -> Segment:
-        return cls(event.text, getattr(event.source, "value", str(event.source)), event.p_target, event.p_draft)
+        return cls(
+            event.text,
+            getattr(event.source, "value", str(event.source)),
+            event.p_target,
+            event.p_draft,
+        )
 
     def stored(self) -> dict:
         """The fields a store or an export keeps: text, source, p_target, p_draft."""

@@ -27,9 +27,12 @@ class SessionStats:
         parts = [f"Session: {self.answers} answer(s)"]
         if self.drafted:
             parts.append(
-                f"Accepted {self.accepted}/{self.drafted} draft tokens ({100 * self.accepted / self.drafted:.0f} %)"
+                f"Accepted {self.accepted}/{self.drafted} draft tokens "
+                f"({100 * self.accepted / self.drafted:.0f} %)"
             )
-            parts.append(f"mean accepted length {(self.accepted + self.rounds) / max(1, self.rounds):.2f}")
+            parts.append(
+                f"mean accepted length {(self.accepted + self.rounds) / max(1, self.rounds):.2f}"
+            )
         parts.append(f"{tps:.1f} t/s")
         parts.append(f"mean TTFT {self.ttft_s / self.answers:.2f} s")
         if self.baseline_tps:

@@ -79,7 +79,8 @@ class ConversationStore:
             self._db.executescript(_SCHEMA)
             self._migrate()
             self._db.execute(
-                "SELECT id, title, created_at, updated_at, current_leaf, options FROM conversations LIMIT 1"
+                "SELECT id, title, created_at, updated_at, current_leaf, options FROM "
+                "conversations LIMIT 1"
             )
             self._db.execute(
                 "SELECT id, conversation_id, role, content, kind, segments, stats, finish_reason, "
@@ -104,11 +105,14 @@ class ConversationStore:
                         self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT")
             if "parent_id" not in columns:
                 self._db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
-            if "current_leaf" not in {row[1] for row in self._db.execute("PRAGMA table_info(conversations)")}:
+            if "current_leaf" not in {
+                row[1] for row in self._db.execute("PRAGMA table_info(conversations)")
+            }:
                 self._db.execute("ALTER TABLE conversations ADD COLUMN current_leaf INTEGER")
             self._db.execute(
                 "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p WHERE "
-                "p.conversation_id = messages.conversation_id AND p.id < messages.id) WHERE parent_id IS NULL"
+                "p.conversation_id = messages.conversation_id AND p.id < messages.id) WHERE "
+                "parent_id IS NULL"
             )
             self._db.execute(
                 "UPDATE conversations SET current_leaf = (SELECT MAX(m.id) FROM messages m WHERE "
@@ -128,16 +132,20 @@ class ConversationStore:
             aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
             try:
                 path.replace(aside)
-                return cls(
-                    path
-                ), f"The conversation history could not be read; it was kept as {aside.name} and a new one started."
+                return (
+                    cls(path),
+                    f"The conversation history could not be read; it was kept as {aside.name} "
+                    "and a new one started.",
+                )
             except (OSError, sqlite3.Error):
                 pass
         except (OSError, sqlite3.Error):
             pass
-        return cls(
-            ":memory:"
-        ), f"Conversations cannot be saved in {path.parent}; this session's chats are kept in memory only."
+        return (
+            cls(":memory:"),
+            f"Conversations cannot be saved in {path.parent}; this session's chats are kept in "
+            "memory only.",
+        )
 
     def close(self) -> None:
         self._db.close()
@@ -146,7 +154,8 @@ class ConversationStore:
         now = time.time()
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)", (title, now, now)
+                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+                (title, now, now),
             )
         return cur.lastrowid
 
@@ -155,25 +164,33 @@ class ConversationStore:
         it (case-insensitive for ASCII, as SQLite's LIKE)."""
         query = query.replace("\x00", "")  # SQLite's LIKE would stop reading the pattern there
         if not query:
-            rows = self._db.execute("SELECT id, title, updated_at FROM conversations ORDER BY updated_at DESC, id DESC")
+            rows = self._db.execute(
+                "SELECT id, title, updated_at FROM conversations ORDER BY updated_at DESC, id DESC"
+            )
         else:
             like = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             rows = self._db.execute(
-                "SELECT id, title, updated_at FROM conversations c WHERE title LIKE ?1 ESCAPE '\\' OR EXISTS "
-                "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ?1 ESCAPE '\\') "
+                "SELECT id, title, updated_at FROM conversations c WHERE title LIKE ?1 ESCAPE "
+                "'\\' OR EXISTS "
+                "(SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ?1 "
+                "ESCAPE '\\') "
                 "ORDER BY updated_at DESC, id DESC",
                 (like,),
             )
         return [ConversationInfo(*row) for row in rows]
 
     def title(self, conversation_id: int) -> str | None:
-        row = self._db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        row = self._db.execute(
+            "SELECT title FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
         return row[0] if row else None
 
     def options(self, conversation_id: int) -> dict:
         """The options stored with a conversation (see :meth:`set_options`); {} when none
         were, or the stored JSON is damaged."""
-        row = self._db.execute("SELECT options FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        row = self._db.execute(
+            "SELECT options FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
         options = _stats(row[0]) if row else None
         return options or {}
 
@@ -182,25 +199,31 @@ class ConversationStore:
         with the conversation; they replace the ones stored before."""
         with self._db:
             self._db.execute(
-                "UPDATE conversations SET options = ? WHERE id = ?", (json.dumps(options), conversation_id)
+                "UPDATE conversations SET options = ? WHERE id = ?",
+                (json.dumps(options), conversation_id),
             )
 
     def rename(self, conversation_id: int, title: str) -> None:
         with self._db:
-            self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+            self._db.execute(
+                "UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id)
+            )
 
     def delete(self, conversation_id: int) -> None:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
-    def add_message(self, conversation_id: int, message: Message, parent_id: int | None | str = "leaf") -> int:
+    def add_message(
+        self, conversation_id: int, message: Message, parent_id: int | None | str = "leaf"
+    ) -> int:
         """Store a message as the child of ``parent_id`` (default: the current leaf; None:
         a first message) and make it the current leaf; sets and returns ``message.id``."""
         if parent_id == "leaf":
             parent_id = self.current_leaf(conversation_id)
         with self._db:
             cur = self._db.execute(
-                "INSERT INTO messages (conversation_id, role, content, kind, segments, stats, finish_reason, parent_id, "
+                "INSERT INTO messages (conversation_id, role, content, kind, segments, stats, "
+                "finish_reason, parent_id, "
                 "reasoning, reasoning_segments) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conversation_id,
@@ -212,7 +235,9 @@ class ConversationStore:
                     message.finish_reason,
                     parent_id,
                     message.reasoning or None,
-                    json.dumps(message.reasoning_segments_json()) if message.reasoning_segments else None,
+                    json.dumps(message.reasoning_segments_json())
+                    if message.reasoning_segments
+                    else None,
                 ),
             )
             self._db.execute(
@@ -225,8 +250,15 @@ class ConversationStore:
     def delete_message(self, message_id: int) -> None:
         """Remove a message that has no children (one that has is left alone); its parent
         becomes the current leaf where it was the leaf."""
-        row = self._db.execute("SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)).fetchone()
-        if row is None or self._db.execute("SELECT 1 FROM messages WHERE parent_id = ?", (message_id,)).fetchone():
+        row = self._db.execute(
+            "SELECT conversation_id, parent_id FROM messages WHERE id = ?", (message_id,)
+        ).fetchone()
+        if (
+            row is None
+            or self._db.execute(
+                "SELECT 1 FROM messages WHERE parent_id = ?", (message_id,)
+            ).fetchone()
+        ):
             return
         with self._db:
             self._db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
@@ -236,13 +268,16 @@ class ConversationStore:
             )
 
     def current_leaf(self, conversation_id: int) -> int | None:
-        row = self._db.execute("SELECT current_leaf FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        row = self._db.execute(
+            "SELECT current_leaf FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
         return row[0] if row else None
 
     def _belongs(self, conversation_id: int, message_id: int) -> bool:
         return (
             self._db.execute(
-                "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?", (message_id, conversation_id)
+                "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
+                (message_id, conversation_id),
             ).fetchone()
             is not None
         )
@@ -253,7 +288,10 @@ class ConversationStore:
         if message_id is not None and not self._belongs(conversation_id, message_id):
             return
         with self._db:
-            self._db.execute("UPDATE conversations SET current_leaf = ? WHERE id = ?", (message_id, conversation_id))
+            self._db.execute(
+                "UPDATE conversations SET current_leaf = ? WHERE id = ?",
+                (message_id, conversation_id),
+            )
 
     def messages(self, conversation_id: int) -> list[Message]:
         """The path shown: root to current leaf, each message with ``versions`` set
@@ -261,18 +299,32 @@ class ConversationStore:
         rows = {
             r[0]: r
             for r in self._db.execute(
-                "SELECT id, role, content, kind, segments, stats, finish_reason, parent_id, reasoning, "
+                "SELECT id, role, content, kind, segments, stats, finish_reason, parent_id, "
+                "reasoning, "
                 "reasoning_segments FROM messages WHERE conversation_id = ?",
                 (conversation_id,),
             )
         }
         path, mid, seen = [], self.current_leaf(conversation_id), set()
-        while mid is not None and mid in rows and mid not in seen:  # a damaged file may hold a cycle
+        while (
+            mid is not None and mid in rows and mid not in seen
+        ):  # a damaged file may hold a cycle
             seen.add(mid)
             path.append(rows[mid])
             mid = rows[mid][7]
         out = []
-        for mid, role, content, kind, segments, stats, finish, parent, thinking, thinking_segments in reversed(path):
+        for (
+            mid,
+            role,
+            content,
+            kind,
+            segments,
+            stats,
+            finish,
+            parent,
+            thinking,
+            thinking_segments,
+        ) in reversed(path):
             siblings = self.siblings(mid)
             out.append(
                 Message(
@@ -295,7 +347,8 @@ class ConversationStore:
         """Ids of the versions of a message, oldest first: the messages of its role and
         kind under the same parent (itself included)."""
         row = self._db.execute(
-            "SELECT conversation_id, parent_id, role, kind FROM messages WHERE id = ?", (message_id,)
+            "SELECT conversation_id, parent_id, role, kind FROM messages WHERE id = ?",
+            (message_id,),
         ).fetchone()
         if row is None:
             return []
@@ -315,7 +368,8 @@ class ConversationStore:
         leaf, seen = message_id, {message_id}
         while True:
             row = self._db.execute(
-                "SELECT MAX(id) FROM messages WHERE conversation_id = ? AND parent_id = ?", (conversation_id, leaf)
+                "SELECT MAX(id) FROM messages WHERE conversation_id = ? AND parent_id = ?",
+                (conversation_id, leaf),
             ).fetchone()
             if row[0] is None or row[0] in seen:  # no child, or a cycle in a damaged file
                 break

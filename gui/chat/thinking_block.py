@@ -38,7 +38,9 @@ def thinking_key(msg: Message, index: int, streaming: bool) -> str:
     return f"id{msg.id}" if msg.id is not None else f"at{index}"
 
 
-def thinking_title(msg: Message, expanded: bool, thinking: bool, thought_s: float | None = None) -> str:
+def thinking_title(
+    msg: Message, expanded: bool, thinking: bool, thought_s: float | None = None
+) -> str:
     """The block's line: "▶ Thinking… 57 tokens" while ``thinking`` (the answer has not
     begun), then "▶ Thought for 3.2 s" (``msg.stats["thinking_s"]``, else ``thought_s``,
     seconds), or "▶ Thoughts" when the time is not known; "▼" when ``expanded``."""
@@ -52,7 +54,9 @@ def thinking_title(msg: Message, expanded: bool, thinking: bool, thought_s: floa
     return f"{arrow} Thoughts"
 
 
-def insert_title(cursor: QTextCursor, palette: QPalette, key: str, title: str, expanded: bool) -> None:
+def insert_title(
+    cursor: QTextCursor, palette: QPalette, key: str, title: str, expanded: bool
+) -> None:
     """The block's line as a link ``localspec:think:KEY`` that opens or closes it."""
     fmt = QTextCharFormat()
     fmt.setAnchor(True)

@@ -13,7 +13,9 @@ DARK_TEXT = "#111827"
 SOURCE_COLOURS = {
     "accepted": QColor("#b9ebc3"),  # green: a draft token the target kept
     "correction": QColor("#ffc8a0"),  # orange: the target replaced a rejected draft token
-    "forced": QColor("#c7d2fe"),  # indigo: a grammar forced it (a schema's key, a call's name), the target kept it
+    "forced": QColor(
+        "#c7d2fe"
+    ),  # indigo: a grammar forced it (a schema's key, a call's name), the target kept it
 }
 SOURCE_LABELS = {
     "accepted": "accepted draft token",
@@ -58,7 +60,9 @@ def readable(colour: QColor, background: QColor, minimum: float = 4.5) -> QColor
         if contrast_ratio(c, background) >= minimum:
             return c
         h, s, lightness, a = c.getHslF()
-        c = QColor.fromHslF(max(h, 0.0), s, max(0.0, lightness - 0.05) if darken else min(1.0, lightness + 0.05), a)
+        c = QColor.fromHslF(
+            max(h, 0.0), s, max(0.0, lightness - 0.05) if darken else min(1.0, lightness + 0.05), a
+        )
     return QColor(DARK_TEXT) if darken else QColor("#ffffff")
 
 
@@ -70,9 +74,12 @@ def is_dark(palette: QPalette) -> bool:
 def legend_html() -> str:
     """The legend's rich text: a coloured swatch per highlighted source."""
     items = [
-        f'<span style="background:{SOURCE_COLOURS["accepted"].name()}; color:{DARK_TEXT}">&nbsp;accepted draft&nbsp;</span>',
-        f'<span style="background:{SOURCE_COLOURS["correction"].name()}; color:{DARK_TEXT}">&nbsp;target correction&nbsp;</span>',
-        f'<span style="background:{SOURCE_COLOURS["forced"].name()}; color:{DARK_TEXT}">&nbsp;forced by a grammar&nbsp;</span>',
+        f'<span style="background:{SOURCE_COLOURS["accepted"].name()}; '
+        f'color:{DARK_TEXT}">&nbsp;accepted draft&nbsp;</span>',
+        f'<span style="background:{SOURCE_COLOURS["correction"].name()}; '
+        f'color:{DARK_TEXT}">&nbsp;target correction&nbsp;</span>',
+        f'<span style="background:{SOURCE_COLOURS["forced"].name()}; '
+        f'color:{DARK_TEXT}">&nbsp;forced by a grammar&nbsp;</span>',
         "<span>&nbsp;plain: target only&nbsp;</span>",
     ]
     return "&nbsp;&nbsp;".join(items)

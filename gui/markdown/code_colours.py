@@ -21,7 +21,9 @@ def code_lines(code: str, lang: str, piecewise: bool = False) -> list[Line]:
     if not piecewise:
         return list(_lexed(code, lang))
     lines = code.split("\n")
-    cuts = [0] + [k for k in range(1, len(lines)) if not lines[k - 1].strip() and lines[k][:1].strip()]
+    cuts = [0] + [
+        k for k in range(1, len(lines)) if not lines[k - 1].strip() and lines[k][:1].strip()
+    ]
     out: list[Line] = []
     for a, b in zip(cuts, cuts[1:] + [len(lines)]):
         out.extend(_lexed("\n".join(lines[a:b]), lang))

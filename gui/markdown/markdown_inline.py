@@ -37,7 +37,12 @@ def _merged(spans: list[Span]) -> list[Span]:
     out: list[Span] = []
     for s in spans:
         last = out[-1] if out else None
-        if last and last.style == s.style and last.href == s.href and last.src + len(last.text) == s.src:
+        if (
+            last
+            and last.style == s.style
+            and last.href == s.href
+            and last.src + len(last.text) == s.src
+        ):
             out[-1] = Span(last.src, last.text + s.text, s.style, s.href)
         elif s.text:
             out.append(s)
@@ -51,15 +56,26 @@ class _Inline:
     def __init__(self, text: str, base: int):
         self.s, self.base = text, base
         self.out: list[Span] = []
-        self.unclosed: dict[tuple, int] = {}  # (char, run, end) -> an opener after which none closes
-        self.handlers = {"\\": self._escape, "`": self._code, "*": self._emphasis, "_": self._emphasis}
-        self.handlers.update({"~": self._emphasis, "[": self._link, "!": self._image, "<": self._autolink})
+        self.unclosed: dict[
+            tuple, int
+        ] = {}  # (char, run, end) -> an opener after which none closes
+        self.handlers = {
+            "\\": self._escape,
+            "`": self._code,
+            "*": self._emphasis,
+            "_": self._emphasis,
+        }
+        self.handlers.update(
+            {"~": self._emphasis, "[": self._link, "!": self._image, "<": self._autolink}
+        )
         self.handlers.update({"h": self._url, "\n": self._newline})
 
     def run(self, i: int, end: int, style: str, href: str) -> None:
         plain = i
         while i < end:
-            m = SPECIAL.search(self.s, i, end)  # plain text up to the next character that may be markup
+            m = SPECIAL.search(
+                self.s, i, end
+            )  # plain text up to the next character that may be markup
             if m is None:
                 break
             i = m.start()

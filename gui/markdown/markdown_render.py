@@ -5,8 +5,9 @@ by the token that wrote it (markup such as ``**`` and fences is not shown and ma
 ``parse_markdown`` cuts the source into :class:`Unit` s, one per document block (a paragraph,
 a heading, a list item, one line of a code block, a table, a rule), each made of
 :class:`Span` s: runs of shown text whose characters come from consecutive source offsets,
-in one inline style (the inline pass is :mod:`gui.markdown.markdown_inline`).  It covers what chat answers use: ATX headings, paragraphs, bullet and
-numbered lists (nested by indentation), block quotes, fenced code (Pygments colours, see
+in one inline style (the inline pass is :mod:`gui.markdown.markdown_inline`).  It covers what chat
+answers use: ATX headings, paragraphs, bullet and numbered lists (nested by indentation), block
+quotes, fenced code (Pygments colours, see
 :mod:`gui.markdown.code_colours`), GFM pipe tables, rules, and inline code, bold, italic,
 strikethrough, links and bare URLs.  An unclosed fence runs to the end (a code block
 still streaming); unclosed emphasis is shown as typed until its closer arrives."""
@@ -107,7 +108,9 @@ class _Blocks:
             return self._code(i, m, nested)
         if m := HEADING.match(line):
             text = re.sub(r"[ \t]+#+[ \t]*$|^#+[ \t]*$", "", line[m.end() :]).rstrip()
-            self.units.append(Unit("heading", self._inline(text, start + m.end()), level=len(m.group(1))))
+            self.units.append(
+                Unit("heading", self._inline(text, start + m.end()), level=len(m.group(1)))
+            )
             return i + 1
         if RULE.match(line):
             self.units.append(Unit("rule"))
@@ -123,14 +126,21 @@ class _Blocks:
         return len(self.lists) if self.lists and indent >= 2 else 0
 
     def _starts_block(self, line: str) -> bool:
-        return bool(FENCE.match(line) or HEADING.match(line) or RULE.match(line) or ITEM.match(line))
+        return bool(
+            FENCE.match(line) or HEADING.match(line) or RULE.match(line) or ITEM.match(line)
+        )
 
     def _continuation(self, i: int) -> int:
         """The index after the lines that continue the paragraph starting at line ``i``."""
         j = i + 1
         while j < len(self.lines):
             line = self.lines[j][1]
-            if not line.strip() or self._starts_block(line) or QUOTE.match(line) or self._table_starts(j):
+            if (
+                not line.strip()
+                or self._starts_block(line)
+                or QUOTE.match(line)
+                or self._table_starts(j)
+            ):
                 break
             j += 1
         return j
@@ -159,7 +169,9 @@ class _Blocks:
         end = max(start, self.lines[j - 1][0] + len(self.lines[j - 1][1]))
         number = int(m.group(3)) if ordered else 0
         spans = self._inline(self.source[start:end], start)
-        self.units.append(Unit("item", spans, level=len(self.lists) - 1, number=number, group=group))
+        self.units.append(
+            Unit("item", spans, level=len(self.lists) - 1, number=number, group=group)
+        )
         return j
 
     def _code(self, i: int, m: re.Match, level: int) -> int:
@@ -176,7 +188,9 @@ class _Blocks:
         self.groups += 1
         start = body[0][0] if body else 0
         piecewise = self.streaming and j == len(self.lines)
-        self.units.extend(self._cached((code, cut, start, lang, piecewise, level, self.groups), _code_units))
+        self.units.extend(
+            self._cached((code, cut, start, lang, piecewise, level, self.groups), _code_units)
+        )
         return j + 1
 
     def _table_starts(self, i: int) -> bool:
@@ -218,11 +232,15 @@ class _Blocks:
         return tuple(cells)
 
 
-def _code_units(code: str, cut: tuple, start: int, lang: str, piecewise: bool, level: int, group: int):
+def _code_units(
+    code: str, cut: tuple, start: int, lang: str, piecewise: bool, level: int, group: int
+):
     """The units of a code block's lines (``cut``: the indentation taken off each line,
     ``start``: the source offset of its first line), Pygments colours in their spans."""
     units = []
-    for k, (runs, text, n) in enumerate(zip(code_lines(code, lang, piecewise), code.split("\n"), cut)):
+    for k, (runs, text, n) in enumerate(
+        zip(code_lines(code, lang, piecewise), code.split("\n"), cut)
+    ):
         spans = tuple(Span(start + n + col, part, style) for col, part, style in runs)
         units.append(Unit("code", spans, level=level, group=group, first=k == 0))
         start += n + len(text) + 1

@@ -34,7 +34,9 @@ class DownloadJob(QObject):
 
                 def report(done: int, total: int, name=ref.name, started=started) -> None:
                     elapsed = time.monotonic() - started
-                    self.progress.emit(name, int(done), int(total), done / elapsed if elapsed > 0 else 0.0)
+                    self.progress.emit(
+                        name, int(done), int(total), done / elapsed if elapsed > 0 else 0.0
+                    )
 
                 paths.append(discovery.ensure_local(ref, report, self.cancel_event))
         except DownloadCancelled:

@@ -46,14 +46,19 @@ class MemoryBadge(QLabel):
         if target is None:
             self.setText("")
             return
-        estimate = functools.partial(pair_memory_of_refs, target, draft, n_ctx, budget=memory_budget(offload=offload))
+        estimate = functools.partial(
+            pair_memory_of_refs, target, draft, n_ctx, budget=memory_budget(offload=offload)
+        )
         if all(ref is None or ref.downloaded for ref in (target, draft)):
             self._show(key, estimate_or_problem(estimate))
             return
         self.setText("Memory: reading the GGUF headers from the Hub…")
         self.setToolTip("")
         threading.Thread(
-            target=self._estimate_in_thread, args=(key, estimate), name="memory-estimate", daemon=True
+            target=self._estimate_in_thread,
+            args=(key, estimate),
+            name="memory-estimate",
+            daemon=True,
         ).start()
 
     def stop(self) -> None:

@@ -103,7 +103,10 @@ class PairPicker(QWidget):
             try:
                 chosen = discovery.model_ref(target_spec)
             except LocalspecError:
-                self.error.emit(f"The saved target {target_spec} is not available; the default pair is selected.")
+                self.error.emit(
+                    f"The saved target {target_spec} is not available; the default pair is "
+                    "selected."
+                )
         if chosen is None:
             try:
                 chosen = discovery.model_ref(_default_pair_name())
@@ -147,17 +150,23 @@ class PairPicker(QWidget):
         try:
             ref = discovery.model_ref(Path(path))
             if target is None or target.path is None:
-                raise LocalspecError("download the target first; a draft file is checked against it")
+                raise LocalspecError(
+                    "download the target first; a draft file is checked against it"
+                )
             verdict = discovery.check_draft(target, ref)
         except LocalspecError as exc:
             self.error.emit(str(exc))
             return False
         if not verdict.compatible:
-            self.error.emit(f"{ref.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons))
+            self.error.emit(
+                f"{ref.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons)
+            )
             return False
         self.candidates.append(verdict)
         self.draft_combo.blockSignals(True)
-        self.draft_combo.insertItem(self.draft_combo.count() - 1, ref.label, len(self.candidates) - 1)
+        self.draft_combo.insertItem(
+            self.draft_combo.count() - 1, ref.label, len(self.candidates) - 1
+        )
         self.draft_combo.setCurrentIndex(self.draft_combo.count() - 2)
         self.draft_combo.blockSignals(False)
         self._update_button()
@@ -167,7 +176,9 @@ class PairPicker(QWidget):
     def _draft_activated(self, index: int) -> None:
         if self.draft_combo.itemData(index) != -1:
             return
-        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF draft model", str(Path.home()), "GGUF models (*.gguf)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a GGUF draft model", str(Path.home()), "GGUF models (*.gguf)"
+        )
         if not path or not self.add_draft_path(path):
             self.draft_combo.setCurrentIndex(0)
 
@@ -176,9 +187,13 @@ class PairPicker(QWidget):
         self.target_combo.clear()
         for ref in self.targets:
             self.target_combo.addItem(ref.label)
-            self.target_combo.setItemData(self.target_combo.count() - 1, str(ref.path or ref.name), Qt.ToolTipRole)
+            self.target_combo.setItemData(
+                self.target_combo.count() - 1, str(ref.path or ref.name), Qt.ToolTipRole
+            )
         self.target_combo.addItem(OPEN_FILE)
-        index = next((i for i, t in enumerate(self.targets) if chosen is not None and _same(chosen, t)), 0)
+        index = next(
+            (i for i, t in enumerate(self.targets) if chosen is not None and _same(chosen, t)), 0
+        )
         self.target_combo.setCurrentIndex(index)
         self.target_combo.blockSignals(False)
 
@@ -199,7 +214,9 @@ class PairPicker(QWidget):
             label = cand.model.label + ("  ★ recommended" if cand.recommended else "")
             self.draft_combo.addItem(label, i)
             if cand.notes:
-                self.draft_combo.setItemData(self.draft_combo.count() - 1, "; ".join(cand.notes), Qt.ToolTipRole)
+                self.draft_combo.setItemData(
+                    self.draft_combo.count() - 1, "; ".join(cand.notes), Qt.ToolTipRole
+                )
             if draft_spec is None and cand.recommended and select == 0:
                 select = self.draft_combo.count() - 1
             if draft_spec and spec_of(cand.model) == draft_spec:
@@ -217,23 +234,32 @@ class PairPicker(QWidget):
         bad = [c for c in self.candidates if not c.compatible]
         good = [c for c in self.candidates if c.compatible]
         if not bad:
-            self.note.setText("" if good else "No other model on disk or in the catalogue can draft for it.")
+            self.note.setText(
+                "" if good else "No other model on disk or in the catalogue can draft for it."
+            )
             self.note.setToolTip("")
             return
-        lines = [f"<b>{html.escape(c.model.name)}</b>: {html.escape('; '.join(c.reasons))}" for c in bad]
+        lines = [
+            f"<b>{html.escape(c.model.name)}</b>: {html.escape('; '.join(c.reasons))}" for c in bad
+        ]
         if good:
             self.note.setText(f"{len(bad)} incompatible model(s) not listed (hover for reasons).")
         else:
             self.note.setText(
-                f"No compatible draft for this target; use No draft. {len(bad)} model(s) checked (hover for reasons)."
+                f"No compatible draft for this target; use No draft. {len(bad)} model(s) checked "
+                "(hover for reasons)."
             )
         self.note.setToolTip("<br>".join(lines))
 
     def _target_activated(self, index: int) -> None:
         if index == len(self.targets):  # Open GGUF…
-            path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", str(Path.home()), "GGUF models (*.gguf)")
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Open a GGUF model", str(Path.home()), "GGUF models (*.gguf)"
+            )
             if not path or not self.add_target_path(path):
-                self._fill_targets(self.current_target() or (self.targets[0] if self.targets else None))
+                self._fill_targets(
+                    self.current_target() or (self.targets[0] if self.targets else None)
+                )
             return
         self._fill_drafts(None)
 
@@ -263,7 +289,9 @@ class PairPicker(QWidget):
         self._job, self._thread = start_download(refs, self)
         self._job.progress.connect(self._on_progress)
         self._job.done.connect(lambda paths: self._download_ended(paths, draft is not None))
-        self._job.failed.connect(lambda msg: self._download_ended(None, False, f"download failed: {msg}"))
+        self._job.failed.connect(
+            lambda msg: self._download_ended(None, False, f"download failed: {msg}")
+        )
         self._job.cancelled.connect(lambda: self._download_ended(None, False, None))
         self.progress.setRange(0, 0)
         for w in (self.progress, self.progress_label, self.cancel_button):
@@ -281,7 +309,9 @@ class PairPicker(QWidget):
         if total > 0:
             self.progress.setRange(0, 1000)
             self.progress.setValue(int(1000 * done / total))
-        self.progress_label.setText(f"{name}: {human_bytes(done)} of {human_bytes(total)} · {human_bytes(rate)}/s")
+        self.progress_label.setText(
+            f"{name}: {human_bytes(done)} of {human_bytes(total)} · {human_bytes(rate)}/s"
+        )
 
     def _download_ended(self, paths, has_draft: bool, message: str | None = "") -> None:
         self._job = None
@@ -292,7 +322,9 @@ class PairPicker(QWidget):
         self.progress_label.setVisible(message is None)
         if paths:  # the files are on disk now: list them as downloaded
             target, draft = self.current_target(), self.current_draft()
-            self.refresh(spec_of(target) if target else "", spec_of(draft) if draft is not None else "")
+            self.refresh(
+                spec_of(target) if target else "", spec_of(draft) if draft is not None else ""
+            )
         self._update_button()
         if message:
             self.error.emit(message)
@@ -317,7 +349,11 @@ class PairPicker(QWidget):
 def _same(a, b) -> bool:
     if a.entry is not None or b.entry is not None:
         return a.name == b.name
-    return a.path is not None and b.path is not None and Path(a.path).resolve() == Path(b.path).resolve()
+    return (
+        a.path is not None
+        and b.path is not None
+        and Path(a.path).resolve() == Path(b.path).resolve()
+    )
 
 
 def _default_pair_name() -> str:

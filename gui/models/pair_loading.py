@@ -27,7 +27,13 @@ class PairLoading:
         w.busy.setVisible(True)
         w.status.setText("Loading…")
         w.update_buttons()
-        w.host.load({"target": str(target), "draft": str(draft) if draft else None, **w.settings.load_options()})
+        w.host.load(
+            {
+                "target": str(target),
+                "draft": str(draft) if draft else None,
+                **w.settings.load_options(),
+            }
+        )
 
     def connect(self, url: str, api_key: str, model: str) -> None:
         """Chat with an OpenAI-compatible server instead of a loaded pair."""

@@ -20,7 +20,13 @@ import time
 from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 from localspec.errors import LocalspecError
 
-_OPTIONS = {"max_tokens", "temperature", "top_p", "seed", "stop"}  # what an OpenAI server takes of ours
+_OPTIONS = {
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+}  # what an OpenAI server takes of ours
 
 
 class RemoteError(LocalspecError):
@@ -50,14 +56,18 @@ class RemoteModel:
 
     parallel = 1
 
-    def __init__(self, url: str, api_key: str = "", model: str | None = None, timeout_s: float = 600.0):
+    def __init__(
+        self, url: str, api_key: str = "", model: str | None = None, timeout_s: float = 600.0
+    ):
         import openai
 
         base = url.strip().rstrip("/")
         if not base.startswith(("http://", "https://")):
             raise RemoteError(f"the server URL must start with http:// or https://, got {url!r}")
         self.url = base if base.endswith("/v1") else base + "/v1"
-        self.client = openai.OpenAI(base_url=self.url, api_key=api_key or "none", max_retries=0, timeout=timeout_s)
+        self.client = openai.OpenAI(
+            base_url=self.url, api_key=api_key or "none", max_retries=0, timeout=timeout_s
+        )
         try:
             ids = [m.id for m in self.client.models.list()]
         except Exception as exc:
@@ -122,7 +132,9 @@ class RemoteGeneration:
                     if reasoning:
                         first_at = first_at or time.perf_counter()
                         thinking.append(reasoning)
-                        yield TokenEvent(-1, "", TokenSource.TARGET, n, channel="reasoning", reasoning=reasoning)
+                        yield TokenEvent(
+                            -1, "", TokenSource.TARGET, n, channel="reasoning", reasoning=reasoning
+                        )
                     if text:
                         first_at = first_at or time.perf_counter()
                         pieces.append(text)
@@ -135,7 +147,9 @@ class RemoteGeneration:
         stats = _stats(timings, started, first_at, time.perf_counter(), len(pieces))
         text = "".join(pieces)
         sources = [TokenSource.TARGET] * (len(pieces) + len(thinking))
-        self.result = GenerationResult(text, [], sources, finish or "stop", stats, reasoning="".join(thinking) or None)
+        self.result = GenerationResult(
+            text, [], sources, finish or "stop", stats, reasoning="".join(thinking) or None
+        )
 
 
 def delta_texts(choice) -> tuple[str, str]:

@@ -15,7 +15,9 @@ class RemoteBox(QGroupBox):
         super().__init__("Or chat with a server", parent)
         self.url = QLineEdit()
         self.url.setPlaceholderText("http://127.0.0.1:8080/v1")
-        self.url.setToolTip("An OpenAI-compatible server: localspec serve, llama-server, vLLM, SGLang, …")
+        self.url.setToolTip(
+            "An OpenAI-compatible server: localspec serve, llama-server, vLLM, SGLang, …"
+        )
         self.api_key = QLineEdit()
         self.api_key.setEchoMode(QLineEdit.Password)
         self.api_key.setPlaceholderText("none")

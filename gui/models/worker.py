@@ -26,7 +26,9 @@ class ChatWorker(QObject):
     :meth:`request_stop`."""
 
     status = Signal(str)  # a human line: "Loading qwen… (1.0 GiB)"
-    loadProgress = Signal(str, float)  # "target" / "draft", fraction of its weights read (0.0 to 1.0)
+    loadProgress = Signal(
+        str, float
+    )  # "target" / "draft", fraction of its weights read (0.0 to 1.0)
     loaded = Signal(dict)  # {"target": str, "draft": str | None, "load_s": float (seconds)}
     loadFailed = Signal(str)  # the LocalspecError / OSError message
     round = Signal(int, object)  # request id, list[Segment] of one speculative round
@@ -52,7 +54,9 @@ class ChatWorker(QObject):
         with self._lock:
             if request_id is not None:
                 self._stopped.add(request_id)
-            if self._generation is not None and (request_id is None or self._generation[0] == request_id):
+            if self._generation is not None and (
+                request_id is None or self._generation[0] == request_id
+            ):
                 self._generation[1].cancel()
 
     def count_tokens(self, messages: list[dict]) -> tuple[int, int] | None:
@@ -64,7 +68,9 @@ class ChatWorker(QObject):
         if not self._model_lock.acquire(blocking=False):
             return None
         try:
-            if self._model is None or not hasattr(self._model, "target"):  # none, or a remote server
+            if self._model is None or not hasattr(
+                self._model, "target"
+            ):  # none, or a remote server
                 return None
             n_ctx = self._model.target.n_ctx
             return (len(self._model.target.chat_tokens(messages)) if messages else 0), n_ctx
@@ -111,7 +117,11 @@ class ChatWorker(QObject):
             self.loadFailed.emit(f"internal error ({type(exc).__name__}): {exc}")
             return
         self.loaded.emit(
-            {"target": str(target), "draft": str(draft) if draft else None, "load_s": time.perf_counter() - started}
+            {
+                "target": str(target),
+                "draft": str(draft) if draft else None,
+                "load_s": time.perf_counter() - started,
+            }
         )
 
     def _connect(self, remote: dict) -> None:
@@ -121,14 +131,21 @@ class ChatWorker(QObject):
         started = time.perf_counter()
         self.status.emit(f"Connecting to {remote['url']}…")
         try:
-            model = RemoteModel(remote["url"], remote.get("api_key", ""), remote.get("model") or None)
+            model = RemoteModel(
+                remote["url"], remote.get("api_key", ""), remote.get("model") or None
+            )
         except LocalspecError as exc:
             self.loadFailed.emit(str(exc))
             return
         with self._model_lock:
             self._model = model
         self.loaded.emit(
-            {"target": model.model, "draft": None, "load_s": time.perf_counter() - started, "remote": model.url}
+            {
+                "target": model.model,
+                "draft": None,
+                "load_s": time.perf_counter() - started,
+                "remote": model.url,
+            }
         )
 
     @Slot(int, object, object)
@@ -175,7 +192,8 @@ class ChatWorker(QObject):
 
     def _stream_rounds(self, request_id: int, generation) -> float | None:
         """Emit ``generation``'s events as one ``round`` signal per speculative round;
-        returns when (``time.perf_counter()``) its last thinking token came, None without thinking."""
+        returns when (``time.perf_counter()``) its last thinking token came, None without
+        thinking."""
         batch: list[Segment] = []
         current, thought_at, answering = None, None, False
         for event in generation:
@@ -187,7 +205,9 @@ class ChatWorker(QObject):
             batch.extend(event_segments(event))
             answering = answering or bool(event.text)
             if getattr(event, "reasoning", "") or (thought_at is not None and not answering):
-                thought_at = time.perf_counter()  # a thinking token, or a marker that closes the thinking
+                thought_at = (
+                    time.perf_counter()
+                )  # a thinking token, or a marker that closes the thinking
         if batch:
             self.round.emit(request_id, batch)
         return thought_at
@@ -237,7 +257,9 @@ class ModelHost(QObject):
         if self.worker.model is None:
             raise InvalidOptionError("load a pair first")
         if not hasattr(self.worker.model, "target"):
-            raise InvalidOptionError("the window is chatting with a server; load a pair here to serve it")
+            raise InvalidOptionError(
+                "the window is chatting with a server; load a pair here to serve it"
+            )
         server = WindowServer(self.worker.model, port, model_name)
         try:
             server.start()

@@ -26,11 +26,17 @@ class WindowServer:
     def __init__(self, model, port: int, model_name: str):
         self.port = port
         self.worker = ModelWorker(model, threads=max(1, getattr(model, "parallel", 1) - 1))
-        app = create_app(model, ServerConfig(model_name=model_name, loopback_only=True), worker=self.worker)
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=2)
+        app = create_app(
+            model, ServerConfig(model_name=model_name, loopback_only=True), worker=self.worker
         )
-        self._thread = threading.Thread(target=self._server.run, name="localspec-window-server", daemon=True)
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                app, host=HOST, port=port, log_level="warning", timeout_graceful_shutdown=2
+            )
+        )
+        self._thread = threading.Thread(
+            target=self._server.run, name="localspec-window-server", daemon=True
+        )
 
     @property
     def url(self) -> str:

@@ -4,7 +4,16 @@
 from __future__ import annotations
 
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QCheckBox, QGroupBox, QHBoxLayout, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QGroupBox,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 class ServeBox(QGroupBox):
@@ -42,7 +51,9 @@ class ServeBox(QGroupBox):
         row.addWidget(self.url, 1)
         row.addWidget(self.copy_button)
         box.addLayout(row)
-        self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.url.text()))
+        self.copy_button.clicked.connect(
+            lambda: QGuiApplication.clipboard().setText(self.url.text())
+        )
 
     def set_checked_quietly(self, on: bool) -> None:
         """Set the switch without emitting ``toggled`` (nothing starts or stops)."""
@@ -93,4 +104,6 @@ class ServeSwitch:
             return
         self.box.url.setText(url)
         slots = getattr(w.host.worker.model, "parallel", 1)
-        w.status.setText(f"Serving the pair at {url} ({slots} slots, this window's answers included)")
+        w.status.setText(
+            f"Serving the pair at {url} ({slots} slots, this window's answers included)"
+        )

@@ -11,7 +11,8 @@ import platformdirs
 ALL_LAYERS = -1  # n_gpu_layers value meaning "offload every layer"
 MAX_LAYERS = 128  # the layer sliders' end; its last step means "all"
 DRAFT_MAX_CHOICES = ["auto"] + [str(n) for n in range(1, 17)]
-LIMITS = {  # field -> (lowest, highest) the panel accepts; a saved value outside is replaced by the default
+# field -> (lowest, highest) the panel accepts; a saved value outside is replaced by the default
+LIMITS = {
     "draft_min": (0, 16),
     "p_min": (0.0, 1.0),
     "temperature": (0.0, 2.0),
@@ -61,7 +62,9 @@ class Settings:
     overflow: str = "stop"  # a key of OVERFLOW_CHOICES
     serve: bool = False  # the "Serve on localhost" switch, off until turned on
     serve_port: int = 8090  # not localspec serve's 8080, so both can run
-    parallel: int = 4  # slots: answers generated at once (this window's and the server's), as serve's -np
+    parallel: int = (
+        4  # slots: answers generated at once (this window's and the server's), as serve's -np
+    )
     thinking: bool = True
     reasoning_budget: int = -1  # tokens; -1 unlimited
 

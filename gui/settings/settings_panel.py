@@ -34,7 +34,9 @@ class LayerSlider(QWidget):
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.slider)
         row.addWidget(self.label)
-        self.slider.valueChanged.connect(lambda v: self.label.setText("all" if v == MAX_LAYERS else str(v)))
+        self.slider.valueChanged.connect(
+            lambda v: self.label.setText("all" if v == MAX_LAYERS else str(v))
+        )
         self.set_value(ALL_LAYERS)
 
     def value(self) -> int:
@@ -56,13 +58,24 @@ class SettingsPanel(QWidget):
         super().__init__(parent)
         self.draft_max = QComboBox()
         self.draft_max.addItems(DRAFT_MAX_CHOICES)
-        self.draft_max.setToolTip("Most draft tokens per round; auto picks the drafter and length each round")
+        self.draft_max.setToolTip(
+            "Most draft tokens per round; auto picks the drafter and length each round"
+        )
         self.draft_min = QSpinBox()
         self.draft_min.setRange(*LIMITS["draft_min"])
         self.draft_min.setToolTip("Drop drafts shorter than this many tokens")
-        self.p_min = _spin(*LIMITS["p_min"], 0.05, 2, "Stop drafting when the draft's top probability falls below this")
-        self.temperature = _spin(*LIMITS["temperature"], 0.05, 2, "0 = greedy (the target's own output)")
-        self.top_p = _spin(*LIMITS["top_p"], 0.01, 2, "Nucleus sampling (used when temperature > 0)")
+        self.p_min = _spin(
+            *LIMITS["p_min"],
+            0.05,
+            2,
+            "Stop drafting when the draft's top probability falls below this",
+        )
+        self.temperature = _spin(
+            *LIMITS["temperature"], 0.05, 2, "0 = greedy (the target's own output)"
+        )
+        self.top_p = _spin(
+            *LIMITS["top_p"], 0.01, 2, "Nucleus sampling (used when temperature > 0)"
+        )
         self.seed = QSpinBox()
         self.seed.setRange(*LIMITS["seed"])
         self.seed.setSpecialValueText("random")
@@ -73,7 +86,9 @@ class SettingsPanel(QWidget):
         self.n_ctx.addItems([str(n) for n in CONTEXT_CHOICES])
         self.n_ctx.setToolTip("Context size in tokens (applies on the next Load)")
         self.gpu_layers = LayerSlider()
-        self.gpu_layers.setToolTip("Target layers on the GPU (applies on the next Load; CPU builds ignore it)")
+        self.gpu_layers.setToolTip(
+            "Target layers on the GPU (applies on the next Load; CPU builds ignore it)"
+        )
         self.gpu_layers_draft = LayerSlider()
         self.gpu_layers_draft.setToolTip("Draft layers on the GPU (applies on the next Load)")
         self.overflow = QComboBox()
@@ -107,7 +122,14 @@ class SettingsPanel(QWidget):
 
         for w in (self.draft_max, self.n_ctx, self.overflow):
             w.currentIndexChanged.connect(lambda _v: self.changed.emit())
-        for w in (self.draft_min, self.p_min, self.temperature, self.top_p, self.seed, self.max_tokens):
+        for w in (
+            self.draft_min,
+            self.p_min,
+            self.temperature,
+            self.top_p,
+            self.seed,
+            self.max_tokens,
+        ):
             w.valueChanged.connect(lambda _v: self.changed.emit())
         self.reasoning_budget.valueChanged.connect(lambda _v: self.thinkingChanged.emit())
         self.thinking.toggled.connect(self._on_thinking)

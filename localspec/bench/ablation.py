@@ -36,12 +36,16 @@ HELP = "the adaptive policy's mechanisms switched off one at a time in the repla
 
 VARIANTS = {
     "all on (the policy as shipped)": [],
-    "no per-text trust": [mock.patch.object(estimates.TextTrust, "scale", lambda self, chance, group: chance)],
+    "no per-text trust": [
+        mock.patch.object(estimates.TextTrust, "scale", lambda self, chance, group: chance)
+    ],
     "no depth groups in the calibration": [
         mock.patch.object(estimates.Calibration, "group", classmethod(lambda cls, d: 0))
     ],
     "no plain probe": [mock.patch.object(costs, "PLAIN_PROBE_EVERY", 10**9)],
-    "no cap on a batch's cost (_BATCH_MARGIN)": [mock.patch.object(pricing, "_BATCH_MARGIN", math.inf)],
+    "no cap on a batch's cost (_BATCH_MARGIN)": [
+        mock.patch.object(pricing, "_BATCH_MARGIN", math.inf)
+    ],
 }
 COST_GUARDS = {"no plain probe", "no cap on a batch's cost (_BATCH_MARGIN)"}
 
@@ -96,7 +100,12 @@ def main(args) -> int:
             verdicts[name] = "no (replay costs never stall)"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {verdicts[name]} |")
     text = "\n".join(
-        ["Worst / geometric mean over workloads of adaptive ÷ best fixed in hindsight, per profile.", ""] + lines
+        [
+            "Worst / geometric mean over workloads of adaptive ÷ best fixed in hindsight, per "
+            "profile.",
+            "",
+        ]
+        + lines
     )
     print(text)
     results = Results(folder, NAME, machine_record())

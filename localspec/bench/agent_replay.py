@@ -21,7 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 SESSIONS_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "agents"  # the checkout's
-PROTOCOLS = {"/v1/chat/completions": "chat", "/v1/messages": "messages", "/v1/responses": "responses"}
+PROTOCOLS = {
+    "/v1/chat/completions": "chat",
+    "/v1/messages": "messages",
+    "/v1/responses": "responses",
+}
 SENT_HEADERS = ("content-type", "anthropic-version", "anthropic-beta", "user-agent", "accept")
 TIMEOUT_S = 1800  # an agent's first prompt takes minutes to read on 2 cores
 
@@ -81,7 +85,9 @@ def load_session(name: str, folder: str | Path = SESSIONS_DIR) -> list[Turn]:
         query = urllib.parse.urlencode(raw.get("query") or {}, doseq=True)
         headers = {k: v for k, v in (raw.get("headers") or {}).items() if k in SENT_HEADERS}
         index = int(path.name[len(name) + 1 : len(name) + 3])
-        turns.append(Turn(name, index, raw["path"], query, headers, raw["body"], PROTOCOLS[raw["path"]]))
+        turns.append(
+            Turn(name, index, raw["path"], query, headers, raw["body"], PROTOCOLS[raw["path"]])
+        )
     if not turns:
         raise FileNotFoundError(f"no recorded requests of session {name!r} in {folder}")
     return turns
@@ -104,8 +110,15 @@ def send(base: str, turn: Turn, body: dict) -> TurnResult:
     """POST ``body`` as ``turn`` (its path, query and headers) to the server at ``base``; a
     streamed answer is read event by event."""
     url = f"{base}{turn.path}" + (f"?{turn.query}" if turn.query else "")
-    headers = {"content-type": "application/json", **turn.headers, "x-api-key": "none", "authorization": "Bearer none"}
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    headers = {
+        "content-type": "application/json",
+        **turn.headers,
+        "x-api-key": "none",
+        "authorization": "Bearer none",
+    }
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers=headers, method="POST"
+    )
     start = time.monotonic()
     result = TurnResult(turn.session, turn.index, turn.protocol, 0, 0.0)
     try:
@@ -160,7 +173,9 @@ def generated(protocol: str, event: dict) -> bool:
     tool call (not the stream's opening, a keep-alive or its usage)."""
     if protocol == "chat":
         delta = (event.get("choices") or [{}])[0].get("delta") or {}
-        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"))
+        return bool(
+            delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
+        )
     if protocol == "messages":
         return event.get("type") == "content_block_delta"
     return str(event.get("type", "")).endswith(".delta")
@@ -192,7 +207,10 @@ def usage_counts(protocol: str, obj: dict) -> tuple[int | None, int | None, int 
         usage = (obj.get("response") or {}).get("usage") or obj.get("usage") or {}
         keys = ("input_tokens", "input_tokens_details", "output_tokens")
     else:
-        usage, keys = obj.get("usage") or {}, ("prompt_tokens", "prompt_tokens_details", "completion_tokens")
+        usage, keys = (
+            obj.get("usage") or {},
+            ("prompt_tokens", "prompt_tokens_details", "completion_tokens"),
+        )
     cached = (usage.get(keys[1]) or {}).get("cached_tokens")
     timings = obj.get("timings") or {}
     if cached is None and "cache_n" in timings:

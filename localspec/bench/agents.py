@@ -4,7 +4,8 @@ request, to ``localspec serve`` (adaptive and plain) and to llama-server on the 
     localspec bench agents --llama-server PATH              # four sessions, four servers
     localspec bench agents --servers default,plain          # localspec only
     localspec bench agents --sessions aider-0.86.2 -n 64    # one session, 64 tokens per turn
-    localspec bench agents --smoke                          # aider's session, 16 tokens, default only
+    localspec bench agents --smoke                          # aider's session, 16 tokens, default
+    only
 
 Sessions (``--sessions``, names of ``tests/data/agents``, see its README): the requests Claude
 Code, Codex CLI, opencode and aider sent while creating ``hello.py`` in an empty folder,
@@ -38,9 +39,16 @@ from contextlib import AbstractContextManager, nullcontext
 from localspec.bench.cli import add_out, add_peers, add_smoke, positive
 
 NAME = "agents"
-HELP = "coding agents' recorded sessions replayed request by request: localspec serve vs llama-server"
+HELP = (
+    "coding agents' recorded sessions replayed request by request: localspec serve vs llama-server"
+)
 KIND = "agents"
-SESSIONS = ("claude-code-2.1.332", "codex-0.171.0-workspace-write", "opencode-1.18.33", "aider-0.86.2")
+SESSIONS = (
+    "claude-code-2.1.332",
+    "codex-0.171.0-workspace-write",
+    "opencode-1.18.33",
+    "aider-0.86.2",
+)
 SERVERS = ("default", "plain", "llama-server", "llama-server-md")
 CONTEXT = "16384"
 SMOKE_SESSION, SMOKE_TOKENS = "aider-0.86.2", 16
@@ -48,7 +56,8 @@ Starter = Callable[[], AbstractContextManager[str]]  # starts a server, yields i
 
 
 def starters(names: list[str], pair, binary: str | None) -> dict[str, Starter]:
-    """A function that starts each named server fresh; llama-server ones left out without a binary."""
+    """A function that starts each named server fresh; llama-server ones left out without a
+    binary."""
     from localspec.bench.fresh_clients import start_llama_server
     from localspec.bench.servers import serving
 
@@ -81,7 +90,8 @@ def _turn_line(got) -> str:
         return "-" if x is None else format(x, fmt)
 
     line = (
-        f"{got.session} turn {got.turn} ({got.protocol}) {got.status}: prompt {f(got.prompt_tokens, 'd')}, "
+        f"{got.session} turn {got.turn} ({got.protocol}) {got.status}: prompt "
+        f"{f(got.prompt_tokens, 'd')}, "
         f"cached {f(got.cached_tokens, 'd')}, generated {f(got.output_tokens, 'd')}, "
         f"ttft {f(got.ttft_s, '.1f')} s, {f(got.decode_tps, '.1f')} t/s, {got.duration_s:.1f} s"
     )
@@ -93,7 +103,9 @@ def session_walls(turns: list[dict]) -> dict[str, dict]:
     tokens read and cached over its turns, and whether every turn was answered 2xx."""
     out: dict[str, dict] = {}
     for t in turns:
-        row = out.setdefault(t["session"], {"wall_s": 0.0, "read_tokens": 0, "cached_tokens": 0, "all_2xx": True})
+        row = out.setdefault(
+            t["session"], {"wall_s": 0.0, "read_tokens": 0, "cached_tokens": 0, "all_2xx": True}
+        )
         row["wall_s"] += t["duration_s"]
         row["read_tokens"] += t["read_tokens"] or 0
         row["cached_tokens"] += t["cached_tokens"] or 0
@@ -108,10 +120,15 @@ def summary(turns_by_server: dict[str, list[dict]]) -> list[dict]:
     sessions = dict.fromkeys(s for by_session in walls.values() for s in by_session)
     rows = []
     for session in sessions:
-        row: dict = {"session": session, "servers": {k: v[session] for k, v in walls.items() if session in v}}
+        row: dict = {
+            "session": session,
+            "servers": {k: v[session] for k, v in walls.items() if session in v},
+        }
         peer = row["servers"].get("llama-server")
         if peer and peer["all_2xx"] and peer["wall_s"] > 0:
-            row["over_llama_server"] = {k: v["wall_s"] / peer["wall_s"] for k, v in row["servers"].items()}
+            row["over_llama_server"] = {
+                k: v["wall_s"] / peer["wall_s"] for k, v in row["servers"].items()
+            }
         rows.append(row)
     return rows
 
@@ -124,7 +141,8 @@ def markdown(result: dict) -> str:
             [
                 f"Machine: {machine_line(result['machine'])}.",
                 "",
-                f"Greedy, at most {result['max_tokens']} tokens per turn, context {CONTEXT}; one fresh process per "
+                f"Greedy, at most {result['max_tokens']} tokens per turn, context {CONTEXT}; one "
+                "fresh process per "
                 "server, the sessions in order.  Session wall seconds (÷ llama-server's):",
                 "",
                 session_table(result),
@@ -150,8 +168,15 @@ def session_table(result: dict) -> str:
         for server in servers:
             got = row["servers"].get(server)
             ratio = (row.get("over_llama_server") or {}).get(server)
-            cell = "" if got is None else f"{got['wall_s']:.0f}" + ("" if got["all_2xx"] else " (refused)")
-            cells.append(cell + (f" (×{ratio:.2f})" if ratio is not None and server != "llama-server" else ""))
+            cell = (
+                ""
+                if got is None
+                else f"{got['wall_s']:.0f}" + ("" if got["all_2xx"] else " (refused)")
+            )
+            cells.append(
+                cell
+                + (f" (×{ratio:.2f})" if ratio is not None and server != "llama-server" else "")
+            )
         lines.append(f"| {row['session']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -162,7 +187,8 @@ def _turn_row(server: str, t: dict) -> str:
 
     return (
         f"| {server} | {t['session']} | {t['turn']} | {t['status']} | {f(t['read_tokens'], 'd')} / "
-        f"{f(t['cached_tokens'], 'd')} | {f(t['ttft_s'], '.1f')} | {f(t['decode_tps'], '.1f')} | {t['duration_s']:.1f} |"
+        f"{f(t['cached_tokens'], 'd')} | {f(t['ttft_s'], '.1f')} | {f(t['decode_tps'], '.1f')} | "
+        f"{t['duration_s']:.1f} |"
     )
 
 
@@ -172,9 +198,15 @@ def add_arguments(parser) -> None:
         default=",".join(SESSIONS),
         help=f"recorded sessions, comma-separated (default {','.join(SESSIONS)})",
     )
-    parser.add_argument("--sessions-dir", default=None, help="where the sessions lie (default tests/data/agents)")
-    parser.add_argument("-n", "--max-tokens", type=int, default=128, help="tokens per turn at most (default 128)")
-    parser.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated, of {', '.join(SERVERS)}")
+    parser.add_argument(
+        "--sessions-dir", default=None, help="where the sessions lie (default tests/data/agents)"
+    )
+    parser.add_argument(
+        "-n", "--max-tokens", type=int, default=128, help="tokens per turn at most (default 128)"
+    )
+    parser.add_argument(
+        "--servers", default=",".join(SERVERS), help=f"comma-separated, of {', '.join(SERVERS)}"
+    )
     add_peers(parser)
     add_smoke(parser, f"{SMOKE_SESSION}'s session, {SMOKE_TOKENS} tokens, default only")
     add_out(parser)
@@ -190,7 +222,9 @@ def check(args) -> None:
     positive("--max-tokens", args.max_tokens)
     unknown = [name for name in _names(args.servers) if name not in SERVERS]
     if unknown or not _names(args.servers):
-        raise InvalidOptionError(f"--servers: unknown {', '.join(unknown) or '(none given)'}; of {', '.join(SERVERS)}")
+        raise InvalidOptionError(
+            f"--servers: unknown {', '.join(unknown) or '(none given)'}; of {', '.join(SERVERS)}"
+        )
     if not _names(args.sessions):
         raise InvalidOptionError("--sessions: give at least one session name")
 
@@ -210,7 +244,11 @@ def main(args) -> int:
     except FileNotFoundError as missing:
         raise InvalidOptionError(f"--sessions: {missing}") from None
     wanted = ["default"] if args.smoke else _names(args.servers)
-    binary = llama_server_binary(args.llama_server) if any(n.startswith("llama") for n in wanted) else None
+    binary = (
+        llama_server_binary(args.llama_server)
+        if any(n.startswith("llama") for n in wanted)
+        else None
+    )
     chosen = starters(wanted, resolve_pair(), binary)
     if args.endpoint:
         chosen["endpoint"] = lambda: nullcontext(base_url(args.endpoint))
@@ -226,5 +264,7 @@ def main(args) -> int:
         results.write(result, markdown({**results.header(), **result}))
     print(markdown({**results.header(), **result}))
     results.done()
-    failed = [t for turns in result["turns"].values() for t in turns if not 200 <= t["status"] < 300]
+    failed = [
+        t for turns in result["turns"].values() for t in turns if not 200 <= t["status"] < 300
+    ]
     return 1 if args.smoke and failed else 0

@@ -36,9 +36,13 @@ def bfcl_cases(category: str, n: int) -> list[CallCase]:
     """The first ``n`` cases of ``BFCL_v4_<category>.json`` with their possible answers."""
     folder = _data_folder()
     questions = _read_jsonl(folder / f"BFCL_v4_{category}.json")[:n]
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(folder / "possible_answer" / f"BFCL_v4_{category}.json")}
+    answers = {
+        a["id"]: a["ground_truth"]
+        for a in _read_jsonl(folder / "possible_answer" / f"BFCL_v4_{category}.json")
+    }
     return [
-        CallCase(q["id"], tuple(q["question"][0]), tuple(q["function"]), tuple(answers[q["id"]])) for q in questions
+        CallCase(q["id"], tuple(q["question"][0]), tuple(q["function"]), tuple(answers[q["id"]]))
+        for q in questions
     ]
 
 
@@ -78,7 +82,9 @@ def call_schema(case: CallCase) -> dict:
 def call_prompt(case: CallCase) -> list[dict]:
     tools = json.dumps(list(case.functions))
     system = (
-        "You call functions. Functions: " + tools + '\nReply with one call as JSON: {"name": ..., "arguments": {...}}.'
+        "You call functions. Functions: "
+        + tools
+        + '\nReply with one call as JSON: {"name": ..., "arguments": {...}}.'
     )
     return [{"role": "system", "content": system}, *case.messages]
 
@@ -93,7 +99,9 @@ def calls_match(case: CallCase, calls: list[dict]) -> bool:
     one to one with the case's expected calls, in some order."""
     if len(calls) != len(case.answers) or len(calls) > 8:
         return False
-    return any(all(map(_one_matches, case.answers, order)) for order in itertools.permutations(calls))
+    return any(
+        all(map(_one_matches, case.answers, order)) for order in itertools.permutations(calls)
+    )
 
 
 def _one_matches(answer: dict, call: dict) -> bool:
@@ -115,7 +123,11 @@ def _one_matches(answer: dict, call: dict) -> bool:
 def _same(value, expected) -> bool:
     if isinstance(value, str) and isinstance(expected, str):
         return value.strip().lower() == expected.strip().lower()
-    if isinstance(value, (int, float)) and isinstance(expected, (int, float)) and not isinstance(value, bool):
+    if (
+        isinstance(value, (int, float))
+        and isinstance(expected, (int, float))
+        and not isinstance(value, bool)
+    ):
         return float(value) == float(expected)
     return value == expected
 
@@ -140,7 +152,9 @@ def _schema(node):
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def _data_folder() -> Path:

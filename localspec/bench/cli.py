@@ -60,7 +60,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     names = bench.add_subparsers(dest="benchmark", metavar="NAME", title="benchmarks")
     for name, module in found.items():
         parser = names.add_parser(
-            name, help=module.HELP, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+            name,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(parser)
     bench.set_defaults(func=run, benchmark=None)
@@ -84,7 +87,9 @@ def run(args) -> int:
 
 
 def add_out(parser, default: str = DEFAULT_OUT) -> None:
-    parser.add_argument("--out", default=default, help=f"folder for the results (default {default})")
+    parser.add_argument(
+        "--out", default=default, help=f"folder for the results (default {default})"
+    )
 
 
 def add_smoke(parser, what: str) -> None:
@@ -96,11 +101,14 @@ def add_peers(parser, *, llama_server: bool = True) -> None:
     parser.add_argument(
         "--endpoint",
         metavar="URL",
-        help="also measure this running OpenAI-compatible server (llama-server, vLLM), e.g. http://127.0.0.1:8081",
+        help="also measure this running OpenAI-compatible server (llama-server, vLLM), e.g. "
+        "http://127.0.0.1:8081",
     )
     if llama_server:
         parser.add_argument(
-            "--llama-server", metavar="PATH", help="start this llama-server binary as the peer, same GGUF files"
+            "--llama-server",
+            metavar="PATH",
+            help="start this llama-server binary as the peer, same GGUF files",
         )
 
 

@@ -15,13 +15,17 @@ def openai_client(base: str, *, timeout: float = 600, max_retries: int = 0):
     """An ``openai.OpenAI`` for the server at ``base`` (``http://host:port``)."""
     import openai
 
-    return openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=max_retries, timeout=timeout)
+    return openai.OpenAI(
+        base_url=base + "/v1", api_key="none", max_retries=max_retries, timeout=timeout
+    )
 
 
 def async_openai_client(base: str, *, timeout: float = 900, max_retries: int = 2):
     import openai
 
-    return openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=max_retries, timeout=timeout)
+    return openai.AsyncOpenAI(
+        base_url=base + "/v1", api_key="none", max_retries=max_retries, timeout=timeout
+    )
 
 
 def post_json(url: str, body: dict, timeout: float = 600) -> dict:

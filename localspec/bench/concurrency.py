@@ -1,15 +1,16 @@
 """``localspec bench concurrency``: many clients at once, through the openai client:
 localspec serve beside llama-server.
 
-    localspec bench concurrency --llama-server PATH   # the full run (about 25 min here, llama-server included)
-    localspec bench concurrency --smoke               # 1 and 2 clients, 16 tokens (CI)
-    localspec bench concurrency --one-client 3        # 1 client only: slots vs --parallel 1
+    localspec bench concurrency --llama-server PATH   # the full run (about 25 min here,
+    llama-server included) localspec bench concurrency --smoke               # 1 and 2 clients, 16
+    tokens (CI) localspec bench concurrency --one-client 3        # 1 client only: slots vs
+    --parallel 1
 
 N asynchronous clients (``openai.AsyncOpenAI``, streaming) share a list of prompts
 (MT-Bench and HumanEval first turns, alternating), greedy, ``max_tokens`` 128; each client
 sends its next request as soon as its last one ends, until 3 N requests are done (three
-waves, so the start and the ragged end weigh less).  At 1, 2, 4 and 8 clients, each server in turn (one process at a time, the others
-stopped, one warm-up request first):
+waves, so the start and the ragged end weigh less).  At 1, 2, 4 and 8 clients, each server in turn
+(one process at a time, the others stopped, one warm-up request first):
 
 - ``localspec serve`` (default ``--parallel 4``) with ``--draft none`` (plain) and with
   its defaults (adaptive), each its own process: a server that had seen the prompts
@@ -29,16 +30,17 @@ own decode of 1 and 4 tokens (best of 5, :func:`fastest`).
 Written to ``concurrency-<machine>-<date>-<commit>.{json,png}`` in ``--out``
 (``concurrency-smoke.json`` for ``--smoke``).
 
-``--fresh`` (:func:`fresh`, :mod:`localspec.bench.fresh_clients`): prompts never sent before, drawn for
-this run (``--seed``), 64 tokens; ``localspec serve`` default against ``--draft none``, each
-a fresh process, and llama-server plain beside them when a binary is found; the
-aggregate ratio default / plain and how many greedy answers equal plain's, on the fresh
-prompts and on the committed ones above; ``concurrency-fresh-<machine>-<date>-<commit>.*``.
+``--fresh`` (:func:`fresh`, :mod:`localspec.bench.fresh_clients`): prompts never sent before, drawn
+for this run (``--seed``), 64 tokens; ``localspec serve`` default against ``--draft none``, each a
+fresh process, and llama-server plain beside them when a binary is found; the aggregate ratio
+default / plain and how many greedy answers equal plain's, on the fresh prompts and on the committed
+ones above; ``concurrency-fresh-<machine>-<date>-<commit>.*``.
 
 ``--one-client R`` checks one target alone: one client, ``localspec serve`` with its
 default slots against ``--parallel 1`` (the server before slots), R rounds, each round
 both servers on the same 8 fresh prompts, in alternating order; the ratio of aggregate
-t/s per round and over all rounds, written to ``concurrency-one-client-<machine>-<date>-<commit>.json``.
+t/s per round and over all rounds, written to
+``concurrency-one-client-<machine>-<date>-<commit>.json``.
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ from localspec.bench.workloads import concurrency_prompts
 from localspec.llama.report import machine_line, machine_record
 
 NAME = "concurrency"
-HELP = "1, 2, 4 and 8 async openai clients: localspec serve plain, adaptive, --parallel 1, beside llama-server"
+HELP = (
+    "1, 2, 4 and 8 async openai clients: localspec serve plain, adaptive, --parallel 1, "
+    "beside llama-server"
+)
 LEVELS = (1, 2, 4, 8)
 Starter = Callable[[], AbstractContextManager[str]]  # starts a server, yields its base URL
 
@@ -105,7 +110,9 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
     }
 
 
-async def level(base: str, clients: int, work: list, max_tokens: int, extra: dict, answers: bool = False) -> dict:
+async def level(
+    base: str, clients: int, work: list, max_tokens: int, extra: dict, answers: bool = False
+) -> dict:
     """``clients`` clients at once through ``work`` (message lists), each sending the next as
     its last ends; the level's figures, and with ``answers`` each prompt's answer text in
     ``work``'s order (``"answers"``)."""
@@ -116,13 +123,19 @@ async def level(base: str, clients: int, work: list, max_tokens: int, extra: dic
         async def run_client():
             while queue:
                 index, messages = queue.pop(0)
-                results.append({"index": index, **await one_request(client, messages, max_tokens, extra)})
+                results.append(
+                    {"index": index, **await one_request(client, messages, max_tokens, extra)}
+                )
 
         start = time.perf_counter()
         await asyncio.gather(*(run_client() for _ in range(clients)))
     wall = max(r["done"] for r in results) - start
     ttfts = sorted(r["ttft_s"] for r in results)
-    texts = {"answers": [r["text"] for r in sorted(results, key=lambda r: r["index"])]} if answers else {}
+    texts = (
+        {"answers": [r["text"] for r in sorted(results, key=lambda r: r["index"])]}
+        if answers
+        else {}
+    )
     return {
         "clients": clients,
         "requests": len(results),
@@ -136,7 +149,9 @@ async def level(base: str, clients: int, work: list, max_tokens: int, extra: dic
     }
 
 
-def run_server(name: str, start: Starter, levels, work_for, max_tokens: int, answers: bool = False) -> dict:
+def run_server(
+    name: str, start: Starter, levels, work_for, max_tokens: int, answers: bool = False
+) -> dict:
     """Every level on one server (``start()`` starts it), each level with prompts of its own
     (``work_for(n)``), never sent to this server before; ``answers`` keeps each level's
     answer texts (:func:`level`)."""
@@ -196,9 +211,13 @@ def summary(results: dict, ceil: dict) -> dict:
     if at("llama-server plain", 4):
         out["adaptive_over_llama_server_plain_4"] = at(ours, 4) / at("llama-server plain", 4)
     if at("llama-server -md", 4) and at("llama-server plain", 4):
-        out["llama_server_md_over_plain_4"] = at("llama-server -md", 4) / at("llama-server plain", 4)
+        out["llama_server_md_over_plain_4"] = at("llama-server -md", 4) / at(
+            "llama-server plain", 4
+        )
     if at(ours, 4):
-        out["adaptive_4_share_of_ceiling"] = at(ours, 4) / (at(ours_plain, 1) * ceil["ceiling_ratio_4"])
+        out["adaptive_4_share_of_ceiling"] = at(ours, 4) / (
+            at(ours_plain, 1) * ceil["ceiling_ratio_4"]
+        )
         out["ttft_p50_4_over_idle"] = at(ours, 4, "ttft_p50_s") / at(ours, 1, "ttft_p50_s")
     return out
 
@@ -211,7 +230,9 @@ def plot(results: dict, path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, rows in results.items():
-        ax.plot([r["clients"] for r in rows], [r["aggregate_tps"] for r in rows], marker="o", label=name)
+        ax.plot(
+            [r["clients"] for r in rows], [r["aggregate_tps"] for r in rows], marker="o", label=name
+        )
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("aggregate tokens/s")
     ax.set_xticks(list(LEVELS))
@@ -244,7 +265,9 @@ def one_client(rounds: int, max_tokens: int, out: Path, record: dict) -> dict:
         "max_tokens": max_tokens,
         "rounds": rows,
         "ratio_per_round": [
-            x["localspec adaptive"]["aggregate_tps"] / x["localspec -np 1 adaptive"]["aggregate_tps"] for x in rows
+            x["localspec adaptive"]["aggregate_tps"]
+            / x["localspec -np 1 adaptive"]["aggregate_tps"]
+            for x in rows
         ],
         "ratio": total("localspec adaptive") / total("localspec -np 1 adaptive"),
     }
@@ -254,14 +277,27 @@ def one_client(rounds: int, max_tokens: int, out: Path, record: dict) -> dict:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--max-tokens", type=int, default=None, help="tokens per answer (default 128; 64 with --fresh)")
-    parser.add_argument("--one-client", type=int, metavar="R", help="only one client: slots vs --parallel 1, R rounds")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="tokens per answer (default 128; 64 with --fresh)",
+    )
+    parser.add_argument(
+        "--one-client",
+        type=int,
+        metavar="R",
+        help="only one client: slots vs --parallel 1, R rounds",
+    )
     parser.add_argument(
         "--fresh",
         action="store_true",
-        help="prompts drawn new for this run, default vs --draft none (and llama-server plain), greedy answers compared",
+        help="prompts drawn new for this run, default vs --draft none (and llama-server plain), "
+        "greedy answers compared",
     )
-    parser.add_argument("--seed", type=int, help="--fresh: the draw of prompts (default: a new one each run)")
+    parser.add_argument(
+        "--seed", type=int, help="--fresh: the draw of prompts (default: a new one each run)"
+    )
     add_peers(parser)
     add_smoke(parser, "1 and 2 clients, 16 tokens, localspec only (--fresh: 2 clients, 2 prompts)")
     add_out(parser)
@@ -276,10 +312,13 @@ def check(args) -> None:
         raise InvalidOptionError("--fresh and --one-client are two different runs: choose one")
     if args.fresh and args.endpoint:
         raise InvalidOptionError(
-            "--fresh starts every server it measures (a running --endpoint has seen earlier prompts)"
+            "--fresh starts every server it measures (a running --endpoint has seen earlier "
+            "prompts)"
         )
     if args.seed is not None and not args.fresh:
-        raise InvalidOptionError("--seed draws the prompts of --fresh; without --fresh the prompts are fixed")
+        raise InvalidOptionError(
+            "--seed draws the prompts of --fresh; without --fresh the prompts are fixed"
+        )
 
 
 def main(args) -> int:
@@ -327,9 +366,19 @@ def _servers(args, pair) -> list[tuple[str, Starter]]:
         servers.append(("localspec -np 1 adaptive", lambda: serving("--parallel", "1")))
     if args.llama_server:
         base = ["-m", str(pair.target), "-c", "4096", "-np", "4"]
-        servers.append(("llama-server plain", lambda: fresh_clients.start_llama_server(args.llama_server, *base)))
+        servers.append(
+            (
+                "llama-server plain",
+                lambda: fresh_clients.start_llama_server(args.llama_server, *base),
+            )
+        )
         draft = [*base, "-md", str(pair.draft), "--spec-type", "draft-simple"]
-        servers.append(("llama-server -md", lambda: fresh_clients.start_llama_server(args.llama_server, *draft)))
+        servers.append(
+            (
+                "llama-server -md",
+                lambda: fresh_clients.start_llama_server(args.llama_server, *draft),
+            )
+        )
     if args.endpoint:
         servers.append(("endpoint", lambda: serving(endpoint=args.endpoint)))
     return servers
@@ -347,21 +396,37 @@ def fresh(args, record: dict) -> int:
     pair = resolve_pair(None)
     chosen = fresh_clients.servers(pair, fresh_clients.llama_server_binary(args.llama_server))
     results = Results(args.out, fresh_clients.KIND, record, smoke=args.smoke, benchmark=NAME)
-    result: dict = {"seed": seed, "max_tokens": max_tokens, "waves": waves, "levels": list(levels), "sets": {}}
+    result: dict = {
+        "seed": seed,
+        "max_tokens": max_tokens,
+        "waves": waves,
+        "levels": list(levels),
+        "sets": {},
+    }
     for set_name, work in sets.items():
         measured: dict = {}
         for name, start in chosen:
             print(f"{set_name} prompts, {name}:", file=sys.stderr, flush=True)
             measured |= run_server(
-                name, start, levels, lambda n, work=work: [p.messages for p in work[n]], max_tokens, True
+                name,
+                start,
+                levels,
+                lambda n, work=work: [p.messages for p in work[n]],
+                max_tokens,
+                True,
             )
-            got = {"prompts": {n: [p.name for p in w] for n, w in work.items()}, "results": measured}
+            got = {
+                "prompts": {n: [p.name for p in w] for n, w in work.items()},
+                "results": measured,
+            }
             result["sets"][set_name] = {**got, "summary": fresh_clients.compare(measured, work)}
             results.write(result, fresh_clients.markdown({**results.header(), **result}))
     text = fresh_clients.markdown({**results.header(), **result})
     if not args.smoke:
         title = f"{machine_line(record)}; fresh prompts, {max_tokens} tokens, greedy"
-        results.write(result, text, lambda path: plot(result["sets"]["fresh"]["results"], path, title))
+        results.write(
+            result, text, lambda path: plot(result["sets"]["fresh"]["results"], path, title)
+        )
     print(text)
     results.done()
     return 0

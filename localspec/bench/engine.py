@@ -27,7 +27,9 @@ from localspec.llama.peer import load_peer_llama
 from localspec.llama.report import machine_line, machine_record
 
 NAME = "engine"
-HELP = "plain localspec against llama-cpp-python, speculative at draft-max 4, our overhead, peak RSS"
+HELP = (
+    "plain localspec against llama-cpp-python, speculative at draft-max 4, our overhead, peak RSS"
+)
 
 
 def humaneval_prompts(n: int) -> list[str]:
@@ -72,7 +74,13 @@ def bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads):
 def bench_speculative(pair, prompts, n_tokens, n_threads, p_min):
     rows = []
     with SpeculativeModel(
-        pair.target, pair.draft, n_ctx=4096, n_threads=n_threads, draft_max=4, p_min=p_min, strategy="draft-model"
+        pair.target,
+        pair.draft,
+        n_ctx=4096,
+        n_threads=n_threads,
+        draft_max=4,
+        p_min=p_min,
+        strategy="draft-model",
     ) as m:
         for prompt in prompts:
             messages = [{"role": "user", "content": prompt}]
@@ -147,20 +155,29 @@ def main(args) -> int:
     pair = resolve_pair()
     prompts = humaneval_prompts(n_prompts)
     plain = bench_plain_vs_llama_cpp_python(pair, prompts, n_tokens, n_threads)
-    spec = {p_min: bench_speculative(pair, prompts, n_tokens, n_threads, p_min) for p_min in (0.0, 0.75)}
+    spec = {
+        p_min: bench_speculative(pair, prompts, n_tokens, n_threads, p_min) for p_min in (0.0, 0.75)
+    }
     summary = summarise(
-        plain, spec, peak_rss(pair), f"HumanEval/0..{n_prompts - 1}, {n_tokens} new tokens, temperature 0"
+        plain,
+        spec,
+        peak_rss(pair),
+        f"HumanEval/0..{n_prompts - 1}, {n_tokens} new tokens, temperature 0",
     )
     summary["machine"] = machine_record(n_threads)
     print(json.dumps(summary, indent=2))
     results = Results(args.out, NAME, summary["machine"], smoke=args.smoke)
-    results.write({"summary": summary, "plain_rows": plain, "speculative_rows": spec}, markdown(summary))
+    results.write(
+        {"summary": summary, "plain_rows": plain, "speculative_rows": spec}, markdown(summary)
+    )
     results.done()
     return 0
 
 
 def summarise(plain: list[dict], spec: dict, rss: dict, prompts: str) -> dict:
-    ratio = sum(r["localspec_plain_tps"] for r in plain) / sum(r["llama_cpp_python_tps"] for r in plain)
+    ratio = sum(r["localspec_plain_tps"] for r in plain) / sum(
+        r["llama_cpp_python_tps"] for r in plain
+    )
     return {
         "prompts": prompts,
         "plain_localspec_tps_median": median(plain, "localspec_plain_tps"),
@@ -179,7 +196,9 @@ def _speculative_summary(rows: list[dict]) -> dict:
         "acceptance_rate_median": median(rows, "acceptance_rate"),
         "mean_accepted_length_median": median(rows, "mean_accepted_length"),
         "round_ms_median": median(rows, "round_ms"),
-        "time_split_s_median": {k: median(rows, k) for k in ("prompt_eval_s", "draft_s", "verify_s", "overhead_s")},
+        "time_split_s_median": {
+            k: median(rows, k) for k in ("prompt_eval_s", "draft_s", "verify_s", "overhead_s")
+        },
         "overhead_share_max": max(r["overhead_share"] for r in rows),
     }
 
@@ -191,7 +210,8 @@ def markdown(s: dict) -> str:
         "",
         table(s),
         "",
-        f"localspec plain / llama-cpp-python: ×{s['plain_ratio_localspec_over_llama_cpp_python']:.3f}.",
+        "localspec plain / llama-cpp-python: "
+        f"×{s['plain_ratio_localspec_over_llama_cpp_python']:.3f}.",
         f"Peak RSS with both models at n_ctx 4096: {m['peak_rss_bytes'] / 2**30:.2f} GiB "
         f"(budget: files {m['model_files_bytes'] / 2**30:.2f} GiB + 1 GiB).",
         "",
@@ -204,7 +224,8 @@ def table(s: dict) -> str:
     lines = [
         "| run | t/s (median) | acceptance | mean accepted length | overhead share (max) |",
         "|---|---|---|---|---|",
-        f"| llama-cpp-python `create_completion` | {s['plain_llama_cpp_python_tps_median']:.1f} | | | |",
+        f"| llama-cpp-python `create_completion` | {s['plain_llama_cpp_python_tps_median']:.1f} "
+        "| | | |",
         f"| localspec plain | {s['plain_localspec_tps_median']:.1f} | | | |",
     ]
     for p_min, v in s["speculative"].items():

@@ -115,7 +115,8 @@ def main(args) -> int:
             results.write({"summary": summarise(rows), "rows": rows})
             r = rows[-1]
             print(
-                f"{case.id}: x{r['adaptive_tps'] / r['plain_tps']:.2f} middle {r['starts_with_middle']}",
+                f"{case.id}: x{r['adaptive_tps'] / r['plain_tps']:.2f} middle "
+                f"{r['starts_with_middle']}",
                 file=sys.stderr,
             )
     print(json.dumps(summarise(rows), indent=1))
@@ -135,4 +136,6 @@ def _peer(stack: ExitStack, args) -> str | None:
     pair = resolve_pair(None)
     port = free_port()
     command = llama_server(args.llama_server, port, "-m", str(pair.target), "-md", str(pair.draft))
-    return stack.enter_context(running([*command, "--spec-type", "draft-simple", "-c", "4096", "-np", "1"], port))
+    return stack.enter_context(
+        running([*command, "--spec-type", "draft-simple", "-c", "4096", "-np", "1"], port)
+    )

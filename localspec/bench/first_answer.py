@@ -43,7 +43,9 @@ from localspec.bench.cli import add_out, add_smoke, positive
 from localspec.bench.results import Results
 
 NAME = "first-answer"
-HELP = "the first answer of a fresh process, default vs --draft none, the learned store warm and cold"
+HELP = (
+    "the first answer of a fresh process, default vs --draft none, the learned store warm and cold"
+)
 KIND = "first-answer"
 README_PROMPT = "Write a Python function that checks whether a number is prime."
 MODES = ("default", "plain")
@@ -60,8 +62,15 @@ def first_prompts() -> dict[str, dict]:
         "edit": edit_prompts(1)[0],
         "json": call_prompts(1)[0],
     }
-    out = {"readme": {"messages": [{"role": "user", "content": README_PROMPT}], "response_format": None}}
-    return out | {k: {"messages": p.messages, "response_format": p.response_format} for k, p in chosen.items()}
+    out = {
+        "readme": {
+            "messages": [{"role": "user", "content": README_PROMPT}],
+            "response_format": None,
+        }
+    }
+    return out | {
+        k: {"messages": p.messages, "response_format": p.response_format} for k, p in chosen.items()
+    }
 
 
 def child(spec: dict) -> dict:
@@ -99,12 +108,22 @@ def run_child(spec: dict, store: str | None) -> dict:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if store is not None:
         env[ENV_DIR] = store
-    code = "import json, sys; from localspec.bench import first_answer as f; print(json.dumps(f.child(json.load(sys.stdin))))"
+    code = (
+        "import json, sys; from localspec.bench import first_answer as f; "
+        "print(json.dumps(f.child(json.load(sys.stdin))))"
+    )
     done = subprocess.run(
-        [sys.executable, "-c", code], input=json.dumps(spec), capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-c", code],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"the first-answer child failed ({done.returncode}): {done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"the first-answer child failed ({done.returncode}): {done.stderr[-2000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -121,7 +140,11 @@ def one_run(spec: dict, store_kind: str, warm_store: str | None) -> dict:
 def ratios(pairs: list[dict]) -> dict:
     """Each pair's default / plain decode t/s, and their mean, median and worst (the least);
     ``same_text``: the pairs whose two answers were one text."""
-    values = [p["default"]["decode_tps"] / p["plain"]["decode_tps"] for p in pairs if p["plain"]["decode_tps"]]
+    values = [
+        p["default"]["decode_tps"] / p["plain"]["decode_tps"]
+        for p in pairs
+        if p["plain"]["decode_tps"]
+    ]
     if not values:
         return {"ratios": [], "mean": None, "median": None, "worst": None, "same_text": 0}
     return {
@@ -130,7 +153,10 @@ def ratios(pairs: list[dict]) -> dict:
         "median": statistics.median(values),
         "worst": min(values),
         "same_text": sum(p["default"]["text"] == p["plain"]["text"] for p in pairs),
-        "plain_tps_range": [min(p["plain"]["decode_tps"] for p in pairs), max(p["plain"]["decode_tps"] for p in pairs)],
+        "plain_tps_range": [
+            min(p["plain"]["decode_tps"] for p in pairs),
+            max(p["plain"]["decode_tps"] for p in pairs),
+        ],
     }
 
 
@@ -145,10 +171,12 @@ def markdown(result: dict) -> str:
     lines = [
         f"Machine: {machine_line(result['machine'])}.",
         "",
-        f"{result['max_tokens']} tokens, greedy, {result['pairs']} interleaved pairs per prompt and store; "
+        f"{result['max_tokens']} tokens, greedy, {result['pairs']} interleaved pairs per prompt "
+        "and store; "
         f"warm store {result['warm_store']}.",
         "",
-        "| prompt | store | default ÷ plain, mean | median | worst | pairs | same text | plain t/s, range |",
+        "| prompt | store | default ÷ plain, mean | median | worst | pairs | same text | plain "
+        "t/s, range |",
         "|---|---|---|---|---|---|---|---|",
     ]
 
@@ -159,14 +187,19 @@ def markdown(result: dict) -> str:
         span = row.get("plain_tps_range")
         plain = f"{span[0]:.1f}–{span[1]:.1f}" if span else ""
         lines.append(
-            f"| {row['prompt']} | {row['store']} | {f(row['mean'])} | {f(row['median'])} | {f(row['worst'])} "
+            f"| {row['prompt']} | {row['store']} | {f(row['mean'])} | {f(row['median'])} | "
+            f"{f(row['worst'])} "
             f"| {len(row['ratios'])} | {row['same_text']} | {plain} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def summary(runs: dict) -> list[dict]:
-    return [{"prompt": p, "store": s, **ratios(got)} for p, by_store in runs.items() for s, got in by_store.items()]
+    return [
+        {"prompt": p, "store": s, **ratios(got)}
+        for p, by_store in runs.items()
+        for s, got in by_store.items()
+    ]
 
 
 def plot(result: dict, path) -> None:
@@ -179,7 +212,12 @@ def plot(result: dict, path) -> None:
     rows = result["summary"]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, row in enumerate(rows):
-        ax.scatter([i] * len(row["ratios"]), row["ratios"], s=14, color="C0" if row["store"] == "warm" else "C1")
+        ax.scatter(
+            [i] * len(row["ratios"]),
+            row["ratios"],
+            s=14,
+            color="C0" if row["store"] == "warm" else "C1",
+        )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), [f"{r['prompt']}\n{r['store']}" for r in rows], fontsize=7)
     ax.set_ylabel("decode t/s, default ÷ plain (each pair)")
@@ -191,9 +229,15 @@ def plot(result: dict, path) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--pairs", type=int, default=10, help="interleaved pairs per prompt and store (default 10)")
-    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
-    parser.add_argument("--store", metavar="DIR", help="the warm store's directory (default: the user's own store)")
+    parser.add_argument(
+        "--pairs", type=int, default=10, help="interleaved pairs per prompt and store (default 10)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=128, help="tokens per answer (default 128)"
+    )
+    parser.add_argument(
+        "--store", metavar="DIR", help="the warm store's directory (default: the user's own store)"
+    )
     add_smoke(parser, "the README prompt, 1 pair, 16 tokens, warm and cold")
     add_out(parser)
 
@@ -215,18 +259,24 @@ def main(args) -> int:
     pairs, max_tokens = (1, 16) if args.smoke else (args.pairs, args.max_tokens)
     warm = str(args.store) if args.store else None
     results = Results(args.out, KIND, record, smoke=args.smoke)
-    result: dict = {"pairs": pairs, "max_tokens": max_tokens, "warm_store": str(warm or store_dir())}
+    result: dict = {
+        "pairs": pairs,
+        "max_tokens": max_tokens,
+        "warm_store": str(warm or store_dir()),
+    }
     runs: dict = {p: {s: [] for s in STORES} for p in prompts}
     for i in range(pairs):
         for j, (name, prompt) in enumerate(prompts.items()):
             for k, store in enumerate(STORES):
                 got = {
-                    m: one_run({**prompt, "mode": m, "max_tokens": max_tokens}, store, warm) for m in order(i, j + k)
+                    m: one_run({**prompt, "mode": m, "max_tokens": max_tokens}, store, warm)
+                    for m in order(i, j + k)
                 }
                 runs[name][store].append(got)
                 d, p = got["default"]["decode_tps"], got["plain"]["decode_tps"]
                 print(
-                    f"pair {i + 1}/{pairs} {name} {store}: default {d:.1f} t/s, plain {p:.1f} t/s, ×{d / p:.2f}"
+                    f"pair {i + 1}/{pairs} {name} {store}: default {d:.1f} t/s, plain {p:.1f} "
+                    f"t/s, ×{d / p:.2f}"
                     if p
                     else f"pair {i + 1}/{pairs} {name} {store}: plain answered one token",
                     file=sys.stderr,

@@ -1,15 +1,17 @@
 """``localspec bench concurrency --fresh``: several clients at once on prompts no server has
 seen, the adaptive default against plain decoding, and whether their greedy answers agree.
 
-    localspec bench concurrency --fresh                      # 1, 2, 4, 8 clients, fresh and committed prompts
-    localspec bench concurrency --fresh --llama-server PATH  # with llama-server plain beside them
-    localspec bench concurrency --fresh --smoke              # 2 clients, 2 fresh prompts, 16 tokens
+    localspec bench concurrency --fresh                      # 1, 2, 4, 8 clients, fresh and
+    committed prompts localspec bench concurrency --fresh --llama-server PATH  # with llama-server
+    plain beside them localspec bench concurrency --fresh --smoke              # 2 clients, 2 fresh
+    prompts, 16 tokens
 
 Two prompt sets, each measured on every server:
 
 - ``fresh``: MT-Bench first turns (prose) and HumanEval prompts (code), alternating, in an
   order drawn from ``--seed`` (a new seed each run unless given, written to the result), so
-  a repeated run sends other prompts than the last (:func:`~localspec.bench.workloads.fresh_prompts`);
+  a repeated run sends other prompts than the last
+  (:func:`~localspec.bench.workloads.fresh_prompts`);
 - ``committed``: the prompts ``localspec bench concurrency`` sends
   (:func:`~localspec.bench.concurrency.committed_prompts`), beside them.
 
@@ -64,7 +66,12 @@ def equality(default: list[str], plain: list[str], names: list[str]) -> dict:
         at = first_difference(a, b)
         if at is not None:
             differ.append(
-                {"prompt": name, "position": at, "default": a[at : at + SNIPPET], "plain": b[at : at + SNIPPET]}
+                {
+                    "prompt": name,
+                    "position": at,
+                    "default": a[at : at + SNIPPET],
+                    "plain": b[at : at + SNIPPET],
+                }
             )
     compared = min(len(default), len(plain))
     return {"equal": compared - len(differ), "compared": compared, "differ": differ}
@@ -83,13 +90,19 @@ def llama_server_binary(given: str | None) -> str | None:
     """``--llama-server PATH``, else ``llama-server`` on ``PATH``, else None (said once)."""
     found = given or shutil.which("llama-server")
     if found is None:
-        print("llama-server: no binary found (--llama-server PATH); its plain column is skipped", file=sys.stderr)
+        print(
+            "llama-server: no binary found (--llama-server PATH); its plain column is skipped",
+            file=sys.stderr,
+        )
     return found
 
 
 def servers(pair, binary: str | None) -> list[tuple[str, Starter]]:
     """The servers to measure, by name, each a function that starts a fresh one."""
-    out: list[tuple[str, Starter]] = [(PLAIN, lambda: serving("--draft", "none")), (DEFAULT, lambda: serving())]
+    out: list[tuple[str, Starter]] = [
+        (PLAIN, lambda: serving("--draft", "none")),
+        (DEFAULT, lambda: serving()),
+    ]
     if binary:
         args = ["-m", str(pair.target), "-c", "4096", "-np", "4"]
         out.append((LLAMA, lambda: start_llama_server(binary, *args)))
@@ -109,12 +122,16 @@ def compare(results: dict, work: dict[int, list[Prompt]]) -> list[dict]:
     plain, and the greedy equality of default and plain (:func:`equality`)."""
     rows = []
     for n, prompts in work.items():
-        at = {name: next((r for r in got if r["clients"] == n), None) for name, got in results.items()}
+        at = {
+            name: next((r for r in got if r["clients"] == n), None) for name, got in results.items()
+        }
         tps = {name: r["aggregate_tps"] for name, r in at.items() if r is not None}
         row: dict = {"clients": n, "aggregate_tps": tps}
         if tps.get(DEFAULT) and tps.get(PLAIN):
             row["default_over_plain"] = tps[DEFAULT] / tps[PLAIN]
-            row["equality"] = equality(at[DEFAULT]["answers"], at[PLAIN]["answers"], [p.name for p in prompts])
+            row["equality"] = equality(
+                at[DEFAULT]["answers"], at[PLAIN]["answers"], [p.name for p in prompts]
+            )
         if tps.get(DEFAULT) and tps.get(LLAMA):
             row["default_over_llama_server_plain"] = tps[DEFAULT] / tps[LLAMA]
         rows.append(row)
@@ -125,14 +142,16 @@ def markdown(result: dict) -> str:
     lines = [
         f"Machine: {machine_line(result['machine'])}.",
         "",
-        f"{result['max_tokens']} tokens, greedy, {result['waves']} waves; fresh prompts drawn with seed {result['seed']}.",
+        f"{result['max_tokens']} tokens, greedy, {result['waves']} waves; fresh prompts drawn "
+        f"with seed {result['seed']}.",
     ]
     for set_name, got in result["sets"].items():
         lines += [
             "",
             f"**{set_name} prompts**, aggregate t/s:",
             "",
-            f"| clients | {PLAIN} | {DEFAULT} | {LLAMA} | default ÷ plain | default ÷ llama-server plain "
+            f"| clients | {PLAIN} | {DEFAULT} | {LLAMA} | default ÷ plain | default ÷ "
+            "llama-server plain "
             "| default's answers equal to plain's |",
             "|---|---|---|---|---|---|---|",
         ]
@@ -154,13 +173,17 @@ def _table_row(row: dict) -> str:
     tps, eq = row["aggregate_tps"], row.get("equality")
     same = f"{eq['equal']} of {eq['compared']}" if eq else ""
     return (
-        f"| {row['clients']} | {f(tps.get(PLAIN), '.1f')} | {f(tps.get(DEFAULT), '.1f')} | {f(tps.get(LLAMA), '.1f')} "
-        f"| {f(row.get('default_over_plain'), '.2f')} | {f(row.get('default_over_llama_server_plain'), '.2f')} "
+        f"| {row['clients']} | {f(tps.get(PLAIN), '.1f')} | {f(tps.get(DEFAULT), '.1f')} | "
+        f"{f(tps.get(LLAMA), '.1f')} "
+        f"| {f(row.get('default_over_plain'), '.2f')} | "
+        f"{f(row.get('default_over_llama_server_plain'), '.2f')} "
         f"| {same} |"
     )
 
 
-def prompt_sets(levels, waves: int, seed: int, committed: bool = True) -> dict[str, dict[int, list[Prompt]]]:
+def prompt_sets(
+    levels, waves: int, seed: int, committed: bool = True
+) -> dict[str, dict[int, list[Prompt]]]:
     """Each set's prompts by level: ``fresh`` (drawn by ``seed``) and, with ``committed``,
     the committed workload's."""
     total = waves * sum(levels)

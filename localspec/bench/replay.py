@@ -5,15 +5,14 @@ under several machines' costs.
     localspec bench replay profile  # ~1 min: add this machine's measured costs
     localspec bench replay          # replay (seconds): policy vs best fixed in hindsight
 
-``record`` (traces saved as they come) runs the default pair greedily (plain decoding, 128 new tokens) on: first
-turns (HumanEval, MT-Bench), MT-Bench second turns (after the model's own first answer),
-three-turn HumanEval revisions, and edits of HumanEval solutions (with the original
-code as a prediction), in that order, so the suffix store holds the earlier answers as it
-would in one session.  It writes benchmarks/results/traces.json with this machine's
-measured costs (the policy's calibration), which it also keeps in
-benchmarks/results/profiles.json under the CPU's name; ``profile`` adds the running
-machine's costs there without recording anything, so the traces replay under the costs
-of every machine measured so far.
+``record`` (traces saved as they come) runs the default pair greedily (plain decoding, 128 new
+tokens) on: first turns (HumanEval, MT-Bench), MT-Bench second turns (after the model's own first
+answer), three-turn HumanEval revisions, and edits of HumanEval solutions (with the original code as
+a prediction), in that order, so the suffix store holds the earlier answers as it would in one
+session.  It writes benchmarks/results/traces.json with this machine's measured costs (the policy's
+calibration), which it also keeps in benchmarks/results/profiles.json under the CPU's name;
+``profile`` adds the running machine's costs there without recording anything, so the traces replay
+under the costs of every machine measured so far.
 
 First turns whose question was already answered earlier in the run (the conversations
 start with questions the first-turn set asked) are reported as "first-turn-again".
@@ -47,7 +46,9 @@ from localspec.decoding.policy import BATCH_SIZES
 from localspec.llama.report import machine_line, machine_record
 
 NAME = "replay"
-HELP = "the adaptive policy replayed on recorded greedy traces under several machines' costs (seconds)"
+HELP = (
+    "the adaptive policy replayed on recorded greedy traces under several machines' costs (seconds)"
+)
 N_TOKENS = 128
 ACCEPTANCE_K = 8  # the fixed draft length `localspec bench` compares the free drafters at
 # MT-Bench first turns recorded: prose, and the categories where drafting tends to lose
@@ -80,7 +81,8 @@ def save_profile(profile: replay.Profile, folder: Path) -> None:
     saved[profile.name] = vars(profile)
     path.write_text(json.dumps(saved, indent=1) + "\n")
     print(
-        f"{profile.name}: c(1) {1000 * profile.verify(1):.0f} ms, c(17) {1000 * profile.verify(17):.0f} ms, "
+        f"{profile.name}: c(1) {1000 * profile.verify(1):.0f} ms, c(17) "
+        f"{1000 * profile.verify(17):.0f} ms, "
         f"copy ceiling x{profile.ceiling()[0]:.2f}; saved in {path}"
     )
 
@@ -110,8 +112,12 @@ def record_all(folder: Path) -> None:
             prompt = model.target.chat_tokens(messages)
             answer = list(r.tokens) + ([] if r.finish_reason != "stop" else [])
             pred = model.target.tokenize(prediction, add_special=False) if prediction else None
-            traces.append(replay.record(model, prompt, answer, workload, name, pred, suffix=recorder))
-            replay.save(traces, folder / "traces.json", extra)  # as it goes: a stopped run keeps what it has
+            traces.append(
+                replay.record(model, prompt, answer, workload, name, pred, suffix=recorder)
+            )
+            replay.save(
+                traces, folder / "traces.json", extra
+            )  # as it goes: a stopped run keeps what it has
             print(f"{workload} {name}: {len(answer)} tokens", flush=True)
             return r.text
 
@@ -154,7 +160,9 @@ def load_profiles(folder: Path) -> dict:
     profiles = dict(replay.PROFILES)
     measured = folder / "profiles.json"
     if measured.is_file():
-        profiles.update({name: replay.Profile(**p) for name, p in json.loads(measured.read_text()).items()})
+        profiles.update(
+            {name: replay.Profile(**p) for name, p in json.loads(measured.read_text()).items()}
+        )
     return profiles
 
 
@@ -162,11 +170,19 @@ def replay_all(folder: Path) -> None:
     traces, extra = load_traces(folder)
     profiles = load_profiles(folder)
     workloads = sorted({t.workload for t in traces})
-    rows = [row for name, profile in profiles.items() for row in replay_rows(traces, name, profile, workloads)]
+    rows = [
+        row
+        for name, profile in profiles.items()
+        for row in replay_rows(traces, name, profile, workloads)
+    ]
     acceptance = acceptance_rows(traces, workloads)
     text = markdown(rows, acceptance, profiles, extra)
     print(text)
-    result = {"rows": rows, "acceptance": acceptance, "profiles": {n: vars(p) for n, p in profiles.items()}}
+    result = {
+        "rows": rows,
+        "acceptance": acceptance,
+        "profiles": {n: vars(p) for n, p in profiles.items()},
+    }
     results = Results(folder, NAME, machine_record())
     results.write(result, text)
     results.done()
@@ -211,19 +227,23 @@ def markdown(rows: list[dict], acceptance: list[dict], profiles: dict, extra: di
     lines = [
         f"Traces recorded on {machine_line(extra['machine'])}.",
         "",
-        "| profile | workload | answers | adaptive | best fixed in hindsight | adaptive / best | ceiling | share of ceiling |",
+        "| profile | workload | answers | adaptive | best fixed in hindsight | adaptive / best | "
+        "ceiling | share of ceiling |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['profile']} | {r['workload']} | {r['answers']} | ×{r['adaptive']:.2f} | {r['best_fixed']} "
-            f"×{r['best_fixed_speedup']:.2f} | {r['adaptive_over_best']:.2f} | ×{r['ceiling']:.2f} | "
+            f"| {r['profile']} | {r['workload']} | {r['answers']} | ×{r['adaptive']:.2f} | "
+            f"{r['best_fixed']} "
+            f"×{r['best_fixed_speedup']:.2f} | {r['adaptive_over_best']:.2f} | "
+            f"×{r['ceiling']:.2f} | "
             f"{100 * r['share_of_ceiling']:.0f} % |"
         )
     lines += ["", "Profiles:"] + [f"- {n}: {p.source}" for n, p in profiles.items()]
     lines += [
         "",
-        f"Greedy acceptance at a fixed k = {ACCEPTANCE_K} (the suffix drafter's drafts cut to the match they rest on, "
+        f"Greedy acceptance at a fixed k = {ACCEPTANCE_K} (the suffix drafter's drafts cut to "
+        "the match they rest on, "
         "as `localspec bench` runs it): accepted / drafted tokens, and tokens per target step.",
         "",
         "| workload | prompt lookup | suffix | suffix ≥ lookup |",
@@ -232,7 +252,8 @@ def markdown(rows: list[dict], acceptance: list[dict], profiles: dict, extra: di
     for a in acceptance:
         lines.append(
             f"| {a['workload']} | {a['prompt-lookup']:.0%}, {a['prompt-lookup_per_step']:.2f} | "
-            f"{a['suffix']:.0%}, {a['suffix_per_step']:.2f} | {'yes' if a['suffix'] >= a['prompt-lookup'] else 'no'} |"
+            f"{a['suffix']:.0%}, {a['suffix_per_step']:.2f} | "
+            f"{'yes' if a['suffix'] >= a['prompt-lookup'] else 'no'} |"
         )
     return "\n".join(lines)
 
@@ -244,7 +265,11 @@ def acceptance_rows(traces, workloads) -> list[dict]:
     for w in workloads:
         row = {"workload": w}
         for name, factor in (("prompt-lookup", None), ("suffix", SuffixDrafter().max_spec_factor)):
-            counts = [replay.fixed_acceptance(t, name, ACCEPTANCE_K, factor) for t in traces if t.workload == w]
+            counts = [
+                replay.fixed_acceptance(t, name, ACCEPTANCE_K, factor)
+                for t in traces
+                if t.workload == w
+            ]
             drafted, accepted, rounds = (sum(c[i] for c in counts) for i in range(3))
             row[name] = accepted / drafted if drafted else 0.0
             row[f"{name}_per_step"] = (accepted + rounds) / rounds if rounds else 1.0
@@ -261,7 +286,8 @@ def add_arguments(parser) -> None:
         nargs="?",
         default="replay",
         choices=tuple(ACTIONS),
-        help="replay (default, seconds), record the traces (~10 min), or profile this machine's costs (~1 min)",
+        help="replay (default, seconds), record the traces (~10 min), or profile this machine's "
+        "costs (~1 min)",
     )
     add_out(parser)
 

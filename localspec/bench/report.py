@@ -26,9 +26,17 @@ SPEED_PEERS = ("prompt-lookup k=8", "suffix k=8")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--doc", default=str(_ROOT / "docs" / "benchmarks.md"), help="the page to rewrite")
-    parser.add_argument("--results", default=str(_ROOT / "benchmarks" / "results"), help="the result files' folder")
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its file")
+    parser.add_argument(
+        "--doc", default=str(_ROOT / "docs" / "benchmarks.md"), help="the page to rewrite"
+    )
+    parser.add_argument(
+        "--results", default=str(_ROOT / "benchmarks" / "results"), help="the result files' folder"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if a table differs from its file",
+    )
 
 
 def main(args) -> int:
@@ -36,7 +44,10 @@ def main(args) -> int:
     text = doc.read_text()
     new, changed = render_page(text, Path(args.results))
     for kind, name in changed:
-        print(f"{doc.name}: table {kind} {name} {'differs from' if args.check else 'rewritten from'} its file")
+        print(
+            f"{doc.name}: table {kind} {name} "
+            f"{'differs from' if args.check else 'rewritten from'} its file"
+        )
     if args.check:
         return 1 if changed else 0
     if new != text:
@@ -75,7 +86,8 @@ def speed_table(result: dict) -> str:
     keys = sorted({(w, t) for w, t, _ in by}, key=lambda k: (k[0], k[1]))
     lines = [
         "| workload | T | prompt lookup k=8 | suffix k=8 | adaptive | adaptive share of ceiling "
-        "| adaptive acceptance, mean accepted length | adaptive ÷ best fixed | acceptance, lookup / suffix "
+        "| adaptive acceptance, mean accepted length | adaptive ÷ best fixed | acceptance, "
+        "lookup / suffix "
         "| our ms per round, plain / adaptive |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -85,9 +97,12 @@ def speed_table(result: dict) -> str:
         best = max((by[(w, t, n)]["speedup"] for n in SPEED_PEERS), default=0.0)
         over_best = f"{ad['speedup'] / best:.2f}" if best > 1 else ""
         lines.append(
-            f"| {w} | {t} | {_x(lookup['speedup'])} | {_x(suffix['speedup'])} | {_x(ad['speedup'])} | "
-            f"{_pct(ad['share_of_ceiling'])} | {_pct(ad['acceptance_rate'])}, {ad['mean_accepted_length']:.2f} | "
-            f"{over_best} | {_pct(lookup['acceptance_rate'])} / {_pct(suffix['acceptance_rate'])} | "
+            f"| {w} | {t} | {_x(lookup['speedup'])} | {_x(suffix['speedup'])} | "
+            f"{_x(ad['speedup'])} | "
+            f"{_pct(ad['share_of_ceiling'])} | {_pct(ad['acceptance_rate'])}, "
+            f"{ad['mean_accepted_length']:.2f} | "
+            f"{over_best} | {_pct(lookup['acceptance_rate'])} / "
+            f"{_pct(suffix['acceptance_rate'])} | "
             f"{plain['overhead_ms_per_round']:.2f} / {ad['overhead_ms_per_round']:.2f} |"
         )
     return "\n".join(lines)
@@ -112,7 +127,9 @@ def concurrency_table(result: dict) -> str:
         cells = []
         for name in names:
             row = next((r for r in result["results"][name] if r["clients"] == n), None)
-            cells.append("" if row is None else f"{row['aggregate_tps']:.1f} ({_seconds(row['ttft_p50_s'])})")
+            cells.append(
+                "" if row is None else f"{row['aggregate_tps']:.1f} ({_seconds(row['ttft_p50_s'])})"
+            )
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -125,9 +142,11 @@ def protocols_table(result: dict) -> str:
     s = result["summary"]
     return "\n".join(
         [
-            f"| path ÷ `/v1/chat/completions` (median {s['chat_tps_median']:.1f} t/s) | ratio (target ≥ 0.97) |",
+            f"| path ÷ `/v1/chat/completions` (median {s['chat_tps_median']:.1f} t/s) | ratio "
+            "(target ≥ 0.97) |",
             "|---|---|",
-            f"| Anthropic `/v1/messages` | ×{s['messages_over_chat']:.2f} ({s['messages_over_chat']:.3f}) |",
+            f"| Anthropic `/v1/messages` | ×{s['messages_over_chat']:.2f} "
+            f"({s['messages_over_chat']:.3f}) |",
             f"| OpenAI `/v1/responses` | ×{s['responses_over_chat']:.2f} |",
         ]
     )

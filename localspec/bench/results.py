@@ -40,7 +40,9 @@ def commit() -> str:
 
 
 def _git(*args: str) -> str:
-    done = subprocess.run(["git", "-C", str(_ROOT), *args], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["git", "-C", str(_ROOT), *args], capture_output=True, text=True, check=True
+    )
     return done.stdout.strip()
 
 
@@ -62,12 +64,22 @@ class Results:
     ``name`` is the result's kind (``"concurrency"``, ``"bench-quick"``); ``smoke`` names the
     files ``<name>-smoke.*``."""
 
-    def __init__(self, out: str | Path, name: str, record: dict, *, smoke: bool = False, benchmark: str | None = None):
+    def __init__(
+        self,
+        out: str | Path,
+        name: str,
+        record: dict,
+        *,
+        smoke: bool = False,
+        benchmark: str | None = None,
+    ):
         self.out = Path(out)
         self.record = record
         self.benchmark = benchmark or name
         self.commit, self.date = commit(), utc_date()
-        self.stem = f"{name}-smoke" if smoke else f"{name}-{machine_slug(record)}-{self.date}-{self.commit}"
+        self.stem = (
+            f"{name}-smoke" if smoke else f"{name}-{machine_slug(record)}-{self.date}-{self.commit}"
+        )
         self.command = command_line()
 
     @property
@@ -83,14 +95,19 @@ class Results:
             "machine": self.record,
         }
 
-    def write(self, result: dict, markdown: str | None = None, plot: Callable[[Path], None] | None = None) -> Path:
-        """Write ``result`` (after the header's keys; its own ``machine`` wins) as JSON, ``markdown`` as
+    def write(
+        self, result: dict, markdown: str | None = None, plot: Callable[[Path], None] | None = None
+    ) -> Path:
+        """Write ``result`` (after the header's keys; its own ``machine`` wins) as JSON,
+        ``markdown`` as
         ``.md`` and ``plot(path)``'s figure as ``.png``; returns the JSON's path."""
         self.out.mkdir(parents=True, exist_ok=True)
         body = {**self.header(), **result}
         self.json_path.write_text(json.dumps(body, indent=1) + "\n")
         if markdown is not None:
-            (self.out / f"{self.stem}.md").write_text(markdown if markdown.endswith("\n") else markdown + "\n")
+            (self.out / f"{self.stem}.md").write_text(
+                markdown if markdown.endswith("\n") else markdown + "\n"
+            )
         if plot is not None:
             plot(self.out / f"{self.stem}.png")
         return self.json_path

@@ -45,7 +45,9 @@ PLAIN = Strategy("plain", {"strategy": "none"})
 ALL_STRATEGIES = (
     [PLAIN]
     + [
-        Strategy(f"draft-model k={k} p-min={p}", {"strategy": "draft-model", "draft_max": k, "p_min": p})
+        Strategy(
+            f"draft-model k={k} p-min={p}", {"strategy": "draft-model", "draft_max": k, "p_min": p}
+        )
         for k in (2, 4, 8)
         for p in (0.0, 0.75)
     ]
@@ -122,7 +124,9 @@ def chosen_strategies(names: str) -> tuple[Strategy, ...]:
         raise InvalidOptionError("--strategies names no strategy; choose from: " + ", ".join(known))
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise InvalidOptionError(f"unknown strategy {unknown[0]!r}; choose from: " + ", ".join(known))
+        raise InvalidOptionError(
+            f"unknown strategy {unknown[0]!r}; choose from: " + ", ".join(known)
+        )
     return (PLAIN,) + tuple(known[n] for n in dict.fromkeys(wanted) if n != PLAIN.name)
 
 
@@ -132,7 +136,9 @@ def prompts_for(config: BenchConfig, model: SpeculativeModel | None = None) -> l
     prompts = code_prompts(config.code) + edit_prompts(config.edit) + call_prompts(config.calls)
     if config.mtbench_per_category:
         prompts += mtbench_prompts(config.mtbench_per_category, config.mtbench_categories)
-    conversations = mtbench_second_turns(1)[: config.second_turns] + revision_conversations(config.revisions)
+    conversations = mtbench_second_turns(1)[: config.second_turns] + revision_conversations(
+        config.revisions
+    )
     if conversations and model is not None:
 
         def answer(messages):
@@ -165,7 +171,9 @@ def run(config: BenchConfig, log=print) -> dict:
                     done += 1
                     log(
                         f"[{done}/{total}] {prompt.workload} {prompt.name} T={temp}: "
-                        + ", ".join(f"{r['strategy']} {r['tokens_per_s']:.1f}" for r in rows[first:])
+                        + ", ".join(
+                            f"{r['strategy']} {r['tokens_per_s']:.1f}" for r in rows[first:]
+                        )
                     )
         ceiling = copy_ceiling(model)
     if peer is not None:
@@ -200,13 +208,24 @@ def copy_ceiling(model: SpeculativeModel) -> dict:
 
 
 def _run_one(
-    model: SpeculativeModel, prompt: Prompt, strategy: Strategy, temp: float, rep: int, max_tokens: int
+    model: SpeculativeModel,
+    prompt: Prompt,
+    strategy: Strategy,
+    temp: float,
+    rep: int,
+    max_tokens: int,
 ) -> dict:
     model.reset_cache()
-    model.suffix.reset()  # no answer of another run in the store: each run sees only its own conversation
+    # no answer of another run in the store: each run sees only its own conversation
+    model.suffix.reset()
     structured = {"response_format": prompt.response_format} if prompt.response_format else {}
     r = model.chat(
-        prompt.messages, max_tokens=max_tokens, temperature=temp, seed=1000 * rep + 7, **strategy.options, **structured
+        prompt.messages,
+        max_tokens=max_tokens,
+        temperature=temp,
+        seed=1000 * rep + 7,
+        **strategy.options,
+        **structured,
     )
     s = r.stats
     return {
@@ -246,7 +265,9 @@ class _PeerLookup:
             verbose=False,
         )
 
-    def run(self, model: SpeculativeModel, prompt: Prompt, temp: float, rep: int, max_tokens: int) -> dict:
+    def run(
+        self, model: SpeculativeModel, prompt: Prompt, temp: float, rep: int, max_tokens: int
+    ) -> dict:
         tokens = model.target.chat_tokens(prompt.messages)
         self.llm.reset()
         start = time.perf_counter()
@@ -298,7 +319,11 @@ def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
     The speed-up compares decode speed (tokens after the first over the time after the
     first), which every strategy starts from the same prompt eval; peers that do not
     report it are compared end to end."""
-    plain = {(r["workload"], r["prompt"], r["temperature"], r["rep"]): r for r in rows if r["strategy"] == "plain"}
+    plain = {
+        (r["workload"], r["prompt"], r["temperature"], r["rep"]): r
+        for r in rows
+        if r["strategy"] == "plain"
+    }
 
     def speedup(r):
         base = plain.get((r["workload"], r["prompt"], r["temperature"], r["rep"]))
@@ -311,7 +336,9 @@ def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
     for r in rows:
         groups.setdefault((r["workload"], r["temperature"], r["strategy"]), []).append(r)
     out = []
-    for (workload, temp, strategy), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (workload, temp, strategy), rs in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[0][1])
+    ):
         speedups = [x for x in map(speedup, rs) if x is not None]
 
         def med(key, rs=rs):
@@ -328,13 +355,18 @@ def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
                 "tokens_per_s": med("tokens_per_s"),
                 "decode_tokens_per_s": med("decode_tokens_per_s"),
                 "speedup": s,
-                "share_of_ceiling": (s - 1) / (ceiling - 1) if s is not None and ceiling and ceiling > 1 else None,
+                "share_of_ceiling": (s - 1) / (ceiling - 1)
+                if s is not None and ceiling and ceiling > 1
+                else None,
                 "overhead_ms_per_round": med("overhead_ms_per_round"),
-                "acceptance_rate": _pooled_acceptance(rs) if _counted(rs) else med("acceptance_rate"),
+                "acceptance_rate": _pooled_acceptance(rs)
+                if _counted(rs)
+                else med("acceptance_rate"),
                 "mean_accepted_length": med("mean_accepted_length"),
                 "ttft_s": med("ttft_s"),
                 "overhead_share_max": max(
-                    (r["overhead_share"] for r in rs if r["overhead_share"] is not None), default=None
+                    (r["overhead_share"] for r in rs if r["overhead_share"] is not None),
+                    default=None,
                 ),
             }
         )

@@ -22,11 +22,11 @@
    (``--endpoint-default``, draft-simple n_max 3, p_min 0).  Built from the llama.cpp
    that llama-cpp-python vendors::
 
-       pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 && tar xzf llama_cpp_python-0.3.36.tar.gz
-       cd llama_cpp_python-0.3.36/vendor/llama.cpp && cmake -B build -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release
-       cmake --build build --target llama-server -j
-       S="build/bin/llama-server -m TARGET.gguf -md DRAFT.gguf --spec-type draft-simple -c 4096 -np 1 --jinja"
-       $S --port 8081 --spec-draft-n-max 4 --spec-draft-n-min 0 --spec-draft-p-min 0.75 &
+       pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 && tar xzf
+       llama_cpp_python-0.3.36.tar.gz cd llama_cpp_python-0.3.36/vendor/llama.cpp && cmake -B build
+       -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release cmake --build build --target llama-server -j
+       S="build/bin/llama-server -m TARGET.gguf -md DRAFT.gguf --spec-type draft-simple -c 4096 -np
+       1 --jinja" $S --port 8081 --spec-draft-n-max 4 --spec-draft-n-min 0 --spec-draft-p-min 0.75 &
        $S --port 8082 &
 
 The suffix drafter keeps no earlier answers here (``suffix_store_tokens=0``): each prompt
@@ -52,7 +52,9 @@ from localspec.bench.workloads import code_prompts, edit_prompts, humaneval_task
 from localspec.llama.report import machine_line, machine_record
 
 NAME = "serve"
-HELP = "localspec serve against the library; edits with Predicted Outputs; another server (--endpoint)"
+HELP = (
+    "localspec serve against the library; edits with Predicted Outputs; another server (--endpoint)"
+)
 N_TOKENS = 128
 
 
@@ -71,7 +73,9 @@ def through_client(client, messages, extra, max_tokens=N_TOKENS):
         "decode_tps": decode_tps(r),
         "draft_n": timings.get("draft_n"),
         "draft_n_accepted": timings.get("draft_n_accepted"),
-        "accepted_prediction_tokens": getattr(details, "accepted_prediction_tokens", None) if details else None,
+        "accepted_prediction_tokens": getattr(details, "accepted_prediction_tokens", None)
+        if details
+        else None,
         "text": r.choices[0].message.content,
     }
 
@@ -96,7 +100,9 @@ def measure_overhead(model, client) -> dict:
                     lib = model.chat(messages, max_tokens=N_TOKENS, strategy=strategy)
                     tps[side] = len(lib.tokens) / (time.perf_counter() - start)
                 else:
-                    tps[side] = through_client(client, messages, {"speculative": {"strategy": strategy}})["e2e_tps"]
+                    tps[side] = through_client(
+                        client, messages, {"speculative": {"strategy": strategy}}
+                    )["e2e_tps"]
             overhead.append(
                 {
                     "prompt": prompt.name,
@@ -110,7 +116,9 @@ def measure_overhead(model, client) -> dict:
     return {
         "rows": overhead,
         "median_ratio_server_over_library": statistics.median(r["ratio"] for r in overhead),
-        "median_ratio_plain": statistics.median(r["ratio"] for r in overhead if r["strategy"] == "none"),
+        "median_ratio_plain": statistics.median(
+            r["ratio"] for r in overhead if r["strategy"] == "none"
+        ),
     }
 
 
@@ -132,7 +140,9 @@ def measure_edits(model, client, args) -> dict:
             model.reset_cache()
             adaptive = through_client(client, messages, None)
             model.reset_cache()
-            predicted = through_client(client, messages, {"prediction": {"type": "content", "content": original}})
+            predicted = through_client(
+                client, messages, {"prediction": {"type": "content", "content": original}}
+            )
             row = {
                 "prompt": prompt.name,
                 "rep": rep,
@@ -188,7 +198,9 @@ def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_fi
             model.reset_cache()
             r = runs[name]()
             row[name + "_decode_tps"] = r["decode_tps"] or r["e2e_tps"]
-            row[name + "_acceptance"] = (r["draft_n_accepted"] / r["draft_n"]) if r["draft_n"] else None
+            row[name + "_acceptance"] = (
+                (r["draft_n_accepted"] / r["draft_n"]) if r["draft_n"] else None
+            )
             row[name + "_text"] = r["text"]
         row["same_text_equal"] = row["peer_equal_text"] == row["localspec_equal_text"]
         rows.append(row)
@@ -203,7 +215,9 @@ def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_fi
         return {
             "localspec_over_peer_equal_settings": ratio("localspec_equal", "peer_equal", subset),
             "localspec_over_peer_each_default": ratio("localspec_default", "peer_default", subset),
-            "localspec_default_over_peer_equal_settings": ratio("localspec_default", "peer_equal", subset),
+            "localspec_default_over_peer_equal_settings": ratio(
+                "localspec_default", "peer_equal", subset
+            ),
         }
 
     return {
@@ -218,12 +232,20 @@ def compare_with_peer(peer, peer_default, client, model, endpoint, n_edits, n_fi
 
 def add_arguments(parser) -> None:
     add_peers(parser, llama_server=False)
-    parser.add_argument("--endpoint-default", metavar="URL", help="the same server started with its own defaults")
-    parser.add_argument("--edits", type=int, default=6, help="edit prompts (HumanEval solutions, from 0)")
-    parser.add_argument("--first-turns", type=int, default=4, help="first-turn prompts in the --endpoint comparison")
+    parser.add_argument(
+        "--endpoint-default", metavar="URL", help="the same server started with its own defaults"
+    )
+    parser.add_argument(
+        "--edits", type=int, default=6, help="edit prompts (HumanEval solutions, from 0)"
+    )
+    parser.add_argument(
+        "--first-turns", type=int, default=4, help="first-turn prompts in the --endpoint comparison"
+    )
     parser.add_argument("--reps", type=int, default=1, help="repetitions of the edits")
     parser.add_argument(
-        "--peer-only", action="store_true", help="only the --endpoint comparison; the other figures are kept"
+        "--peer-only",
+        action="store_true",
+        help="only the --endpoint comparison; the other figures are kept",
     )
     add_out(parser)
 
@@ -247,7 +269,10 @@ def main(args) -> int:
     earlier = _newest(Path(args.out), record)
     result = {"n_tokens": N_TOKENS}
     if args.peer_only:
-        result = {**{k: v for k, v in earlier.items() if k not in results.header()}, "peer_machine": record}
+        result = {
+            **{k: v for k, v in earlier.items() if k not in results.header()},
+            "peer_machine": record,
+        }
     # No store of earlier answers: every prompt runs several times here (plain, adaptive, library,
     # server), and the suffix drafter would copy the earlier run's answer to the same prompt.
     with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, suffix_store_tokens=0) as model:
@@ -268,7 +293,9 @@ def main(args) -> int:
 def _compare(args, client, model) -> dict:
     peer = openai_client(base_url(args.endpoint))
     peer_default = openai_client(base_url(args.endpoint_default)) if args.endpoint_default else None
-    return compare_with_peer(peer, peer_default, client, model, args.endpoint, args.edits, args.first_turns)
+    return compare_with_peer(
+        peer, peer_default, client, model, args.endpoint, args.edits, args.first_turns
+    )
 
 
 def _newest(out: Path, record: dict) -> dict:
@@ -283,7 +310,9 @@ def _print(result: dict, record: dict) -> None:
         for part in ("all", "edits", "first_turns"):
             print(
                 f"localspec / peer decode t/s, medians, {part}: "
-                + ", ".join(f"{k} {v:.3f}" for k, v in result["peer"][part].items() if v is not None)
+                + ", ".join(
+                    f"{k} {v:.3f}" for k, v in result["peer"][part].items() if v is not None
+                )
             )
     if "overhead" in result:
         o, e = result["overhead"], result["edit"]
@@ -293,7 +322,9 @@ def _print(result: dict, record: dict) -> None:
             file=sys.stdout,
         )
         print(
-            f"edits with prediction: x{e['median_prediction_speedup']:.2f} decode (adaptive without it "
-            f"x{e['median_adaptive_speedup']:.2f}); copy ceiling x{e['copy_ceiling']:.2f} at b={e['ceiling_batch']}; "
+            f"edits with prediction: x{e['median_prediction_speedup']:.2f} decode (adaptive "
+            "without it "
+            f"x{e['median_adaptive_speedup']:.2f}); copy ceiling x{e['copy_ceiling']:.2f} at "
+            f"b={e['ceiling_batch']}; "
             f"{100 * (e['share_of_ceiling'] or 0):.0f} % of the way"
         )

@@ -27,18 +27,25 @@ HELP = "every drafting strategy against plain decoding, side by side (the defaul
 def add_arguments(parser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
-        "--quick", action="store_true", help="fewer prompts and strategies (one repetition: 4-15 minutes on 2 cores)"
+        "--quick",
+        action="store_true",
+        help="fewer prompts and strategies (one repetition: 4-15 minutes on 2 cores)",
     )
-    mode.add_argument("--smoke", action="store_true", help="a two-minute check that every part runs")
+    mode.add_argument(
+        "--smoke", action="store_true", help="a two-minute check that every part runs"
+    )
     parser.add_argument("--reps", type=int, default=None, help="repetitions (median is reported)")
     parser.add_argument(
         "--strategies",
         default=None,
         metavar="NAMES",
-        help="comma-separated strategies to run instead of the mode's, e.g. 'plain,suffix k=8,adaptive' "
+        help="comma-separated strategies to run instead of the mode's, e.g. 'plain,suffix "
+        "k=8,adaptive' "
         "(plain is always run: speed-ups are against it)",
     )
-    parser.add_argument("--out", default=DEFAULT_OUT, help="folder for JSON, Markdown and PNG results")
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, help="folder for JSON, Markdown and PNG results"
+    )
 
 
 def check(args) -> None:
@@ -48,16 +55,21 @@ def check(args) -> None:
 def config_from_args(args) -> BenchConfig:
     """The benchmark configuration for ``localspec bench``'s parsed arguments; raises
     InvalidOptionError for a bad ``--reps`` / ``--strategies`` or a missing matplotlib."""
-    config = BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
+    config = (
+        BenchConfig.smoke() if args.smoke else BenchConfig.quick() if args.quick else BenchConfig()
+    )
     if args.reps is not None:
         if args.reps < 1:
             raise InvalidOptionError(f"--reps must be at least 1, got {args.reps}")
         config = replace(config, reps=args.reps)
     if args.strategies is not None:
         config = replace(config, strategies=chosen_strategies(args.strategies))
-    if not args.smoke and importlib.util.find_spec("matplotlib") is None:  # checked before hours of work
+    if (
+        not args.smoke and importlib.util.find_spec("matplotlib") is None
+    ):  # checked before hours of work
         raise InvalidOptionError(
-            "the benchmark's plot needs matplotlib: pip install -e '.[bench]' (or run --smoke, which writes no plot)"
+            "the benchmark's plot needs matplotlib: pip install -e '.[bench]' (or run --smoke, "
+            "which writes no plot)"
         )
     return config
 
@@ -78,7 +90,9 @@ def main(args) -> int:
 
 def _speedup_of(row: dict, rows: list[dict]) -> float | None:
     for base in rows:
-        if base["strategy"] == "plain" and all(base[k] == row[k] for k in ("workload", "prompt", "temperature", "rep")):
+        if base["strategy"] == "plain" and all(
+            base[k] == row[k] for k in ("workload", "prompt", "temperature", "rep")
+        ):
             key = "decode_tokens_per_s" if row["decode_tokens_per_s"] else "tokens_per_s"
             return row[key] / base[key] if base[key] else None
     return None
@@ -91,12 +105,14 @@ def markdown(result: dict) -> str:
         "",
         f"llama.cpp: {result['machine']['system_info']}.",
         "",
-        f"Copy ceiling max_b b*c(1)/c(b): x{ceiling.get('speedup', float('nan')):.2f} at b = {ceiling.get('batch')} "
+        f"Copy ceiling max_b b*c(1)/c(b): x{ceiling.get('speedup', float('nan')):.2f} at b = "
+        f"{ceiling.get('batch')} "
         f"(verify ms by batch: {ceiling.get('verify_ms')}).",
         "",
         f"Config: {json.dumps(result['config'])}.",
         "",
-        "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | share of ceiling | acceptance "
+        "| workload | T | strategy | t/s end to end | decode t/s | speed-up vs plain | share of "
+        "ceiling | acceptance "
         "| mean accepted length | TTFT s | our ms per round |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -106,9 +122,11 @@ def markdown(result: dict) -> str:
 
     for s in result["summary"]:
         lines.append(
-            f"| {s['workload']} | {s['temperature']} | {s['strategy']} | {f(s['tokens_per_s'], '.1f')} | "
+            f"| {s['workload']} | {s['temperature']} | {s['strategy']} | "
+            f"{f(s['tokens_per_s'], '.1f')} | "
             f"{f(s['decode_tokens_per_s'], '.1f')} | "
-            f"{f(s['speedup'], '.2f')} | {f(s.get('share_of_ceiling'), '.0%')} | {f(s['acceptance_rate'], '.0%')} | "
+            f"{f(s['speedup'], '.2f')} | {f(s.get('share_of_ceiling'), '.0%')} | "
+            f"{f(s['acceptance_rate'], '.0%')} | "
             f"{f(s['mean_accepted_length'], '.2f')} | {f(s['ttft_s'], '.2f')} | "
             f"{f(s.get('overhead_ms_per_round'), '.2f')} |"
         )
@@ -125,7 +143,9 @@ def plot(result: dict, path: Path) -> None:
     import numpy as np
 
     temps = sorted({s["temperature"] for s in result["summary"]})
-    strategies = [s for s in dict.fromkeys(r["strategy"] for r in result["summary"]) if s != "plain"]
+    strategies = [
+        s for s in dict.fromkeys(r["strategy"] for r in result["summary"]) if s != "plain"
+    ]
     fig, axes = plt.subplots(1, len(temps), figsize=(7 * len(temps), 4.5), squeeze=False)
     for ax, temp in zip(axes[0], temps):
         by_group: dict[tuple, list[float]] = {}
@@ -143,7 +163,10 @@ def plot(result: dict, path: Path) -> None:
         ax.set_title(f"temperature {temp}")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
-    fig.suptitle(f"localspec on {machine_line(result['machine'])}\nQwen2.5-Coder 1.5B target, 0.5B draft", fontsize=9)
+    fig.suptitle(
+        f"localspec on {machine_line(result['machine'])}\nQwen2.5-Coder 1.5B target, 0.5B draft",
+        fontsize=9,
+    )
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -12,12 +12,12 @@ case's functions go out as OpenAI ``tools`` with ``tool_choice: "required"`` (pa
 cases: ``parallel_tool_calls`` true), greedy, through the openai client.  Per case, one
 after the other: a ``localspec serve --draft none`` (constrained plain), a ``localspec
 serve`` with its adaptive default, the peer; on the first ``--free`` simple cases also the
-same messages without tools on the plain server (free plain: the grammar mask's cost).  On the first ``--json`` simple cases, the
-call is also asked for as a JSON answer (``response_format`` json_schema ``{"name",
-"arguments"}``), plain and adaptive; the peer gets the first ``--peer-cases`` of each kind.
-Simple and parallel cases take turns, and the result file is rewritten after every case.
-Plain and adaptive run on servers of their own so that the adaptive one's suffix drafter
-holds only its own earlier answers, never the plain answer to the same case.
+same messages without tools on the plain server (free plain: the grammar mask's cost).  On the first
+``--json`` simple cases, the call is also asked for as a JSON answer (``response_format``
+json_schema ``{"name", "arguments"}``), plain and adaptive; the peer gets the first ``--peer-cases``
+of each kind. Simple and parallel cases take turns, and the result file is rewritten after every
+case. Plain and adaptive run on servers of their own so that the adaptive one's suffix drafter holds
+only its own earlier answers, never the plain answer to the same case.
 
 Decode speed is each server's own ``timings.predicted_per_second`` (tokens after the first
 over the time after the first).  Reported: median ratios over the cases, the share of calls
@@ -37,7 +37,14 @@ import statistics
 import sys
 from contextlib import ExitStack
 
-from localspec.bench.bfcl import CallCase, bfcl_cases, call_prompt, call_schema, calls_match, openai_tools
+from localspec.bench.bfcl import (
+    CallCase,
+    bfcl_cases,
+    call_prompt,
+    call_schema,
+    calls_match,
+    openai_tools,
+)
 from localspec.bench.cli import add_out, add_peers, add_smoke, positive
 from localspec.bench.client import decode_tps, openai_client
 from localspec.bench.results import Results
@@ -79,11 +86,21 @@ def _content_calls(text: str) -> list[dict]:
     except ValueError:
         return []
     calls = body if isinstance(body, list) else [body]
-    return [c for c in calls if isinstance(c, dict) and "name" in c and isinstance(c.get("arguments"), dict)]
+    return [
+        c
+        for c in calls
+        if isinstance(c, dict) and "name" in c and isinstance(c.get("arguments"), dict)
+    ]
 
 
 def _tool_row(
-    case: CallCase, category: str, plain_server, adaptive_server, peer, free: bool, tool_choice: str = "required"
+    case: CallCase,
+    category: str,
+    plain_server,
+    adaptive_server,
+    peer,
+    free: bool,
+    tool_choice: str = "required",
 ) -> dict:
     """Constrained plain, adaptive, optionally free plain and the peer, on one case."""
     request = {
@@ -115,7 +132,9 @@ def _tool_row(
         row["peer_ast"] = row["peer_valid"] and calls_match(case, row["peer_calls"])
         row["peer_text"] = answer.choices[0].message.content
         # generous to the peer: a call written as JSON in the content (often in a code block)
-        row["peer_content_ast"] = row["peer_ast"] or calls_match(case, _content_calls(row["peer_text"] or ""))
+        row["peer_content_ast"] = row["peer_ast"] or calls_match(
+            case, _content_calls(row["peer_text"] or "")
+        )
         row["peer_tps"] = decode_tps(answer)
     return row
 
@@ -127,7 +146,10 @@ def _json_row(case: CallCase, plain_server, adaptive_server) -> dict:
         "messages": call_prompt(case),  # the functions in a system message
         "temperature": 0,
         "max_tokens": MAX_TOKENS["simple_python"],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "call", "schema": schema, "strict": True}},
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "call", "schema": schema, "strict": True},
+        },
     }
     plain = plain_server.chat.completions.create(**request)
     adaptive = adaptive_server.chat.completions.create(**request)
@@ -160,21 +182,31 @@ def summarise(tool_rows: dict[str, list[dict]], json_rows: list[dict]) -> dict:
     for category, rows in tool_rows.items():
         out[category] = {
             "cases": len(rows),
-            "adaptive_over_constrained_plain": _median(r["adaptive_tps"] / r["plain_tps"] for r in rows),
+            "adaptive_over_constrained_plain": _median(
+                r["adaptive_tps"] / r["plain_tps"] for r in rows
+            ),
             "constrained_plain_over_free_plain": _median(
                 r["plain_tps"] / r["free_tps"] for r in rows if "free_tps" in r
             ),
             "valid_share": {k: _share(rows, f"{k}_valid") for k in ("plain", "adaptive", "peer")},
-            "ast_accuracy": {k: _share(rows, f"{k}_ast") for k in ("plain", "adaptive", "peer", "peer_content")},
+            "ast_accuracy": {
+                k: _share(rows, f"{k}_ast") for k in ("plain", "adaptive", "peer", "peer_content")
+            },
             "same_calls_share": _share(rows, "same_calls"),
-            "peer_over_adaptive_tps": _median(r["peer_tps"] / r["adaptive_tps"] for r in rows if "peer_tps" in r),
-            "adaptive_ast_on_peer_cases": _share([r for r in rows if "peer_ast" in r], "adaptive_ast"),
+            "peer_over_adaptive_tps": _median(
+                r["peer_tps"] / r["adaptive_tps"] for r in rows if "peer_tps" in r
+            ),
+            "adaptive_ast_on_peer_cases": _share(
+                [r for r in rows if "peer_ast" in r], "adaptive_ast"
+            ),
             "grammar_tokens_drafted": sum(r["drafted"].get("grammar", 0) for r in rows),
         }
     if json_rows:
         out["json_answer"] = {
             "cases": len(json_rows),
-            "adaptive_over_constrained_plain": _median(r["adaptive_tps"] / r["plain_tps"] for r in json_rows),
+            "adaptive_over_constrained_plain": _median(
+                r["adaptive_tps"] / r["plain_tps"] for r in json_rows
+            ),
             "valid_share": _share(json_rows, "valid"),
             "ast_accuracy": _share(json_rows, "ast"),
             "same_text_share": _share(json_rows, "same_text"),
@@ -195,10 +227,21 @@ def _interleaved(n_simple: int, n_parallel: int):
 def add_arguments(parser) -> None:
     parser.add_argument("--simple", type=int, default=200, help="BFCL simple_python cases (from 0)")
     parser.add_argument("--parallel", type=int, default=100, help="BFCL parallel cases (from 0)")
-    parser.add_argument("--json", type=int, default=20, help="simple cases also asked as a JSON answer")
-    parser.add_argument("--free", type=int, default=50, help="simple cases also asked with no tools (mask cost)")
-    parser.add_argument("--peer-cases", type=int, default=10**6, help="cases of each kind also sent to the peer")
-    parser.add_argument("--tool-choice", default="required", choices=("required", "auto"), help="sent with every call")
+    parser.add_argument(
+        "--json", type=int, default=20, help="simple cases also asked as a JSON answer"
+    )
+    parser.add_argument(
+        "--free", type=int, default=50, help="simple cases also asked with no tools (mask cost)"
+    )
+    parser.add_argument(
+        "--peer-cases", type=int, default=10**6, help="cases of each kind also sent to the peer"
+    )
+    parser.add_argument(
+        "--tool-choice",
+        default="required",
+        choices=("required", "auto"),
+        help="sent with every call",
+    )
     add_peers(parser)
     add_smoke(parser, "2 simple cases, 1 parallel, 1 JSON answer, 1 free, no peer")
     add_out(parser)
@@ -236,7 +279,8 @@ def main(args) -> int:
                 json_rows.append(_json_row(case, plain, adaptive))
             write()
             print(
-                f"{case.id}: x{row['adaptive_tps'] / row['plain_tps']:.2f} ast {row['adaptive_ast']} "
+                f"{case.id}: x{row['adaptive_tps'] / row['plain_tps']:.2f} ast "
+                f"{row['adaptive_ast']} "
                 f"peer {row.get('peer_ast')} drafted {row['drafted']}",
                 file=sys.stderr,
                 flush=True,
@@ -255,5 +299,7 @@ def _peer(stack: ExitStack, args):
     from localspec.api import resolve_pair
 
     port = free_port()
-    command = llama_server(args.llama_server, port, "-m", str(resolve_pair(None).target), "--jinja", "-c", "4096")
+    command = llama_server(
+        args.llama_server, port, "-m", str(resolve_pair(None).target), "--jinja", "-c", "4096"
+    )
     return openai_client(stack.enter_context(running([*command, "-np", "1"], port)), max_retries=2)

@@ -40,7 +40,9 @@ NAME = "threads"
 HELP = "the caller's thread, and localspec serve against the library, each in a fresh process"
 PROMPTS = 5
 N_TOKENS = 128
-PLAIN = {"strategy": "none"}  # SpeculativeModel.chat's option; the server takes it as speculative.strategy
+PLAIN = {
+    "strategy": "none"
+}  # SpeculativeModel.chat's option; the server takes it as speculative.strategy
 ADAPTIVE: dict = {}
 
 
@@ -83,7 +85,9 @@ def _run_child(mode: str, strategy: dict, n_prompts: int) -> list[float]:
         f"print(json.dumps(threads.library_child({mode!r}, {strategy!r}, {n_prompts})))"
     )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -42,7 +42,9 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     pair = resolve_pair()
-    with SpeculativeModel(pair.target, pair.draft, n_ctx=4096, n_threads=default_threads(), strategy="none") as m:
+    with SpeculativeModel(
+        pair.target, pair.draft, n_ctx=4096, n_threads=default_threads(), strategy="none"
+    ) as m:
         target = {b: round(cost_ms(m.target, b), 1) for b in BATCHES}
         draft = round(cost_ms(m.drafter.engine, 1), 1)
     result = {"target_ms_by_batch": target, "draft_ms_per_token": draft}

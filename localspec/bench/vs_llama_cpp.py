@@ -7,9 +7,9 @@ applied), greedy.
 Build the binary from the llama.cpp that llama-cpp-python 0.3.36 vendors (its sdist's
 ``vendor/llama.cpp``: ``cmake -B build -DLLAMA_CURL=OFF && cmake --build build --target
 llama-speculative-simple``); it runs with ``--spec-type draft-simple --spec-draft-n-max 4
---spec-draft-p-min 0.75``, the same settings as localspec.  Both report decode speed: tokens after the prompt over the
-time after prompt eval.  Runs alternate, prompt by prompt; medians are printed and written
-to ``vs_llama_cpp-<machine>-<date>-<commit>.json`` in ``--out``.
+--spec-draft-p-min 0.75``, the same settings as localspec.  Both report decode speed: tokens after
+the prompt over the time after prompt eval.  Runs alternate, prompt by prompt; medians are printed
+and written to ``vs_llama_cpp-<machine>-<date>-<commit>.json`` in ``--out``.
 """
 
 import json
@@ -66,7 +66,10 @@ def run_cpp(binary, pair, prompt_text, n_threads):
     accept = re.search(r"accept\s+=\s+([\d.]+)%", log)
     if not speed:
         raise SystemExit(f"could not read llama-speculative-simple's output:\n{log[-2000:]}")
-    return {"decode_tps": float(speed.group(3)), "acceptance": float(accept.group(1)) / 100 if accept else None}
+    return {
+        "decode_tps": float(speed.group(3)),
+        "acceptance": float(accept.group(1)) / 100 if accept else None,
+    }
 
 
 def add_arguments(parser) -> None:
@@ -94,7 +97,13 @@ def main(args) -> int:
             messages = [{"role": "user", "content": prompt.text}]
             cpp = run_cpp(binary, pair, model.target.render_chat(messages), n_threads)
             model.reset_cache()
-            r = model.chat(messages, max_tokens=N_TOKENS, strategy="draft-model", draft_max=DRAFT_MAX, p_min=P_MIN)
+            r = model.chat(
+                messages,
+                max_tokens=N_TOKENS,
+                strategy="draft-model",
+                draft_max=DRAFT_MAX,
+                p_min=P_MIN,
+            )
             rows.append(
                 {
                     "prompt": prompt.name,

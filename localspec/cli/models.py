@@ -9,7 +9,14 @@ import sys
 
 from localspec.errors import LocalspecError, ModelFileError
 from localspec.models.catalog import format_params, load_catalog
-from localspec.models.discovery import DraftCandidate, ModelRef, drafts_for, ensure_local, list_models, model_ref
+from localspec.models.discovery import (
+    DraftCandidate,
+    ModelRef,
+    drafts_for,
+    ensure_local,
+    list_models,
+    model_ref,
+)
 from localspec.models.hub import delete_cached, remove_abandoned_downloads
 
 
@@ -28,7 +35,9 @@ def remove(spec: str) -> int:
     """Delete one model's file from the caches."""
     if spec in load_catalog().pairs:
         pair = load_catalog().pairs[spec]
-        raise ModelFileError(f"{spec} is a pair; name one of its models: {pair.target.name} or {pair.draft.name}")
+        raise ModelFileError(
+            f"{spec} is a pair; name one of its models: {pair.target.name} or {pair.draft.name}"
+        )
     ref = model_ref(spec)
     if not ref.downloaded:
         raise ModelFileError(f"{ref.name} is not downloaded; nothing to delete")
@@ -78,8 +87,14 @@ def list_all(as_json: bool = False) -> int:
     if others:
         print("\nOther GGUF files on disk (compatible drafts in brackets):")
         for m in others:
-            print(f"  {m.label}\n      {m.path}\n      drafts: {', '.join(drafts[m.name]) or 'none found'}")
-    print("\nDownload with `localspec pull NAME`; check drafts with `localspec models --drafts-for TARGET`.")
+            print(
+                f"  {m.label}\n      {m.path}\n      drafts: "
+                f"{', '.join(drafts[m.name]) or 'none found'}"
+            )
+    print(
+        "\nDownload with `localspec pull NAME`; check drafts with `localspec models --drafts-for "
+        "TARGET`."
+    )
     return 0
 
 

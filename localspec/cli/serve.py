@@ -28,7 +28,8 @@ def _server_class():
 
 
 def check_server_args(args) -> None:
-    """Refuse bad server options (port, slots, prompt cache, queue, body size, key); raises InvalidOptionError."""
+    """Refuse bad server options (port, slots, prompt cache, queue, body size, key); raises
+    InvalidOptionError."""
     require_int("--port", args.port, 1, 65535, what="")
     require_int("--parallel", args.parallel, 1, 64, what="")
     require_int("--cache-ram", args.cache_ram, 0, expected="0 (off) or more MiB")
@@ -48,8 +49,10 @@ def examples(base: str, model_name: str, api_key: str | None) -> str:
         f"{note}"
         f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
         f'-H "Authorization: Bearer {curl_key}" '
-        f'-d \'{{"model": "{model_name}", "messages": [{{"role": "user", "content": "Hello"}}]}}\'\n'
-        f"  python -c \"import os; from openai import OpenAI; c = OpenAI(base_url='{base}/v1', api_key={py_key}); "
+        f'-d \'{{"model": "{model_name}", '
+        f'"messages": [{{"role": "user", "content": "Hello"}}]}}\'\n'
+        f"  python -c \"import os; from openai import OpenAI; c = OpenAI(base_url='{base}/v1', "
+        f"api_key={py_key}); "
         f"print(c.chat.completions.create(model='{model_name}', "
         f"messages=[{{'role': 'user', 'content': 'Hello'}}]).choices[0].message.content)\""
     )
@@ -90,7 +93,8 @@ def serve(args, load, defaults: dict) -> int:
         if model.auto_context is not None:
             print(f"localspec: {model.auto_context.describe()}; -c N sets another", file=sys.stderr)
         print(
-            f"localspec: serving {name} on {base}/v1 (Ctrl-C stops)\n{examples(base, name, args.api_key)}",
+            f"localspec: serving {name} on {base}/v1 (Ctrl-C "
+            f"stops)\n{examples(base, name, args.api_key)}",
             file=sys.stderr,
             flush=True,
         )
@@ -111,6 +115,8 @@ def serve(args, load, defaults: dict) -> int:
         try:
             server.run()
         except SystemExit:  # uvicorn exits by itself when it cannot bind
-            raise InvalidOptionError(f"could not listen on {args.host}:{args.port} (in use, or not allowed)") from None
+            raise InvalidOptionError(
+                f"could not listen on {args.host}:{args.port} (in use, or not allowed)"
+            ) from None
         print("localspec: server stopped", file=sys.stderr)
     return 0

@@ -34,12 +34,16 @@ def check_extra(extra) -> list[dict]:
     if extra is None:
         return []
     if not isinstance(extra, (list, tuple)):
-        raise InvalidOptionError(f"input_extra must be a list of {{'filename', 'text'}} objects, got {extra!r}")
+        raise InvalidOptionError(
+            f"input_extra must be a list of {{'filename', 'text'}} objects, got {extra!r}"
+        )
     for chunk in extra:
         if not isinstance(chunk, dict) or not isinstance(chunk.get("text", ""), str):
             raise InvalidOptionError(f"each input_extra chunk needs a string 'text', got {chunk!r}")
         if not isinstance(chunk.get("filename", ""), str):
-            raise InvalidOptionError(f"an input_extra chunk's filename must be a string, got {chunk!r}")
+            raise InvalidOptionError(
+                f"an input_extra chunk's filename must be a string, got {chunk!r}"
+            )
     return list(extra)
 
 
@@ -48,7 +52,9 @@ class FimPrompt(NamedTuple):
     truncated: bool  # the prefix or the suffix was cut to fit (dropped extra chunks do not count)
 
 
-def engine_fim_prompt(engine, prefix: str, suffix: str, extra: Sequence[dict] = (), reserve: int = 512) -> FimPrompt:
+def engine_fim_prompt(
+    engine, prefix: str, suffix: str, extra: Sequence[dict] = (), reserve: int = 512
+) -> FimPrompt:
     """:func:`fim_prompt` with ``engine``'s (a :class:`~localspec.llama.engine.Engine`) FIM
     tokens, tokenizer and BOS, fitted to its context less ``reserve`` tokens for the middle."""
     return fim_prompt(
@@ -71,16 +77,19 @@ def fim_prompt(
     budget: int | None = None,
     bos: Sequence[int] = (),
 ) -> FimPrompt:
-    """The prompt's token ids, and whether the prefix or suffix was cut.  ``fim``: the model's FIM token ids by llama.cpp's names
-    (``pre``, ``suf``, ``mid``, ``rep``, ``sep``); ``tokenize(text)``: ids without special
-    tokens; ``bos``: what goes before the prefix when the model adds a BOS.  Over
+    """The prompt's token ids, and whether the prefix or suffix was cut.  ``fim``: the model's FIM
+    token ids by llama.cpp's names (``pre``, ``suf``, ``mid``, ``rep``, ``sep``);
+    ``tokenize(text)``: ids without special tokens; ``bos``: what goes before the prefix when the
+    model adds a BOS.  Over
     ``budget`` tokens, the extra chunks go first (oldest first), then the prefix is cut from
     its start and the suffix from its end, 3 : 1.  InvalidOptionError for a model without
     the ``pre`` / ``suf`` / ``mid`` tokens."""
     missing = [name for name in ("pre", "suf", "mid") if name not in fim]
     if missing:
         raise InvalidOptionError(
-            "this model has no fill-in-the-middle tokens (its vocabulary lacks fim_" + "/".join(missing) + ")"
+            "this model has no fill-in-the-middle tokens (its vocabulary lacks fim_"
+            + "/".join(missing)
+            + ")"
         )
     header, chunks, tail = _context_tokens(fim, tokenize, check_extra(extra))
     head = [fim["pre"]] if not bos else [*bos, fim["pre"]]
@@ -89,7 +98,9 @@ def fim_prompt(
     if budget is not None:
         chunks, pre, suf = _fit(chunks, pre, suf, budget - len(header) - len(tail) - len(head) - 2)
     context = header + [token for chunk in chunks for token in chunk] + tail
-    return FimPrompt(context + head + pre + [fim["suf"], *suf, fim["mid"]], len(pre) + len(suf) < whole)
+    return FimPrompt(
+        context + head + pre + [fim["suf"], *suf, fim["mid"]], len(pre) + len(suf) < whole
+    )
 
 
 def _context_tokens(fim: dict[str, int], tokenize, extra: list[dict]):

@@ -49,7 +49,9 @@ def json_schema_grammar(schema: dict | str | None) -> str:
     if not isinstance(schema, dict):
         raise InvalidOptionError(f"a JSON schema must be an object, got {type(schema).__name__}")
     try:
-        grammar = LLMatcher.grammar_from_json_schema(schema, overrides={"whitespace_flexible": False})
+        grammar = LLMatcher.grammar_from_json_schema(
+            schema, overrides={"whitespace_flexible": False}
+        )
     except ValueError as exc:
         raise InvalidOptionError(f"the JSON schema cannot be compiled: {exc}") from None
     is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
@@ -133,14 +135,24 @@ class Constraint:
     (the message carries llguidance's reason).  Not thread-safe: the loop's thread only.
     """
 
-    def __init__(self, matcher: Any, n_vocab: int, tokenizer: Any = None, trigger: int | LazyTrigger | None = None):
+    def __init__(
+        self,
+        matcher: Any,
+        n_vocab: int,
+        tokenizer: Any = None,
+        trigger: int | LazyTrigger | None = None,
+    ):
         self._matcher = matcher
         self._tokenizer = tokenizer
         self.n_vocab = n_vocab
         # A lazy grammar (tool calls with tool_choice "auto") sleeps until the model itself
         # emits ``trigger`` (``<tool_call>``, the grammar's first token) or text that matches
         # the trigger's pattern; drafts stop before either.
-        lazy = trigger if isinstance(trigger, LazyTrigger) or trigger is None else LazyTrigger(token=trigger)
+        lazy = (
+            trigger
+            if isinstance(trigger, LazyTrigger) or trigger is None
+            else LazyTrigger(token=trigger)
+        )
         self.trigger = lazy.token if lazy is not None else None
         self._pattern = lazy.pattern if lazy is not None else None
         self.dormant = lazy is not None
@@ -212,7 +224,9 @@ class Constraint:
             return row
         allowed = self.mask()
         if not allowed.any():
-            raise EngineError(f"the grammar allows no token here: {self._matcher.get_error() or 'it has ended'}")
+            raise EngineError(
+                f"the grammar allows no token here: {self._matcher.get_error() or 'it has ended'}"
+            )
         return np.where(allowed, row[: self.n_vocab], np.float32(-np.inf))
 
     def advance(self, tokens: Sequence[int]) -> int:

@@ -41,7 +41,9 @@ SAVE_EVERY_S = 5.0  # at most one write per this many seconds per process (but a
 log = logging.getLogger("localspec.store")
 
 
-def kind_name(strategy: str, greedy: bool, predicted: bool, constrained: bool, channel: str = CONTENT) -> str:
+def kind_name(
+    strategy: str, greedy: bool, predicted: bool, constrained: bool, channel: str = CONTENT
+) -> str:
     """The stored name of a kind of request: ``"auto|greedy"``, ``"auto|sampled|predicted"``…;
     a reasoning model's thinking (``channel`` ``"reasoning"``) is a kind of its own,
     ``"auto|greedy|reasoning"`` (:mod:`localspec.decoding.policy.channels`)."""
@@ -59,7 +61,12 @@ class LearnedState:
     nothing is written."""
 
     def __init__(
-        self, target: Path, draft: Path | None, threads: int, offload: bool, store: MachineStore | None = None
+        self,
+        target: Path,
+        draft: Path | None,
+        threads: int,
+        offload: bool,
+        store: MachineStore | None = None,
     ):
         self._pair = (Path(target), Path(draft) if draft is not None else None, threads, offload)
         self.store = store or MachineStore()
@@ -105,7 +112,10 @@ class LearnedState:
         reading of c(1) now, seconds); costs that do not hold are left out with one log line."""
         why = costs.load_stored(self.record.get("costs"), c1_now)
         if why is not None:
-            log.warning("localspec: measuring this pair's costs again, the stored ones do not hold (%s)", why)
+            log.warning(
+                "localspec: measuring this pair's costs again, the stored ones do not hold (%s)",
+                why,
+            )
 
     def seed(self, policy: AdaptivePolicy, kind: str) -> None:
         """Start a policy new to this process from the stored priors of its kind (once)."""
@@ -120,13 +130,17 @@ class LearnedState:
     def save_slots(self, slots: Sequence, force: bool = False) -> bool:
         """:meth:`save` what the adaptive policies of these :class:`~localspec.decoding.slots.Slot`
         learnt (their shared costs, slot 0's draft model); False when they have none."""
-        policies = [(kind_name(*key), policy) for slot in slots for key, policy in slot.adaptive.items()]
+        policies = [
+            (kind_name(*key), policy) for slot in slots for key, policy in slot.adaptive.items()
+        ]
         return bool(policies) and self.save(slots[0].costs, policies, force)
 
-    def save(self, costs: CostModel, policies: Iterable[tuple[str, AdaptivePolicy]], force: bool = False) -> bool:
+    def save(
+        self, costs: CostModel, policies: Iterable[tuple[str, AdaptivePolicy]], force: bool = False
+    ) -> bool:
         """Write the current estimates (``costs``: the pair's shared :class:`CostModel`;
-        ``policies``: (kind name, policy) of every slot), merged with the stored record.  Skipped (False)
-        within ``SAVE_EVERY_S`` of the last write unless ``force``, while another thread
+        ``policies``: (kind name, policy) of every slot), merged with the stored record.  Skipped
+        (False) within ``SAVE_EVERY_S`` of the last write unless ``force``, while another thread
         writes, or without a key."""
         now = time.monotonic()
         if (not force and now - self._last_save < SAVE_EVERY_S) or self.key is None:
@@ -153,7 +167,10 @@ class LearnedState:
         priors: dict = {}
         for kind, policy in list(policies):
             mine = priors.setdefault(kind, {})
-            for name, entry in policy.learnt_priors().items():  # several slots: the most judged wins
+            for (
+                name,
+                entry,
+            ) in policy.learnt_priors().items():  # several slots: the most judged wins
                 if name not in mine or entry["trials"] > mine[name]["trials"]:
                     mine[name] = entry
         return {
@@ -166,7 +183,9 @@ class LearnedState:
 def _merged(old: dict, new: dict) -> dict:
     """``new`` over ``old``, field by field (module docstring: newest wins)."""
     old_costs = old.get("costs") if isinstance(old.get("costs"), dict) else {}
-    costs = {part: {**_dict(old_costs.get(part)), **new["costs"][part]} for part in ("verify", "draft")}
+    costs = {
+        part: {**_dict(old_costs.get(part)), **new["costs"][part]} for part in ("verify", "draft")
+    }
     old_priors = _dict(old.get("priors"))
     priors = {
         kind: {**_dict(old_priors.get(kind)), **_dict(new["priors"].get(kind))}

@@ -109,12 +109,18 @@ class Generation:
         self._parse = parse  # turns a finished answer into result.parsed
         # reads the answer's tool calls as they are written
         self._calls = ToolCallParser(tool_format) if tool_format else None
-        self._batcher = batcher  # shares the target's decodes with other sequences (scheduler.Batcher)
+        self._batcher = (
+            batcher  # shares the target's decodes with other sequences (scheduler.Batcher)
+        )
         self._on_end = on_end  # told once when the generation ends (its slot is free again)
         self._prompt_truncated = prompt_truncated  # the caller cut the prompt to fit (a FIM prompt)
-        self._thinking = thinking  # how the output splits into thinking and answer (None: all answer)
+        self._thinking = (
+            thinking  # how the output splits into thinking and answer (None: all answer)
+        )
         if thinking is not None and constraint is not None and thinking.budget >= 0:
-            raise InvalidOptionError("a thinking budget cannot be combined with response_format or tools")
+            raise InvalidOptionError(
+                "a thinking budget cannot be combined with response_format or tools"
+            )
         self._events = self._run()
         self._ready: deque[TokenEvent] = deque()
 
@@ -154,7 +160,9 @@ class Generation:
             ended = self.finished
         finally:
             self._step_lock.release()
-            if ended and self._on_end is not None:  # finished, or failed: either way its slot is free
+            if (
+                ended and self._on_end is not None
+            ):  # finished, or failed: either way its slot is free
                 on_end, self._on_end = self._on_end, None
                 on_end(self)
         if not self._ready:
@@ -178,11 +186,15 @@ class Generation:
     def _run(self) -> Iterator[TokenEvent]:
         """The generation's events, round by round, each round's closed by ``_ROUND_END``."""
         run = self._start()
-        self._steer_thinking(run)  # a budget of 0 with the block opened by the prompt: close at once
+        self._steer_thinking(
+            run
+        )  # a budget of 0 with the block opened by the prompt: close at once
         first = self._read_prompt(run)
         if first is None:  # cancelled while reading the prompt
             run.stats.total_s = time.perf_counter() - self._started_at
-            self.result = GenerationResult("", [], [], "cancelled", run.stats, reasoning=run.out.reasoning)
+            self.result = GenerationResult(
+                "", [], [], "cancelled", run.stats, reasoning=run.out.reasoning
+            )
             return
         emitted = [first]
         while True:
@@ -202,7 +214,9 @@ class Generation:
         seeds = np.random.SeedSequence(self.params.seed).spawn(2)
         return _Run(
             context=list(self.prompt_tokens),
-            stats=GenerationStats(prompt_tokens=len(self.prompt_tokens), prompt_truncated=self._prompt_truncated),
+            stats=GenerationStats(
+                prompt_tokens=len(self.prompt_tokens), prompt_truncated=self._prompt_truncated
+            ),
             out=self._assembler(),
             rng=np.random.default_rng(seeds[0]),
             draft_rng=np.random.default_rng(seeds[1]),
@@ -240,9 +254,13 @@ class Generation:
         stats.ttft_s = time.perf_counter() - self._started_at
         run.verify_start_s = target.decode_s
         run.draft_start_s = sum(d.decode_s for d in self.drafters)
-        return EmittedToken(token, TokenSource.TARGET, p_token, None, *self._logprobs(logits, 0, token))
+        return EmittedToken(
+            token, TokenSource.TARGET, p_token, None, *self._logprobs(logits, 0, token)
+        )
 
-    def _emit(self, run: _Run, emitted: list[EmittedToken]) -> Generator[TokenEvent, None, str | None]:
+    def _emit(
+        self, run: _Run, emitted: list[EmittedToken]
+    ) -> Generator[TokenEvent, None, str | None]:
         """Hand out one round's tokens as events (text held back while incomplete); the
         finish reason ("stop", "length") when the generation ends among them, else None."""
         finish = None
@@ -252,7 +270,9 @@ class Generation:
             finish = run.out.add(token.token, token.source)
             if self._thinking is not None:
                 run.stats.count_token(run.out.label)
-            event = token.event(run.out.take_delta(), run.round_no, run.out.label, run.out.take_reasoning())
+            event = token.event(
+                run.out.take_delta(), run.round_no, run.out.label, run.out.take_reasoning()
+            )
             event = self._with_calls(event)
             if event.text or event.reasoning or finish is None:
                 yield event
@@ -279,7 +299,9 @@ class Generation:
         return "context" if self._room() < 1 else None
 
     def _room(self) -> int:
-        return self.target.n_ctx - len(self.target.cache_tokens) - 1  # free cells after the last token t
+        return (
+            self.target.n_ctx - len(self.target.cache_tokens) - 1
+        )  # free cells after the last token t
 
     def _round(self, run: _Run) -> list[EmittedToken]:
         """One round: draft, verify in one target decode, trim the rejected tokens from the
@@ -293,10 +315,14 @@ class Generation:
             drafter, draft, draft_s = None, self._forced_draft(run, k_cap), 0.0
         else:
             if channel == REASONING:  # a round never runs past the thinking budget
-                k_cap = max(0, min(k_cap, (run.budget.left(run.stats) if run.budget else UNLIMITED) - 1))
+                k_cap = max(
+                    0, min(k_cap, (run.budget.left(run.stats) if run.budget else UNLIMITED) - 1)
+                )
             drafter, draft, draft_s = self._propose(context, k_cap, run.draft_rng)
         verify_before = target.decode_s
-        n_accepted, emitted = self._verify(context[-1], draft, run.rng, drafter is not None and drafter.forces)
+        n_accepted, emitted = self._verify(
+            context[-1], draft, run.rng, drafter is not None and drafter.forces
+        )
         target.trim(len(context) + n_accepted)
         outcome = RoundOutcome(
             verify_s=target.decode_s - verify_before,
@@ -308,7 +334,9 @@ class Generation:
             emitted=tuple(t.token for t in emitted),
         )
         forcing = self._forcing(run) and bool(draft.tokens)
-        self.policy.observe(replace(outcome, draft=Draft.empty(), n_accepted=0, emitted=()) if forcing else outcome)
+        self.policy.observe(
+            replace(outcome, draft=Draft.empty(), n_accepted=0, emitted=()) if forcing else outcome
+        )
         label = "grammar" if forcing else round_label(drafter, draft)
         run.stats.record_round(len(draft.tokens), n_accepted, label, draft.forced)
         if self._thinking is not None:
@@ -411,7 +439,9 @@ class Generation:
         draft = draft.truncated(k)
         return drafter, (draft if len(draft.tokens) >= draft_min else Draft.empty()), cost_s
 
-    def _free_drafts(self, context: list[int], k_cap: int, draft_rng: np.random.Generator) -> tuple[dict, dict]:
+    def _free_drafts(
+        self, context: list[int], k_cap: int, draft_rng: np.random.Generator
+    ) -> tuple[dict, dict]:
         """The policy's free drafters' drafts of this round and what each cost in seconds,
         both by drafter name.  Under a grammar, a drafter that ``looks_ahead`` drafts a
         chained draft: the forced tokens, its guess after them, the forced tokens after
@@ -424,7 +454,8 @@ class Generation:
                 continue
             start = time.perf_counter()
             if forced is not None and awake and d.looks_ahead:  # grammar, guess, grammar
-                guess = lambda ahead, k, d=d: self._ask(d, context, k, draft_rng, ahead=ahead)  # noqa: E731
+                # noqa: E731
+                guess = lambda ahead, k, d=d: self._ask(d, context, k, draft_rng, ahead=ahead)
                 proposals[d.name] = chained(self.constraint, forced, guess, self._cut, cap)
             else:
                 proposals[d.name] = self._cut(self._ask(d, context, cap, draft_rng))
@@ -432,8 +463,12 @@ class Generation:
             costs[d.name] = time.perf_counter() - start
         return proposals, costs
 
-    def _ask(self, drafter: Drafter, context: list[int], k: int, draft_rng: np.random.Generator, **ahead) -> Draft:
-        return drafter.propose(context, k, self.params.sampling, self.params.draft.p_min, draft_rng, **ahead)
+    def _ask(
+        self, drafter: Drafter, context: list[int], k: int, draft_rng: np.random.Generator, **ahead
+    ) -> Draft:
+        return drafter.propose(
+            context, k, self.params.sampling, self.params.draft.p_min, draft_rng, **ahead
+        )
 
     def _verify(self, last: int, draft: Draft, rng: np.random.Generator, forced: bool = False):
         """One target decode of [last, d_1..d_k]; returns (n_accepted, the emitted
@@ -450,14 +485,22 @@ class Generation:
             p = CandidateRows(rows, sp)
             q = draft.probs
             n, nxt = accept_sampled(draft.tokens, p, q, rng)
-        kept = [TokenSource.FORCED if f else TokenSource.ACCEPTED for f in draft.forced or [forced] * k]
+        kept = [
+            TokenSource.FORCED if f else TokenSource.ACCEPTED for f in draft.forced or [forced] * k
+        ]
         emitted = [
             EmittedToken(d, kept[i], _prob(p, i, d), _prob(q, i, d), *self._logprobs(logits, i, d))
             for i, d in enumerate(draft.tokens[:n])
         ]
-        source = TokenSource.TARGET if k == 0 else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
+        source = (
+            TokenSource.TARGET
+            if k == 0
+            else (TokenSource.BONUS if n == k else TokenSource.CORRECTION)
+        )
         p_draft = _prob(q, n, nxt) if n < k else None
-        emitted.append(EmittedToken(nxt, source, _prob(p, n, nxt), p_draft, *self._logprobs(logits, n, nxt)))
+        emitted.append(
+            EmittedToken(nxt, source, _prob(p, n, nxt), p_draft, *self._logprobs(logits, n, nxt))
+        )
         if self.constraint is not None:
             self.constraint.settle(rows, draft.tokens[:n] + [nxt])
         return n, emitted
@@ -505,7 +548,9 @@ class _Run:
     round_no: int = 0
     verify_start_s: float = 0.0
     draft_start_s: float = 0.0
-    budget: ThinkingBudget | None = None  # the thinking budget (None: no reasoning format or no budget)
+    budget: ThinkingBudget | None = (
+        None  # the thinking budget (None: no reasoning format or no budget)
+    )
 
 
 def _prob(probs: Sequence[Candidates] | None, row: int, token: int) -> float | None:

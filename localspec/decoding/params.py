@@ -40,11 +40,19 @@ class DraftParams:
             require_int("draft_max", self.draft_max, 0, expected="'auto' or an integer >= 0")
         require_int("draft_min", self.draft_min, 0)
         if not self.adaptive and self.draft_min > self.draft_max:
-            raise InvalidOptionError(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})")
-        if isinstance(self.p_min, bool) or not isinstance(self.p_min, (int, float)) or not 0.0 <= self.p_min <= 1.0:
+            raise InvalidOptionError(
+                f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})"
+            )
+        if (
+            isinstance(self.p_min, bool)
+            or not isinstance(self.p_min, (int, float))
+            or not 0.0 <= self.p_min <= 1.0
+        ):
             raise InvalidOptionError(f"p_min must be a number in [0, 1], got {self.p_min!r}")
         if self.strategy not in STRATEGIES:
-            raise InvalidOptionError(f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+            raise InvalidOptionError(
+                f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -52,21 +60,21 @@ class LoadOptions:
     """How :class:`~localspec.api.SpeculativeModel` loads a pair; its keyword arguments.
 
     n_ctx: context window in tokens (16 to 2**20), shared by the ``parallel`` slots, or
-    "auto": the pair's trained context capped by memory (:func:`localspec.models.memory.auto_context`).
-    n_gpu_layers / n_gpu_layers_draft: target / draft layers offloaded to the GPU (-1 = all).
-    n_threads: CPU threads, 1 to 512 (None = all CPUs).  draft_max / draft_min / p_min /
-    strategy: every call's default :class:`DraftParams` (``.draft``); each call may override
-    them.  verbose: show llama.cpp's log.  suffix_store_tokens: how many tokens of earlier
-    outputs the suffix drafter keeps (oldest dropped first).  parallel: generations running
-    at once, 1 to 64 (llama-server's ``-np``).  cache_ram_mib: host memory for a prompt cache
-    across conversations, in MiB (0 = off; llama-server's ``--cache-ram``).
-    chat_template: a Jinja chat template (its text, or the path of a file holding it) used
-    instead of the GGUF's ``tokenizer.chat_template`` (llama-server's ``--chat-template-file``).
-    reasoning_format: "auto" (split the thinking from the answer when the template has a
-    reasoning format) or "none" (everything is answer text; llama-server's ``--reasoning-format``).
-    reasoning_budget: every chat call's default thinking budget in tokens (-1 = unlimited,
-    0 = no thinking; llama-server's ``--reasoning-budget``).
-    Raises InvalidOptionError when out of range."""
+    "auto": the pair's trained context capped by memory
+    (:func:`localspec.models.memory.auto_context`). n_gpu_layers / n_gpu_layers_draft: target /
+    draft layers offloaded to the GPU (-1 = all). n_threads: CPU threads, 1 to 512 (None = all
+    CPUs).  draft_max / draft_min / p_min / strategy: every call's default :class:`DraftParams`
+    (``.draft``); each call may override them.  verbose: show llama.cpp's log.  suffix_store_tokens:
+    how many tokens of earlier outputs the suffix drafter keeps (oldest dropped first).  parallel:
+    generations running at once, 1 to 64 (llama-server's ``-np``).  cache_ram_mib: host memory for a
+    prompt cache across conversations, in MiB (0 = off; llama-server's ``--cache-ram``).
+    chat_template: a Jinja chat template (its text, or the path of a file holding it) used instead
+    of the GGUF's ``tokenizer.chat_template`` (llama-server's ``--chat-template-file``).
+    reasoning_format: "auto" (split the thinking from the answer when the template has a reasoning
+    format) or "none" (everything is answer text; llama-server's ``--reasoning-format``).
+    reasoning_budget: every chat call's default thinking budget in tokens (-1 = unlimited, 0 = no
+    thinking; llama-server's ``--reasoning-budget``). Raises InvalidOptionError when out of
+    range."""
 
     n_ctx: int | str = 4096
     n_gpu_layers: int = -1
@@ -107,7 +115,9 @@ class LoadOptions:
     def engine_config(self, role: str) -> EngineConfig:
         """How to load the "target" or the "draft" model."""
         layers = self.n_gpu_layers if role == "target" else self.n_gpu_layers_draft
-        return EngineConfig(n_ctx=self.n_ctx, n_gpu_layers=layers, n_threads=self.n_threads, n_seq_max=self.parallel)
+        return EngineConfig(
+            n_ctx=self.n_ctx, n_gpu_layers=layers, n_threads=self.n_threads, n_seq_max=self.parallel
+        )
 
 
 @dataclass(frozen=True)
@@ -130,7 +140,12 @@ class GenerationParams:
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidOptionError(f"stop strings must be non-empty strings, got {self.stop!r}")
         if self.seed is not None:
-            require_int("seed", self.seed, 0, expected="a non-negative integer, or None / -1 for a random one")
+            require_int(
+                "seed",
+                self.seed,
+                0,
+                expected="a non-negative integer, or None / -1 for a random one",
+            )
         if self.logprobs is not None:
             require_int("logprobs", self.logprobs, 0, 20)
 
@@ -159,16 +174,26 @@ class CallOptions:
 
     def tool_options(self) -> dict:
         """The tool options as :func:`~localspec.decoding.tool_calls.tool_request` reads them."""
-        return {"tools": self.tools, "tool_choice": self.tool_choice, "parallel_tool_calls": self.parallel_tool_calls}
+        return {
+            "tools": self.tools,
+            "tool_choice": self.tool_choice,
+            "parallel_tool_calls": self.parallel_tool_calls,
+        }
 
 
 GENERATION_OPTIONS = frozenset(
-    "max_tokens temperature top_k top_p min_p seed stop draft_max draft_min p_min strategy logprobs".split()
+    "max_tokens temperature top_k top_p min_p seed stop"
+    " draft_max draft_min p_min strategy logprobs".split()
 )
 TOOL_OPTIONS = frozenset("tools tool_choice parallel_tool_calls".split())
-REASONING_OPTIONS = frozenset("reasoning_budget reasoning_format enable_thinking chat_template_kwargs".split())
+REASONING_OPTIONS = frozenset(
+    "reasoning_budget reasoning_format enable_thinking chat_template_kwargs".split()
+)
 KNOWN_OPTIONS = (
-    GENERATION_OPTIONS | TOOL_OPTIONS | REASONING_OPTIONS | {"prediction", "response_format", "prompt_cache_key"}
+    GENERATION_OPTIONS
+    | TOOL_OPTIONS
+    | REASONING_OPTIONS
+    | {"prediction", "response_format", "prompt_cache_key"}
 )
 REASONING_FORMATS = ("auto", "none")
 
@@ -177,9 +202,16 @@ def check_reasoning_options(reasoning_format: str | None, budget: int | None) ->
     """InvalidOptionError unless ``reasoning_format`` is "auto" / "none" / None and
     ``budget`` an integer >= -1 or None."""
     if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
-        raise InvalidOptionError(f"reasoning_format must be 'auto' or 'none', got {reasoning_format!r}")
+        raise InvalidOptionError(
+            f"reasoning_format must be 'auto' or 'none', got {reasoning_format!r}"
+        )
     if budget is not None:
-        require_int("reasoning_budget", budget, -1, expected="an integer >= -1 (-1 = unlimited, 0 = no thinking)")
+        require_int(
+            "reasoning_budget",
+            budget,
+            -1,
+            expected="an integer >= -1 (-1 = unlimited, 0 = no thinking)",
+        )
 
 
 def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> CallOptions:
@@ -188,7 +220,9 @@ def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> Ca
     defaults ``draft``; ``options`` is only read.  ``tools``: whether the tool options are
     known (a raw-text call has none, nor the reasoning options).  InvalidOptionError for an
     unknown option or a bad value."""
-    unknown = set(options) - (KNOWN_OPTIONS if tools else KNOWN_OPTIONS - TOOL_OPTIONS - REASONING_OPTIONS)
+    unknown = set(options) - (
+        KNOWN_OPTIONS if tools else KNOWN_OPTIONS - TOOL_OPTIONS - REASONING_OPTIONS
+    )
     if unknown:
         raise InvalidOptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
     prediction = options.get("prediction")
@@ -197,14 +231,20 @@ def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> Ca
     thinking, kwargs = options.get("enable_thinking"), options.get("chat_template_kwargs")
     if thinking is not None and not isinstance(thinking, bool):
         raise InvalidOptionError(f"enable_thinking must be True or False, got {thinking!r}")
-    if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
-        raise InvalidOptionError(f"chat_template_kwargs must be a dict with string keys, got {kwargs!r}")
+    if kwargs is not None and not (
+        isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)
+    ):
+        raise InvalidOptionError(
+            f"chat_template_kwargs must be a dict with string keys, got {kwargs!r}"
+        )
     check_reasoning_options(options.get("reasoning_format"), options.get("reasoning_budget"))
     key = options.get("prompt_cache_key")
     if key is not None and not isinstance(key, str):
         raise InvalidOptionError(f"prompt_cache_key must be a string, got {type(key).__name__}")
     return CallOptions(
-        params=params_from_options({k: v for k, v in options.items() if k in GENERATION_OPTIONS}, draft),
+        params=params_from_options(
+            {k: v for k, v in options.items() if k in GENERATION_OPTIONS}, draft
+        ),
         prediction=prediction,
         response_format=options.get("response_format"),
         tools=options.get("tools"),

@@ -396,7 +396,9 @@ class _Harmony(ChannelSplitter):
             return ""
         end = i + len("<|message|>")
         header = buf[:i]
-        name = header.rpartition("<|channel|>")[2].split(" ", 1)[0] if "<|channel|>" in header else ""
+        name = (
+            header.rpartition("<|channel|>")[2].split(" ", 1)[0] if "<|channel|>" in header else ""
+        )
         self._body = self._last = REASONING if name == "analysis" else CONTENT
         self._emit(MARKER, buf[:end])
         return buf[end:]
@@ -431,7 +433,9 @@ def channel_splitter(
     return _Plain(marker_tokens)
 
 
-def single_token_markers(fmt: ReasoningFormat, tokenize: Callable[[str], Sequence[int]]) -> dict[int, str]:
+def single_token_markers(
+    fmt: ReasoningFormat, tokenize: Callable[[str], Sequence[int]]
+) -> dict[int, str]:
     """token id -> marker text for each of ``fmt.markers`` that ``tokenize`` (text -> list of
     ids, special tokens parsed) turns into exactly one token."""
     found = {}

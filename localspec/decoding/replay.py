@@ -120,7 +120,10 @@ def record(
     produced it: its drafts would then copy the answer from itself).  The suffix store
     then holds this answer as an earlier output, as after a live request."""
     trace = Trace(workload, name, len(prompt_tokens), list(answer), eog=model.target.eog_tokens())
-    drafters = {"prompt-lookup": model.lookup, "suffix": suffix if suffix is not None else model.suffix}
+    drafters = {
+        "prompt-lookup": model.lookup,
+        "suffix": suffix if suffix is not None else model.suffix,
+    }
     if prediction:
         model.prediction.set_prediction(prediction, len(prompt_tokens))
         drafters["prediction"] = model.prediction
@@ -132,7 +135,9 @@ def record(
     for j in range(1, len(answer)):
         for name_, d in drafters.items():
             draft = d.propose(context, MAX_K, GREEDY, 0.0, None)
-            trace.free[name_].append((draft.tokens, list(draft.confidence or []), list(draft.depth or [])))
+            trace.free[name_].append(
+                (draft.tokens, list(draft.confidence or []), list(draft.depth or []))
+            )
         context.append(answer[j])
     for d in drafters.values():
         d.end(context, len(prompt_tokens))
@@ -168,7 +173,12 @@ class _Stand(Drafter):
     """A drafter as the policy sees it during replay: name, prior, free flag, catch-up lag."""
 
     def __init__(self, name: str, prior: float, free: bool, prior_cost_s: float):
-        self.name, self.prior_acceptance, self.free, self.prior_cost_s = name, prior, free, prior_cost_s
+        self.name, self.prior_acceptance, self.free, self.prior_cost_s = (
+            name,
+            prior,
+            free,
+            prior_cost_s,
+        )
         self.seen = 0  # context tokens a draft model has read
 
     def lag(self, n_context: int) -> int:
@@ -181,7 +191,9 @@ def _policy(profile: Profile, stands: list[_Stand]) -> AdaptivePolicy:
         if not s.free:
             costs.draft[s.name] = CostAverage(profile.draft_s, weight=1.0)
             costs.prefill[s.name] = profile.draft_prefill_s
-    return AdaptivePolicy(stands, caps={s.name: (8 if not s.free else MAX_K) for s in stands}, costs=costs)
+    return AdaptivePolicy(
+        stands, caps={s.name: (8 if not s.free else MAX_K) for s in stands}, costs=costs
+    )
 
 
 def _session_policy(trace: Trace, profile: Profile, policy_maker, session: dict | None) -> tuple:
@@ -211,7 +223,9 @@ def _free_draft(trace: Trace, drafter: str, j: int) -> Draft:
     """The recorded free draft (tokens, confidences[, depths]) at j, ended at its first
     end-of-generation token as the live loop ends it."""
     tokens, confidence, depth = (list(trace.free[drafter][j]) + [[]])[:3]
-    draft = Draft(list(tokens), confidence=list(confidence or []) or None, depth=list(depth or []) or None)
+    draft = Draft(
+        list(tokens), confidence=list(confidence or []) or None, depth=list(depth or []) or None
+    )
     return draft.through_first(trace.eog.__contains__) if trace.eog else draft
 
 
@@ -228,7 +242,11 @@ def _draft_model_draft(trace: Trace, j: int, k: int) -> Draft:
 
 
 def replay(
-    trace: Trace, profile: Profile, policy_maker=None, overhead_s: float = 0.0, session: dict | None = None
+    trace: Trace,
+    profile: Profile,
+    policy_maker=None,
+    overhead_s: float = 0.0,
+    session: dict | None = None,
 ) -> dict:
     """Run the adaptive policy (``policy_maker(profile, stands)``, default as in
     :class:`~localspec.api.SpeculativeModel`) over ``trace``; returns {"time_s",
@@ -265,7 +283,12 @@ def replay(
         rounds[name] = rounds.get(name, 0) + 1
         j += n + 1
     plain_s = (len(answer) - 1) * profile.verify(1)
-    return {"time_s": time_s, "plain_s": plain_s, "speedup": plain_s / time_s if time_s else 1.0, "rounds": rounds}
+    return {
+        "time_s": time_s,
+        "plain_s": plain_s,
+        "speedup": plain_s / time_s if time_s else 1.0,
+        "rounds": rounds,
+    }
 
 
 def _replayed_draft(policy, stands: list[_Stand], trace: Trace, profile: Profile, j: int) -> tuple:
@@ -303,7 +326,9 @@ def replay_fixed(trace: Trace, profile: Profile, drafter: str, k: int) -> float:
     return (len(answer) - 1) * profile.verify(1) / time_s
 
 
-def fixed_acceptance(trace: Trace, drafter: str, k: int, max_spec_factor: float | None = None) -> tuple[int, int, int]:
+def fixed_acceptance(
+    trace: Trace, drafter: str, k: int, max_spec_factor: float | None = None
+) -> tuple[int, int, int]:
     """(drafted, accepted, rounds) of a free drafter at a fixed draft length k along the
     greedy answer, each draft cut to ``max_spec_factor`` times the match it rests on (as
     :class:`~localspec.decoding.policy.FixedPolicy` cuts the suffix drafter's; None = no cut).
@@ -327,14 +352,19 @@ def fixed_acceptance(trace: Trace, drafter: str, k: int, max_spec_factor: float 
 def best_fixed(traces: list[Trace], profile: Profile) -> tuple[str, int, float]:
     """The fixed (drafter, k) with the best total decode time over ``traces``, and its
     speed-up (total plain time over total time)."""
-    names = sorted({n for t in traces for n in t.free}) + (["draft-model"] if all(t.draft_next for t in traces) else [])
+    names = sorted({n for t in traces for n in t.free}) + (
+        ["draft-model"] if all(t.draft_next for t in traces) else []
+    )
     best = ("plain", 0, 1.0)
     plain = sum((len(t.answer) - 1) * profile.verify(1) for t in traces)
     for name in names:
         if any(name not in t.free and name != "draft-model" for t in traces):
             continue
         for k in FIXED_KS:
-            total = sum((len(t.answer) - 1) * profile.verify(1) / replay_fixed(t, profile, name, k) for t in traces)
+            total = sum(
+                (len(t.answer) - 1) * profile.verify(1) / replay_fixed(t, profile, name, k)
+                for t in traces
+            )
             if plain / total > best[2]:
                 best = (name, k, plain / total)
     return best
@@ -347,6 +377,7 @@ def save(traces: list[Trace], path: Path, extra: dict | None = None) -> None:
 def load(path: Path) -> tuple[list[Trace], dict]:
     data = json.loads(path.read_text())
     traces = [
-        Trace(**{**t, "free": {k: [tuple(x) for x in v] for k, v in t["free"].items()}}) for t in data.pop("traces")
+        Trace(**{**t, "free": {k: [tuple(x) for x in v] for k, v in t["free"].items()}})
+        for t in data.pop("traces")
     ]
     return traces, data

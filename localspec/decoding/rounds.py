@@ -28,7 +28,9 @@ class EmittedToken:
     logprob: float | None = None
     top_logprobs: tuple[tuple[int, float], ...] | None = None
 
-    def event(self, text: str, round_no: int, channel: str = "content", reasoning: str = "") -> TokenEvent:
+    def event(
+        self, text: str, round_no: int, channel: str = "content", reasoning: str = ""
+    ) -> TokenEvent:
         """The caller's :class:`TokenEvent` for this token: ``text`` the new answer text it
         completes, ``round_no`` the round that emitted it, ``channel`` its channel and
         ``reasoning`` the new thinking text it completes."""

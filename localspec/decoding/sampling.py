@@ -53,7 +53,11 @@ class SamplingParams:
     min_p: float = 0.05  # 0.0 = off
 
     def __post_init__(self) -> None:
-        for name, value in (("temperature", self.temperature), ("top_p", self.top_p), ("min_p", self.min_p)):
+        for name, value in (
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("min_p", self.min_p),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InvalidOptionError(f"{name} must be a number, got {value!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
@@ -107,7 +111,9 @@ class Candidates:
         """Draw one id (inverse CDF; one ``rng.random()``)."""
         cumulative = np.cumsum(self.probs)
         u = rng.random() * cumulative[-1]
-        return int(self.ids[min(int(np.searchsorted(cumulative, u, side="right")), self.ids.size - 1)])
+        return int(
+            self.ids[min(int(np.searchsorted(cumulative, u, side="right")), self.ids.size - 1)]
+        )
 
     def dense(self, n_vocab: int) -> np.ndarray:
         """The float64 ``(n_vocab,)`` vector."""
@@ -178,7 +184,10 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
         ids = np.arange(row.size)
     z = row[ids].astype(np.float64)
     if not np.isfinite(z.max(initial=-np.inf)):
-        raise EngineError("the model's logits hold NaN or infinity (or nothing finite): no distribution to sample from")
+        raise EngineError(
+            "the model's logits hold NaN or infinity (or nothing finite): no distribution to "
+            "sample from"
+        )
     with np.errstate(over="ignore"):  # a tiny temperature: 0 and -inf, never inf - inf
         p = np.exp((z - z.max()) / params.temperature)
     p /= p.sum()
@@ -200,10 +209,15 @@ def row_candidates(row: np.ndarray, params: SamplingParams) -> Candidates:
 def _few_candidates(logits: list[float], ids: list[int], params: SamplingParams) -> Candidates:
     """The filters of :func:`row_candidates` on a few candidates (top-k's), in plain
     Python: for 40 values that is about half the time of twenty small numpy calls."""
-    ranked = sorted(zip(logits, ids), reverse=True)  # most likely first: top-p and min-p keep a prefix
+    ranked = sorted(
+        zip(logits, ids), reverse=True
+    )  # most likely first: top-p and min-p keep a prefix
     peak = ranked[0][0]
     if not math.isfinite(peak) or any(z != z for z, _ in ranked):
-        raise EngineError("the model's logits hold NaN or infinity (or nothing finite): no distribution to sample from")
+        raise EngineError(
+            "the model's logits hold NaN or infinity (or nothing finite): no distribution to "
+            "sample from"
+        )
     t = params.temperature
     weights = [math.exp((z - peak) / t) for z, _ in ranked]  # the top one is 1
     n = len(weights)
@@ -219,7 +233,8 @@ def _few_candidates(logits: list[float], ids: list[int], params: SamplingParams)
     kept = sorted((token, w) for (_, token), w in zip(ranked[:n], weights[:n]))
     norm = math.fsum(w for _, w in kept)
     return Candidates(
-        np.array([token for token, _ in kept], dtype=np.int64), np.array([w / norm for _, w in kept], dtype=np.float64)
+        np.array([token for token, _ in kept], dtype=np.int64),
+        np.array([w / norm for _, w in kept], dtype=np.float64),
     )
 
 
@@ -340,7 +355,9 @@ def accept_greedy(draft_tokens: Sequence[int], target_argmax: Sequence[int]) -> 
     return k, int(target_argmax[k])
 
 
-def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+def token_logprobs(
+    logits: np.ndarray, token: int, top: int
+) -> tuple[float, tuple[tuple[int, float], ...]]:
     """Natural-log probability of ``token`` under softmax(``logits``) (float32
     ``(n_vocab,)``, no temperature or filters), and the ``top`` most likely
     ``(id, logprob)`` pairs, best first (as OpenAI's ``logprobs`` / ``top_logprobs``)."""

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PREFILL_CHUNK = (
-    128  # prompt tokens a joining sequence adds to a shared decode (a long prompt must not stall the others)
-)
+# prompt tokens a joining sequence adds to a shared decode (a long prompt must not stall the others)
+PREFILL_CHUNK = 128
 GRACE_S = 0.005  # how long a decode waits for a sequence that has just ended its round
 
 
@@ -65,7 +64,9 @@ class Batcher:
         self._computing = 0  # rounds in progress that have not handed in their decode
         self._pending: list[_Request] = []
         self._firing = False
-        self._between: dict[int, float] = {}  # seq -> when it ended its latest round (still running)
+        self._between: dict[
+            int, float
+        ] = {}  # seq -> when it ended its latest round (still running)
         self.last_batch: dict[int, int] = {}  # seq -> tokens it had in the latest decode
         self.decodes = 0
         self.shared_decodes = 0  # decodes that served more than one sequence
@@ -73,7 +74,8 @@ class Batcher:
 
     @property
     def prefill_chunk(self) -> int:
-        """Prompt tokens per decode: ``PREFILL_CHUNK`` while other sequences run, else a whole batch."""
+        """Prompt tokens per decode: ``PREFILL_CHUNK`` while other sequences run, else a whole
+        batch."""
         return self._chunk if len(self._running) > 1 else self.engine.n_batch
 
     @contextmanager
@@ -140,7 +142,12 @@ class Batcher:
         """The pending requests, when nobody computes and no decode runs (under the lock);
         they count as computing again from here, so their logits (views into llama.cpp's
         buffer) stay valid until each has handed in its next decode or left its round."""
-        if self._computing > 0 or self._firing or not self._pending or self._grace_left() is not None:
+        if (
+            self._computing > 0
+            or self._firing
+            or not self._pending
+            or self._grace_left() is not None
+        ):
             return None
         batch, self._pending = self._pending, []
         self._computing += len(batch)
@@ -148,7 +155,8 @@ class Batcher:
         return batch
 
     def _grace_left(self) -> float | None:
-        """Seconds until the last sequence between rounds is no longer waited for (None: none is)."""
+        """Seconds until the last sequence between rounds is no longer waited for (None: none
+        is)."""
         if not self._between:
             return None
         now = time.perf_counter()
@@ -161,7 +169,9 @@ class Batcher:
         engine = self.engine
         started, before = time.perf_counter(), engine.decode_s
         try:
-            results = engine.decode_batch([(r.view.seq, r.tokens, r.rows) for r in batch], copy=False)
+            results = engine.decode_batch(
+                [(r.view.seq, r.tokens, r.rows) for r in batch], copy=False
+            )
             error = None
         except BaseException as exc:  # handed to every caller of this decode
             results, error = [None] * len(batch), exc

@@ -34,7 +34,9 @@ from localspec.llama.engine import common_prefix
 from localspec.llama.sequence import EngineSequence
 from localspec.llama.state_cache import MIN_TOKENS, PromptCache
 
-SHARE_MIN = 16  # a shared prefix shorter than this is read again rather than waited for or taken over
+SHARE_MIN = (
+    16  # a shared prefix shorter than this is read again rather than waited for or taken over
+)
 WAIT_POLL_S = 0.02  # how often a sequence waiting for another's prompt read looks at its progress
 
 
@@ -43,7 +45,16 @@ class Slot:
     :class:`~localspec.llama.sequence.EngineSequence`), its drafters and policies.
     ``costs``: the pair's shared :class:`~localspec.decoding.policy.CostModel`."""
 
-    def __init__(self, index: int, target, draft_engine, batchers: tuple, costs: CostModel, suffix: dict, sharing=None):
+    def __init__(
+        self,
+        index: int,
+        target,
+        draft_engine,
+        batchers: tuple,
+        costs: CostModel,
+        suffix: dict,
+        sharing=None,
+    ):
         self.index = index
         batcher, draft_batcher = batchers
         many = batcher is not None
@@ -51,7 +62,11 @@ class Slot:
         self.batcher = batcher
         self.drafter = None
         if draft_engine is not None:
-            engine = EngineSequence(draft_engine, index, draft_batcher, sharing) if many else draft_engine
+            engine = (
+                EngineSequence(draft_engine, index, draft_batcher, sharing)
+                if many
+                else draft_engine
+            )
             self.drafter = DraftModelDrafter(engine, target.n_vocab, target.is_eog)
         self.lookup = PromptLookupDrafter()
         self.suffix = SuffixDrafter(**suffix)
@@ -68,9 +83,20 @@ class Slot:
 
     @property
     def drafters(self) -> list:
-        return [d for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar) if d is not None]
+        return [
+            d
+            for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar)
+            if d is not None
+        ]
 
-    def policy(self, dp: DraftParams, greedy: bool, predicted: bool, constrained: bool = False, channels: bool = False):
+    def policy(
+        self,
+        dp: DraftParams,
+        greedy: bool,
+        predicted: bool,
+        constrained: bool = False,
+        channels: bool = False,
+    ):
         """The policy for these options: fixed, or this slot's adaptive one for the same
         kind of text (created on first use; calibrated by the caller when new).  With
         ``channels`` (a generation split into thinking and answer) an adaptive choice is a
@@ -80,7 +106,9 @@ class Slot:
         if dp.strategy == "draft-model" and self.drafter is None:
             raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
         if dp.strategy == "prediction" and not predicted:
-            raise InvalidOptionError("strategy 'prediction' needs a prediction (the expected output text)")
+            raise InvalidOptionError(
+                "strategy 'prediction' needs a prediction (the expected output text)"
+            )
         if dp.strategy == "none" or dp.draft_max == 0:
             return FixedPolicy(None, 0)
         every = (
@@ -100,11 +128,15 @@ class Slot:
         if not channels:
             return self._adaptive(key, chosen)
         return ChannelPolicy(
-            {CONTENT: self._adaptive(key, chosen), REASONING: self._adaptive((*key, REASONING), chosen)}
+            {
+                CONTENT: self._adaptive(key, chosen),
+                REASONING: self._adaptive((*key, REASONING), chosen),
+            }
         )
 
     def _adaptive(self, key: tuple, chosen: list) -> AdaptivePolicy:
-        """This slot's adaptive policy of ``key`` over the ``chosen`` drafters (made on first use)."""
+        """This slot's adaptive policy of ``key`` over the ``chosen`` drafters (made on first
+        use)."""
         if key not in self.adaptive:
             self.adaptive[key] = AdaptivePolicy(chosen, costs=self.costs)
         return self.adaptive[key]
@@ -132,12 +164,20 @@ class SlotPool:
     ):
         costs = CostModel() if costs is None else costs
         self.batcher = Batcher(target) if parallel > 1 else None
-        self.draft_batcher = Batcher(draft_engine, grace_s=0.0) if parallel > 1 and draft_engine is not None else None
+        self.draft_batcher = (
+            Batcher(draft_engine, grace_s=0.0)
+            if parallel > 1 and draft_engine is not None
+            else None
+        )
         batchers = (self.batcher, self.draft_batcher)
-        self.prompt_cache = PromptCache(target, draft_engine, cache_ram_bytes) if cache_ram_bytes > 0 else None
+        self.prompt_cache = (
+            PromptCache(target, draft_engine, cache_ram_bytes) if cache_ram_bytes > 0 else None
+        )
         self.slots: list[Slot] = []
         sharing = PrefixSharing(self.slots) if parallel > 1 else None
-        first = Slot(0, target, draft_engine, batchers, costs, {"store_tokens": suffix_store_tokens}, sharing)
+        first = Slot(
+            0, target, draft_engine, batchers, costs, {"store_tokens": suffix_store_tokens}, sharing
+        )
         self.slots += [first] + [
             Slot(i, target, draft_engine, batchers, costs, {"shared_with": first.suffix}, sharing)
             for i in range(1, parallel)
@@ -185,7 +225,11 @@ class SlotPool:
         common prefix with the prompt and the longest one it shares with another slot (that
         one can be shared back, :class:`PrefixSharing`)."""
         held = slot.target.cache_tokens
-        others = (common_prefix(held, other.target.cache_tokens) for other in self.slots if other is not slot)
+        others = (
+            common_prefix(held, other.target.cache_tokens)
+            for other in self.slots
+            if other is not slot
+        )
         return len(held) - max(common_prefix(held, prompt), *others, 0)
 
     def _swap(self, slot: Slot, prompt: Sequence[int]) -> None:
@@ -253,14 +297,20 @@ class PrefixSharing:
         slot = self.slots[view.seq]
         reads_target = view is slot.target
         views = {
-            s.index: s.target if reads_target else s.drafter.engine for s in self.slots if s.drafter or reads_target
+            s.index: s.target if reads_target else s.drafter.engine
+            for s in self.slots
+            if s.drafter or reads_target
         }
         if reads_target:
             self._wait_for_readers(slot, tokens, views)
         own = common_prefix(view.cache_tokens, tokens)
         if len(tokens) - own < SHARE_MIN:
             return
-        held = {seq: common_prefix(v.cache_tokens, tokens) for seq, v in views.items() if seq != view.seq}
+        held = {
+            seq: common_prefix(v.cache_tokens, tokens)
+            for seq, v in views.items()
+            if seq != view.seq
+        }
         best = max(held, key=held.get, default=None)
         if best is not None and held[best] >= own + SHARE_MIN:
             view.engine.copy_prefix(best, view.seq, held[best])

@@ -17,7 +17,9 @@ class TokenSource(str, Enum):
     ACCEPTED = "accepted"  # a draft token the target verified and kept
     CORRECTION = "correction"  # the target's token replacing the first rejected draft token
     BONUS = "bonus"  # the target's extra token after every draft token was accepted
-    FORCED = "forced"  # a token a grammar forced (a schema's key, a call's name), drafted free and kept
+    FORCED = (
+        "forced"  # a token a grammar forced (a schema's key, a call's name), drafted free and kept
+    )
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,8 @@ class ChannelStats(_Acceptance):
         line = f"{self.tokens} tokens, {self.tokens_per_s:.1f} t/s"
         if self.drafted_tokens:
             line += (
-                f", accepted {self.accepted_tokens}/{self.drafted_tokens} ({100 * self.acceptance_rate:.1f} %), "
+                f", accepted {self.accepted_tokens}/{self.drafted_tokens} "
+                f"({100 * self.acceptance_rate:.1f} %), "
                 f"mean accepted length {self.mean_accepted_length:.2f}"
             )
         return line + (f", {self.forced_tokens} forced" if self.forced_tokens else "")
@@ -135,7 +138,9 @@ class GenerationStats(_Acceptance):
 
     prompt_tokens: int = 0
     prompt_cached_tokens: int = 0  # reused from the KV cache of the previous call
-    prompt_truncated: bool = False  # cut to fit the context (FIM prompts; others that do not fit are refused)
+    prompt_truncated: bool = (
+        False  # cut to fit the context (FIM prompts; others that do not fit are refused)
+    )
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
@@ -159,7 +164,10 @@ class GenerationStats(_Acceptance):
 
     @property
     def accepted_per_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_at_position, self.drafted_per_position)]
+        return [
+            a / d if d else 0.0
+            for a, d in zip(self.accepted_at_position, self.drafted_per_position)
+        ]
 
     @property
     def overhead_s(self) -> float:
@@ -174,10 +182,18 @@ class GenerationStats(_Acceptance):
     @property
     def tokens_per_s(self) -> float:
         decode_s = self.total_s - self.ttft_s
-        return (self.generated_tokens - 1) / decode_s if self.generated_tokens > 1 and decode_s > 0 else 0.0
+        return (
+            (self.generated_tokens - 1) / decode_s
+            if self.generated_tokens > 1 and decode_s > 0
+            else 0.0
+        )
 
     def record_round(
-        self, n_drafted: int, n_accepted: int, drafter: str = "plain", forced: list[bool] | None = None
+        self,
+        n_drafted: int,
+        n_accepted: int,
+        drafter: str = "plain",
+        forced: list[bool] | None = None,
     ) -> None:
         """A round of ``drafter``'s; ``forced``: per draft token, whether a grammar forced
         it (those count as the grammar's drafted and accepted tokens)."""
@@ -214,7 +230,9 @@ class GenerationStats(_Acceptance):
             "channels": {name: ch.to_dict() for name, ch in self.channels.items()},
         }
 
-    def record_channel_round(self, channel: str, n_drafted: int, n_accepted: int, n_forced: int, time_s: float) -> None:
+    def record_channel_round(
+        self, channel: str, n_drafted: int, n_accepted: int, n_forced: int, time_s: float
+    ) -> None:
         """One round of ``channel`` (the channel in force as it started)."""
         ch = self.channels.setdefault(channel, ChannelStats())
         ch.rounds += 1
@@ -231,20 +249,25 @@ class GenerationStats(_Acceptance):
             self.channels.setdefault(channel, ChannelStats()).tokens += 1
 
     def channel_summary(self) -> str:
-        """Per channel, e.g. ``thinking: 120 tokens, 30.1 t/s, ... | answer: ...``; "" without channels."""
+        """Per channel, e.g. ``thinking: 120 tokens, 30.1 t/s, ... | answer: ...``; "" without
+        channels."""
         names = (("reasoning", "thinking"), ("content", "answer"))
-        return " | ".join(f"{label}: {self.channels[n].summary()}" for n, label in names if n in self.channels)
+        return " | ".join(
+            f"{label}: {self.channels[n].summary()}" for n, label in names if n in self.channels
+        )
 
     def summary(self) -> str:
         """One line for people, e.g. for the CLI's stats line."""
         line = (
-            f"{self.generated_tokens} tokens, {self.tokens_per_s:.1f} t/s, TTFT {self.ttft_s:.2f} s, "
+            f"{self.generated_tokens} tokens, {self.tokens_per_s:.1f} t/s, TTFT "
+            f"{self.ttft_s:.2f} s, "
             f"prompt {self.prompt_tokens} tokens ({self.prompt_cached_tokens} cached)"
         )
         if self.drafted_tokens:
             line += (
                 f" | draft: accepted {self.accepted_tokens}/{self.drafted_tokens} "
-                f"({100 * self.acceptance_rate:.1f} %), mean accepted length {self.mean_accepted_length:.2f}"
+                f"({100 * self.acceptance_rate:.1f} %), mean accepted length "
+                f"{self.mean_accepted_length:.2f}"
             )
             by = ", ".join(
                 f"{name} {self.accepted_by_drafter.get(name, 0)}/{n}"

@@ -15,7 +15,9 @@ class TextAssembler:
     """Turns emitted tokens into text: complete UTF-8 only, end-of-generation tokens and
     stop strings end it, and text that may be the start of a stop string is held back."""
 
-    label = channel = CONTENT  # the channel of the last token added and of the next (always the answer)
+    label = channel = (
+        CONTENT  # the channel of the last token added and of the next (always the answer)
+    )
     reasoning = None  # no thinking channel
 
     def __init__(self, engine: Engine, stop: Sequence[str]):
@@ -95,12 +97,16 @@ class StopText:
         if self.end is None and text:
             before = len(self.full)
             self.full += text
-            found = [i for s in self.stop if (i := self.full.find(s, max(0, before - len(s) + 1))) >= 0]
+            found = [
+                i for s in self.stop if (i := self.full.find(s, max(0, before - len(s) + 1))) >= 0
+            ]
             self.end = min(found) if found else None
         return self.end is not None
 
     def take_delta(self) -> str:
-        limit = self.end if self.end is not None else len(self.full) - _held_back(self.full, self.stop)
+        limit = (
+            self.end if self.end is not None else len(self.full) - _held_back(self.full, self.stop)
+        )
         delta = self.full[self.sent : limit]
         self.sent = max(self.sent, limit)
         return delta

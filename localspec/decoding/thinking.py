@@ -113,7 +113,9 @@ def read_chat_template(value: str | None) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidOptionError(f"chat_template: cannot read {value!r} as a template file ({exc})") from None
+        raise InvalidOptionError(
+            f"chat_template: cannot read {value!r} as a template file ({exc})"
+        ) from None
 
 
 def thinking_budget(call_budget: int | None, enable_thinking: bool | None, default: int) -> int:
@@ -166,11 +168,14 @@ def check_thinking(plan: ThinkingPlan | None, constrained: bool, tools: bool) ->
         return
     if constrained:
         raise InvalidOptionError(
-            "response_format with a model that thinks is not supported yet: pass enable_thinking=False "
+            "response_format with a model that thinks is not supported yet: pass "
+            "enable_thinking=False "
             "(or reasoning_budget=0) to answer at once, or reasoning_format='none'"
         )
     if tools and plan.budget >= 0:
-        raise InvalidOptionError("a thinking budget cannot be combined with tools yet: pass reasoning_budget=-1")
+        raise InvalidOptionError(
+            "a thinking budget cannot be combined with tools yet: pass reasoning_budget=-1"
+        )
 
 
 class ChatReasoning:
@@ -191,7 +196,9 @@ class ChatReasoning:
     def _markers(self) -> tuple[ReasoningFormat, dict[int, str]]:
         if self._read is None:
             fmt = detect_reasoning(self.engine.chat_template)
-            tokenize = lambda text: self.engine.tokenize(text, add_special=False, parse_special=True)  # noqa: E731
+            tokenize = lambda text: self.engine.tokenize(
+                text, add_special=False, parse_special=True
+            )  # noqa: E731
             self._read = (fmt, single_token_markers(fmt, tokenize))
         return self._read
 
@@ -209,8 +216,11 @@ class ChatReasoning:
         tokens = self.engine.chat_tokens(messages, tools.tools if tools else None, kwargs)
         if fmt.kind is None:
             return tokens, None
-        tail = b"".join(self.engine.token_bytes(t) for t in tokens[-16:]).decode("utf-8", errors="replace")
-        tokenize = lambda text: self.engine.tokenize(text, add_special=False, parse_special=True)  # noqa: E731
+        tail = b"".join(self.engine.token_bytes(t) for t in tokens[-16:]).decode(
+            "utf-8", errors="replace"
+        )
+        # noqa: E731
+        tokenize = lambda text: self.engine.tokenize(text, add_special=False, parse_special=True)
         plan = plan_thinking(fmt, tail, markers, budget, compile_close, tokenize)
         check_thinking(plan, call.response_format is not None, tools is not None)
         return tokens, plan

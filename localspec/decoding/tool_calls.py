@@ -78,12 +78,24 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
     "parameters"}}]``) and ``tool_choice`` ("auto", "none", "required" or
     ``{"type": "function", "function": {"name"}}``), checked; InvalidOptionError otherwise."""
     if not isinstance(tools, (list, tuple)) or not tools:
-        raise InvalidOptionError("tools must be a non-empty list of {'type': 'function', 'function': {...}}")
+        raise InvalidOptionError(
+            "tools must be a non-empty list of {'type': 'function', 'function': {...}}"
+        )
     names = []
     for tool in tools:
-        function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
-            raise InvalidOptionError(f"each tool needs type 'function' and function.name, got {tool!r}")
+        function = (
+            tool.get("function")
+            if isinstance(tool, dict) and tool.get("type") == "function"
+            else None
+        )
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not function["name"]
+        ):
+            raise InvalidOptionError(
+                f"each tool needs type 'function' and function.name, got {tool!r}"
+            )
         _check_parameters(len(names), function)
         _check_name(function["name"])
         names.append(function["name"])
@@ -94,10 +106,13 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
         if tool_choice.get("type") != "function" or name not in names:
             # the name alone: each protocol wraps it its own way
             named = repr(name) if isinstance(name, str) else repr(tool_choice)
-            raise InvalidOptionError(f"tool_choice names no tool of this request: {named} (tools: {', '.join(names)})")
+            raise InvalidOptionError(
+                f"tool_choice names no tool of this request: {named} (tools: {', '.join(names)})"
+            )
     elif tool_choice not in ("auto", "none", "required"):
         raise InvalidOptionError(
-            f"tool_choice must be 'auto', 'none', 'required' or a named function, got {tool_choice!r}"
+            "tool_choice must be 'auto', 'none', 'required' or a named function, got "
+            f"{tool_choice!r}"
         )
     return list(tools), tool_choice
 
@@ -180,20 +195,27 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool
     chosen = [
         t["function"]
         for t in tools
-        if not isinstance(tool_choice, dict) or t["function"]["name"] == tool_choice["function"]["name"]
+        if not isinstance(tool_choice, dict)
+        or t["function"]["name"] == tool_choice["function"]["name"]
     ]
     key = fmt.arguments_key
     options = [
         {
             "type": "object",
-            "properties": {"name": {"const": f["name"]}, key: f.get("parameters") or {"type": "object"}},
+            "properties": {
+                "name": {"const": f["name"]},
+                key: f.get("parameters") or {"type": "object"},
+            },
             "required": ["name", key],
             "additionalProperties": False,
         }
         for f in chosen
     ]
     schema = options[0] if len(options) == 1 else {"anyOf": options}
-    schema = {**schema, "x-guidance": {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}}
+    schema = {
+        **schema,
+        "x-guidance": {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "},
+    }
     payload = f"payload: %json {json.dumps(schema)}\n"
     if fmt.open_token is None:
         start = (
@@ -202,7 +224,9 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool
             else "start: payload\n"
         )
         return "%llguidance {}\n" + start + payload
-    repeat = ' ("\\n" call)*' if parallel and fmt.parallel and not isinstance(tool_choice, dict) else ""
+    repeat = (
+        ' ("\\n" call)*' if parallel and fmt.parallel and not isinstance(tool_choice, dict) else ""
+    )
     calls = f'call{repeat} "\\n"?'
     fallback = ""
     if tool_choice == "auto":
@@ -212,7 +236,9 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool
         )
     return (
         f"%llguidance {{}}\nstart: {calls}\n"
-        f'call: <[{fmt.open_token}]> "\\n" payload "\\n" <[{fmt.close_token}]>\n' + payload + fallback
+        f'call: <[{fmt.open_token}]> "\\n" payload "\\n" <[{fmt.close_token}]>\n'
+        + payload
+        + fallback
     )
 
 
@@ -241,7 +267,9 @@ def _call_for_template(call) -> dict:
         try:
             arguments = json.loads(arguments or "{}")
         except ValueError:
-            raise InvalidOptionError(f"tool call arguments must be JSON, got {arguments!r}") from None
+            raise InvalidOptionError(
+                f"tool call arguments must be JSON, got {arguments!r}"
+            ) from None
     return {**call, "function": {**function, "arguments": arguments}}
 
 
@@ -259,9 +287,13 @@ def normalise_messages(messages: str | Iterable[dict]) -> list[dict]:
         raise InvalidOptionError("messages is empty")
     for m in result:
         calls = isinstance(m, dict) and m.get("role") == "assistant" and m.get("tool_calls")
-        content_ok = isinstance(m, dict) and (isinstance(m.get("content"), str) or (calls and m.get("content") is None))
+        content_ok = isinstance(m, dict) and (
+            isinstance(m.get("content"), str) or (calls and m.get("content") is None)
+        )
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not content_ok:
             raise InvalidOptionError(f"each message needs a string 'role' and 'content', got {m!r}")
         if calls and not isinstance(m["tool_calls"], list):
-            raise InvalidOptionError(f"an assistant message's tool_calls must be a list, got {m['tool_calls']!r}")
+            raise InvalidOptionError(
+                f"an assistant message's tool_calls must be a list, got {m['tool_calls']!r}"
+            )
     return messages_for_template(result)

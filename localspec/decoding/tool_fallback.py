@@ -86,7 +86,9 @@ def fallback_calls(text: str, names: Iterable[str]) -> list[tuple[int, int, list
         call = fallback_call(body, names)
         if call is not None:
             found.append((m.start(), end, [call]))
-    return sorted((_with_tags(text, start, end) + (calls,) for start, end, calls in found), key=lambda f: f[0])
+    return sorted(
+        (_with_tags(text, start, end) + (calls,) for start, end, calls in found), key=lambda f: f[0]
+    )
 
 
 def _with_tags(text: str, start: int, end: int) -> tuple[int, int]:
@@ -121,7 +123,11 @@ def _calls_in(body_text: str, names: set[str]) -> list[dict]:
 
 def fallback_call(body, names: set[str]) -> dict | None:
     """``{"name", "arguments": dict}`` from a fallback object, else None."""
-    if isinstance(body, dict) and body.keys() == {"type", "function"} and body["type"] == "function":
+    if (
+        isinstance(body, dict)
+        and body.keys() == {"type", "function"}
+        and body["type"] == "function"
+    ):
         body = body["function"]  # the wrapping of the template's tool listing
     if not isinstance(body, dict) or body.get("name") not in names or len(body) != 2:
         return None

@@ -23,7 +23,8 @@ def spin_briefly_between_ops(environ=os.environ) -> None:
     waiting for the next op keeps spinning on its core; two llama.cpp processes on one
     machine (a server and a benchmark, a test run beside an agent) then take turns at the
     cores' expense: two ``localspec run`` at once decoded 13–14 t/s each with 1000 and 2–8 t/s
-    with libgomp's default (docs/architecture.md, "OpenMP threads between ops").  A user's own ``GOMP_SPINCOUNT`` or
+    with libgomp's default (docs/architecture.md, "OpenMP threads between ops").  A user's own
+    ``GOMP_SPINCOUNT`` or
     ``OMP_WAIT_POLICY`` is kept.
     """
     if "GOMP_SPINCOUNT" not in environ and "OMP_WAIT_POLICY" not in environ:

@@ -34,7 +34,9 @@ def probe_child() -> int:
         if q4k is None:
             print("llama_model_quantize failed", file=sys.stderr)
             return 3
-        engine = Engine(q4k, EngineConfig(n_ctx=256, n_gpu_layers=0, n_threads=2, cpu_buffers="default"))
+        engine = Engine(
+            q4k, EngineConfig(n_ctx=256, n_gpu_layers=0, n_threads=2, cpu_buffers="default")
+        )
         prompt = [3 + (i * 7) % 300 for i in range(64)]
         engine.decode(prompt, [63])  # a batch: llama.cpp's AMX tile kernels
         for token in (5, 6, 7, 8):

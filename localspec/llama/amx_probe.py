@@ -108,9 +108,16 @@ def run_probe(command: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return ProbeResult(False, None, f"the probe did not finish in {timeout_s:.0f} s", time.perf_counter() - started)
+        return ProbeResult(
+            False,
+            None,
+            f"the probe did not finish in {timeout_s:.0f} s",
+            time.perf_counter() - started,
+        )
     except OSError as exc:
-        return ProbeResult(False, None, f"the probe could not start: {exc}", time.perf_counter() - started)
+        return ProbeResult(
+            False, None, f"the probe could not start: {exc}", time.perf_counter() - started
+        )
     seconds = time.perf_counter() - started
     if done.returncode < 0:
         name = (
@@ -120,12 +127,16 @@ def run_probe(command: list[str] | None = None, timeout_s: float = PROBE_TIMEOUT
         )
         return ProbeResult(False, name, f"killed by {name}", seconds)
     if done.returncode == 0 and OK_LINE in done.stdout:
-        return ProbeResult(True, None, "decoded a Q4_K_M model with llama.cpp's default buffer types", seconds)
+        return ProbeResult(
+            True, None, "decoded a Q4_K_M model with llama.cpp's default buffer types", seconds
+        )
     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
     return ProbeResult(False, None, f"exit status {done.returncode}: {tail}", seconds)
 
 
-def decide(amx_built: bool, cache: Path, probe: Callable[[], ProbeResult] = run_probe) -> AmxDecision:
+def decide(
+    amx_built: bool, cache: Path, probe: Callable[[], ProbeResult] = run_probe
+) -> AmxDecision:
     """The decision without process-wide memory (see :func:`amx_decision`)."""
     if forced_off():
         return AmxDecision(True, f"off: forced by {ENV_NO_AMX}=1", "env")
@@ -156,7 +167,10 @@ def _status(result: ProbeResult) -> str:
     if result.ok:
         return "in use (the probe decoded with it)"
     if result.crash_signal in CRASH_SIGNALS:
-        return f"off: llama.cpp's AMX kernels crash on this machine (probe child killed by {result.crash_signal})"
+        return (
+            "off: llama.cpp's AMX kernels crash on this machine (probe child killed by "
+            f"{result.crash_signal})"
+        )
     return f"off: the probe failed ({result.detail}); AMX avoided to be safe"
 
 

@@ -56,7 +56,11 @@ def _ggml():
             ),
             ("ggml_backend_dev_by_type", ctypes.c_void_p, [ctypes.c_int]),
             ("ggml_backend_dev_backend_reg", ctypes.c_void_p, [ctypes.c_void_p]),
-            ("ggml_backend_reg_get_proc_address", ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]),
+            (
+                "ggml_backend_reg_get_proc_address",
+                ctypes.c_void_p,
+                [ctypes.c_void_p, ctypes.c_char_p],
+            ),
             ("ggml_backend_buft_name", ctypes.c_char_p, [ctypes.c_void_p]),
         ):
             fn = getattr(lib, name)
@@ -112,7 +116,8 @@ def registered_backends() -> list[str]:
     _ensure_backends()
     lib = _ggml()
     return [
-        lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode() for i in range(lib.ggml_backend_reg_count())
+        lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode()
+        for i in range(lib.ggml_backend_reg_count())
     ]
 
 
@@ -213,7 +218,10 @@ def _override_patterns(names: list[str]) -> list[str]:
             by_suffix.setdefault(m.group(2), []).append(m.group(1))
         else:
             plain.append(name)
-    patterns = [f"^blk\\.({'|'.join(layers)})\\.{re.escape(suffix)}$" for suffix, layers in by_suffix.items()]
+    patterns = [
+        f"^blk\\.({'|'.join(layers)})\\.{re.escape(suffix)}$"
+        for suffix, layers in by_suffix.items()
+    ]
     return patterns + [f"^{re.escape(name)}$" for name in plain]
 
 

@@ -1,8 +1,9 @@
 """The engine: one GGUF model with one llama.cpp context holding one or more sequences.
 
 Every llama.cpp call of an engine runs on its owner, a :class:`~localspec.llama.owner.LlamaThread`
-(a pair shares one), whichever thread calls the method.  It keeps the list of tokens held in its KV cache, so callers can reuse
-the longest common prefix and trim the rest; it never re-prefills on its own.
+(a pair shares one), whichever thread calls the method.  It keeps the list of tokens held in its KV
+cache, so callers can reuse the longest common prefix and trim the rest; it never re-prefills on its
+own.
 
 Built on the low-level ctypes bindings of llama-cpp-python (pinned exactly in
 ``pyproject.toml``): ``llama_batch_init`` / ``llama_decode`` /
@@ -30,7 +31,7 @@ from localspec.errors import (
     UnsupportedModelError,
 )
 from localspec.llama import amx_probe, backend
-from localspec.llama.engine_config import (  # noqa: F401  (EngineConfig and default_threads are imported from here)
+from localspec.llama.engine_config import (  # noqa: F401 (others import EngineConfig from here)
     CPU_BUFFERS,
     EngineConfig,
     _progress_reporter,
@@ -81,7 +82,9 @@ class Engine:
         self.config = config
         self.verbose = verbose
         self.info = check_gguf_file(self.path)
-        self.chat_template_override: str | None = None  # replaces the GGUF's tokenizer.chat_template
+        self.chat_template_override: str | None = (
+            None  # replaces the GGUF's tokenizer.chat_template
+        )
         self._own_thread = owner is None
         self.owner = owner or LlamaThread()
         self._model = None
@@ -104,19 +107,29 @@ class Engine:
 
     def _load(self, load_progress: Callable[[float], None] | None) -> None:
         mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = 0x7FFFFFFF if self.config.n_gpu_layers < 0 else self.config.n_gpu_layers
+        mparams.n_gpu_layers = (
+            0x7FFFFFFF if self.config.n_gpu_layers < 0 else self.config.n_gpu_layers
+        )
         if load_progress is not None:
             callback = llama_cpp.llama_progress_callback(_progress_reporter(load_progress))
-            mparams.progress_callback = callback  # `callback` stays referenced until the load returns
+            mparams.progress_callback = (
+                callback  # `callback` stays referenced until the load returns
+            )
         placement = self._cpu_placement(mparams)
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         del placement  # llama.cpp has read the override table
         if not self._model:
-            raise ModelFileError(f"llama.cpp could not load {self.path} (see its log with --verbose)")
-        if llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model):
+            raise ModelFileError(
+                f"llama.cpp could not load {self.path} (see its log with --verbose)"
+            )
+        if llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(
+            self._model
+        ):
             raise UnsupportedModelError(
-                f"{self.path.name}: architecture {self.info.architecture!r} keeps a recurrent state "
-                "that cannot be rolled back token by token, so it cannot be used for speculative decoding"
+                f"{self.path.name}: architecture {self.info.architecture!r} keeps a recurrent "
+                "state "
+                "that cannot be rolled back token by token, so it cannot be used for speculative "
+                "decoding"
             )
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
@@ -129,7 +142,9 @@ class Engine:
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.n_seq_max = self.config.n_seq_max
-        cparams.kv_unified = self.config.n_seq_max > 1  # one pool of cells: a long conversation may use all of it
+        cparams.kv_unified = (
+            self.config.n_seq_max > 1
+        )  # one pool of cells: a long conversation may use all of it
         if self.config.flash_attn is not None:
             cparams.flash_attn_type = (
                 llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
@@ -139,17 +154,26 @@ class Engine:
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             raise EngineError(
-                f"llama.cpp could not create a context of {self.config.n_ctx} tokens for {self.path.name}"
+                f"llama.cpp could not create a context of {self.config.n_ctx} tokens for "
+                f"{self.path.name}"
             )
         # llama.cpp pads the context to a multiple of 256; honour the size asked for.
         self.n_ctx = min(int(llama_cpp.llama_n_ctx(self._ctx)), self.config.n_ctx)
-        self.n_batch = min(int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx)))
+        self.n_batch = min(
+            int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx))
+        )
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
-        self._caches: list[list[int]] = [[] for _ in range(self.config.n_seq_max)]  # per seq: position i = token i
+        self._caches: list[list[int]] = [
+            [] for _ in range(self.config.n_seq_max)
+        ]  # per seq: position i = token i
         self._cells = CellLedger(self.config.n_seq_max)
-        self.idle_sequences: Callable[[], list[int]] = lambda: []  # seqs whose cells may be freed, oldest first
-        self.batcher = None  # what shares this engine's decodes: an EngineSequence's Batcher; none here
+        self.idle_sequences: Callable[[], list[int]] = (
+            lambda: []
+        )  # seqs whose cells may be freed, oldest first
+        self.batcher = (
+            None  # what shares this engine's decodes: an EngineSequence's Batcher; none here
+        )
         self._piece_buf = ctypes.create_string_buffer(256)
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}
@@ -179,18 +203,26 @@ class Engine:
     # --- vocabulary -----------------------------------------------------------------
 
     @owned
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def tokenize(
+        self, text: str, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
         """Text to token ids.  ``add_special`` adds BOS when the model asks for it;
         ``parse_special`` turns "<|im_start|>"-style text into its special token."""
         self._check_open()
-        data = text.encode("utf-8", errors="replace")  # lone surrogates (bad terminal input) become "?"
+        data = text.encode(
+            "utf-8", errors="replace"
+        )  # lone surrogates (bad terminal input) become "?"
         n_max = len(data) + 8
         buf = (llama_cpp.llama_token * n_max)()
-        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        n = llama_cpp.llama_tokenize(
+            self._vocab, data, len(data), buf, n_max, add_special, parse_special
+        )
         if n < 0:
             n_max = -n
             buf = (llama_cpp.llama_token * n_max)()
-            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), buf, n_max, add_special, parse_special
+            )
         return list(buf[:n])
 
     def token_bytes(self, token: int) -> bytes:
@@ -203,7 +235,9 @@ class Engine:
     @owned
     def _piece(self, token: int) -> bytes:
         self._check_open()
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+        n = llama_cpp.llama_token_to_piece(
+            self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False
+        )
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
@@ -261,7 +295,10 @@ class Engine:
 
     @owned
     def chat_tokens(
-        self, messages: list[dict], tools: list[dict] | None = None, template_kwargs: dict | None = None
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        template_kwargs: dict | None = None,
     ) -> list[int]:
         """Render the messages with the chat template and tokenize the result
         (``template_kwargs``: extra template variables, e.g. ``enable_thinking``).
@@ -283,13 +320,18 @@ class Engine:
             head, rest = rest.split(mark, 1)
             tokens += self.tokenize(head, add_special=False, parse_special=True) if head else []
             tokens += (
-                self.tokenize(message["content"], add_special=False, parse_special=False) if message["content"] else []
+                self.tokenize(message["content"], add_special=False, parse_special=False)
+                if message["content"]
+                else []
             )
         return tokens + (self.tokenize(rest, add_special=False, parse_special=True) if rest else [])
 
     @owned
     def render_chat(
-        self, messages: list[dict], tools: list[dict] | None = None, template_kwargs: dict | None = None
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        template_kwargs: dict | None = None,
     ) -> str:
         """Render OpenAI-style messages with :attr:`chat_template` (llama-cpp-python's
         Jinja2 formatter), ending with the assistant's prompt; ``template_kwargs`` are extra
@@ -309,7 +351,9 @@ class Engine:
         try:
             return formatter(messages=messages, tools=tools, **(template_kwargs or {})).prompt
         except (jinja2.TemplateError, ValueError, TypeError) as exc:
-            raise InvalidOptionError(f"{self.path.name}'s chat template rejected these messages: {exc}") from None
+            raise InvalidOptionError(
+                f"{self.path.name}'s chat template rejected these messages: {exc}"
+            ) from None
 
     # --- decoding ---------------------------------------------------------------------
 
@@ -331,14 +375,17 @@ class Engine:
         """KV cells held by the sequences ``seqs`` together (a shared cell counts once)."""
         return self._cells.held(seqs)
 
-    def _note_held(self, seq: int, tokens: Sequence[int]) -> None:  # llama.cpp wrote them after seq's cells
+    def _note_held(
+        self, seq: int, tokens: Sequence[int]
+    ) -> None:  # llama.cpp wrote them after seq's cells
         self._caches[seq].extend(int(t) for t in tokens)
         self._cells.extend(seq, len(tokens))
 
     @owned
     def copy_prefix(self, src: int, dst: int, n: int) -> int:
-        """Make sequence ``dst`` hold the first ``n`` cells of ``src`` (shared, not copied: ``llama_memory_seq_cp``
-        in the unified cache), dropping what it held past its common prefix with them; its length after."""
+        """Make sequence ``dst`` hold the first ``n`` cells of ``src`` (shared, not copied:
+        ``llama_memory_seq_cp`` in the unified cache), dropping what it held past its common prefix
+        with them; its length after."""
         source = self._caches[src][:n]
         keep = common_prefix(self._caches[dst], source)
         self.trim(keep, dst)
@@ -350,9 +397,14 @@ class Engine:
 
     @owned
     def decode(
-        self, tokens: Sequence[int], logits_rows: Sequence[int] = (), copy: bool = True, seq: int = 0
+        self,
+        tokens: Sequence[int],
+        logits_rows: Sequence[int] = (),
+        copy: bool = True,
+        seq: int = 0,
     ) -> np.ndarray:
-        """Append ``tokens`` to sequence ``seq``'s KV cache and return the logits of the chosen rows.
+        """Append ``tokens`` to sequence ``seq``'s KV cache and return the logits of the chosen
+        rows.
 
         Args:
             tokens: ids placed at positions ``len(seq_tokens(seq)) ...``.
@@ -382,7 +434,9 @@ class Engine:
         return out
 
     @owned
-    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int], Sequence[int]]], copy: bool = True) -> list:
+    def decode_batch(
+        self, parts: Sequence[tuple[int, Sequence[int], Sequence[int]]], copy: bool = True
+    ) -> list:
         """Decode several sequences' tokens together: ``parts`` is ``[(seq, tokens,
         logits_rows)]``, at most ``n_batch`` tokens in all per llama_decode call (more are
         split between calls).  Returns one float32 array ``(len(logits_rows), n_vocab)``
@@ -395,7 +449,8 @@ class Engine:
         for seq, tokens, _ in parts:
             if len(self._caches[seq]) + len(tokens) > self.n_ctx:
                 raise ContextOverflowError(
-                    f"{len(self._caches[seq]) + len(tokens)} tokens do not fit into the context of {self.n_ctx} tokens"
+                    f"{len(self._caches[seq]) + len(tokens)} tokens do not fit into the context "
+                    f"of {self.n_ctx} tokens"
                 )
         calls = pack_batch(parts, self.n_batch)
         if len(calls) == 1 and not copy:
@@ -449,7 +504,8 @@ class Engine:
 
     @owned
     def trim(self, n_keep: int, seq: int = 0) -> None:
-        """Remove every cached position >= ``n_keep`` of sequence ``seq`` (``llama_memory_seq_rm``)."""
+        """Remove every cached position >= ``n_keep`` of sequence ``seq``
+        (``llama_memory_seq_rm``)."""
         cache = self._caches[seq]
         if n_keep >= len(cache):
             return
@@ -462,7 +518,8 @@ class Engine:
 
     @owned
     def reuse_prefix(self, tokens: Sequence[int], seq: int = 0) -> int:
-        """Trim sequence ``seq``'s cache to its longest common prefix with ``tokens``; return its length."""
+        """Trim sequence ``seq``'s cache to its longest common prefix with ``tokens``; return its
+        length."""
         cache = self._caches[seq]
         n = common_prefix(cache, tokens)
         self.trim(n, seq)

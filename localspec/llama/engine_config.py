@@ -38,7 +38,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         require_int("parallel", self.n_seq_max, 1, 64)
         if self.cpu_buffers not in CPU_BUFFERS:
-            raise InvalidOptionError(f"cpu_buffers must be one of {', '.join(CPU_BUFFERS)}, got {self.cpu_buffers!r}")
+            raise InvalidOptionError(
+                f"cpu_buffers must be one of {', '.join(CPU_BUFFERS)}, got {self.cpu_buffers!r}"
+            )
 
 
 def default_threads() -> int:

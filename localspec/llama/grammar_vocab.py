@@ -30,4 +30,6 @@ def _build(engine: Engine):
     engine._check_open()
     with warnings.catch_warnings():  # it reads each token's attributes through a deprecated binding
         warnings.simplefilter("ignore", DeprecationWarning)
-        return lltokenizer_from_vocab(engine._vocab, n_vocab=engine.n_vocab, eos_token=engine.eog_tokens())
+        return lltokenizer_from_vocab(
+            engine._vocab, n_vocab=engine.n_vocab, eos_token=engine.eog_tokens()
+        )

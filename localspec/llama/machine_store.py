@@ -77,7 +77,12 @@ def this_machine_key(target: Path, draft: Path | None, threads: int, offload: bo
     gpu = machine.gpu_hardware()
     hardware = machine.cpu_model() + (f" + {gpu.vendor} {gpu.detail}" if gpu else "")
     build = " | ".join(
-        (backend.llama_cpp_python_version(), backend.llama_cpp_commit(), backend.system_info(), backend.gpu_backend())
+        (
+            backend.llama_cpp_python_version(),
+            backend.llama_cpp_commit(),
+            backend.system_info(),
+            backend.gpu_backend(),
+        )
     )
     return StoreKey(
         hardware=hardware,
@@ -138,7 +143,12 @@ class MachineStore:
         def rewrite(data):
             current = _record_of(data, key, self.path(key)) if data is not None else None
             record = merge(current)
-            return {"version": VERSION, "key": asdict(key), "updated": time.time(), "record": record}
+            return {
+                "version": VERSION,
+                "key": asdict(key),
+                "updated": time.time(),
+                "record": record,
+            }
 
         return _update_file(self.path(key), rewrite)["record"]
 
@@ -147,8 +157,14 @@ class MachineStore:
         found = []
         for path in sorted(self.directory.glob("*.json")):
             data = _read_json(path, quiet=True)
-            if isinstance(data, dict) and data.get("version") == VERSION and isinstance(data.get("key"), dict):
-                found.append({"path": str(path), **{k: data.get(k) for k in ("key", "updated", "record")}})
+            if (
+                isinstance(data, dict)
+                and data.get("version") == VERSION
+                and isinstance(data.get("key"), dict)
+            ):
+                found.append(
+                    {"path": str(path), **{k: data.get(k) for k in ("key", "updated", "record")}}
+                )
         return found
 
     def forget(self) -> int:
@@ -164,7 +180,11 @@ class MachineStore:
 def _record_of(data, key: StoreKey, path: Path) -> dict | None:
     if data is None:
         return None
-    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("record"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("version") != VERSION
+        or not isinstance(data.get("record"), dict)
+    ):
         log.warning("localspec: ignoring %s: not a record of this version", path)
         return None
     if data.get("key") != asdict(key):

@@ -4,9 +4,10 @@ Why: llama.cpp's CPU backend runs its matrix work on an OpenMP thread team, and 
 one team per calling thread.  A pair loaded in one thread (weights are repacked on the load
 thread's team) and decoded in another leaves two teams on the cores; on a 2-core AMD EPYC a
 plain decode then ran at 20.4-21.0 t/s instead of 29.5-30.9 (measured before this module
-existed; ``benchmarks/thread_bench.py`` measures the callers' threads now).  So a pair gets one :class:`LlamaThread` and every caller,
-whichever thread it is on (the CLI's main thread, the server's model worker, the desktop
-chat's QThread, a user's thread pool), hands its llama.cpp work to it.
+existed; ``benchmarks/thread_bench.py`` measures the callers' threads now).  So a pair gets one
+:class:`LlamaThread` and every caller, whichever thread it is on (the CLI's main thread, the
+server's model worker, the desktop chat's QThread, a user's thread pool), hands its llama.cpp work
+to it.
 
 Callers already on the owning thread run directly; others wait for the result.  A hand-off
 costs about 60 microseconds (median of 5 x 2,000 empty calls on a 2-core AMD EPYC, under
@@ -52,7 +53,9 @@ class LlamaThread:
     def __init__(self, name: str | None = None):
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._stopped = False
-        self._thread = threading.Thread(target=self._serve, name=name or f"localspec-llama-{next(_names)}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, name=name or f"localspec-llama-{next(_names)}", daemon=True
+        )
         self._thread.start()
         self.ident: int = self._thread.ident  # type: ignore[assignment]
 

@@ -39,7 +39,9 @@ def load_peer_llama(path: str | Path, **kwargs):
             mparams = original()
             placements.append(
                 backend.apply_no_amx(
-                    mparams, info, offloaded=kwargs.get("n_gpu_layers", 0) != 0 and backend.supports_gpu_offload()
+                    mparams,
+                    info,
+                    offloaded=kwargs.get("n_gpu_layers", 0) != 0 and backend.supports_gpu_offload(),
                 )
             )
             return mparams

@@ -29,13 +29,15 @@ def gpu_warning() -> str | None:
         return None
     return (
         f"{gpu.vendor} GPU found, but this llama-cpp-python build is CPU-only, so models run "
-        f"slowly and speculation mostly loses; rebuild it for {gpu.backend}: {reinstall_command(gpu)}"
+        f"slowly and speculation mostly loses; rebuild it for {gpu.backend}: "
+        f"{reinstall_command(gpu)}"
     )
 
 
 def reinstall_command(gpu: machine.GpuHardware) -> str:
     return (
-        f'CMAKE_ARGS="{gpu.cmake_flag}" {sys.executable} -m pip install --force-reinstall --no-deps '
+        f'CMAKE_ARGS="{gpu.cmake_flag}" {sys.executable} -m pip install --force-reinstall '
+        "--no-deps "
         f"--no-cache-dir llama-cpp-python=={backend.llama_cpp_python_version()}"
     )
 
@@ -90,7 +92,10 @@ def report() -> dict:
     gpu = machine.gpu_hardware()
     decision = amx_probe.amx_decision()
     pair = load_catalog().pair()
-    on_disk = {role: hub.find_local(entry) for role, entry in (("target", pair.target), ("draft", pair.draft))}
+    on_disk = {
+        role: hub.find_local(entry)
+        for role, entry in (("target", pair.target), ("draft", pair.draft))
+    }
     return {
         "localspec": version("localspec"),
         "llama_cpp_python": backend.llama_cpp_python_version(),
@@ -106,7 +111,9 @@ def report() -> dict:
         "memory_bytes": machine.memory_bytes(),
         "gpu_hardware": vars(gpu) if gpu else None,
         "gpu_warning": gpu_warning(),
-        "reinstall_command": reinstall_command(gpu) if gpu and not backend.supports_gpu_offload() else None,
+        "reinstall_command": reinstall_command(gpu)
+        if gpu and not backend.supports_gpu_offload()
+        else None,
         "amx": {
             "cpu_has_amx": machine.cpu_has_amx(),
             "in_build": backend.amx_in_build(),
@@ -145,18 +152,24 @@ def format_report(r: dict) -> str:
         f"backend            {r['backend']} (registered: {', '.join(r['backends'])}; "
         f"GPU offload {'yes' if r['gpu_offload'] else 'no'})",
         f"system info        {r['system_info']}",
-        f"CPU                {r['cpu']} ({r['logical_cpus']} logical CPUs, {r['threads']} threads used)",
+        f"CPU                {r['cpu']} ({r['logical_cpus']} logical CPUs, {r['threads']} "
+        "threads used)",
         f"memory             {r['memory_bytes'] / 2**30:.1f} GiB",
     ]
     for d in r["devices"]:
         memory = f", {d['memory_total'] / 2**30:.1f} GiB" if d["memory_total"] else ""
         lines.append(f"device             {d['name']} ({d['kind']}: {d['description']}{memory})")
     gpu = r["gpu_hardware"]
-    lines.append(f"GPU hardware       {gpu['vendor']} ({gpu['detail']})" if gpu else "GPU hardware       none found")
+    lines.append(
+        f"GPU hardware       {gpu['vendor']} ({gpu['detail']})"
+        if gpu
+        else "GPU hardware       none found"
+    )
     lines += [
         f"AMX                CPU {'has' if amx['cpu_has_amx'] else 'lacks'} AMX; build "
         f"{'has' if amx['in_build'] else 'lacks'} AMX kernels; {amx['status']} [{amx['source']}]",
-        f"{amx_probe.ENV_NO_AMX:<18} {'set: the fallback is forced' if amx['forced_off'] else 'not set'}",
+        f"{amx_probe.ENV_NO_AMX:<18} "
+        f"{'set: the fallback is forced' if amx['forced_off'] else 'not set'}",
         f"CPU buffer types   {', '.join(amx['cpu_buffer_types']) or 'none'}",
         f"model cache        {r['caches']['models']}",
         f"Hugging Face cache {r['caches']['huggingface']}",
@@ -165,7 +178,11 @@ def format_report(r: dict) -> str:
     pair = r["default_pair"]
     for role in ("target", "draft"):
         entry = pair[role]
-        state = entry["path"] or f"not downloaded ({entry['size_bytes'] / 1e9:.2f} GB; `localspec pull {pair['name']}`)"
+        state = (
+            entry["path"]
+            or f"not downloaded ({entry['size_bytes'] / 1e9:.2f} GB; `localspec pull "
+            f"{pair['name']}`)"
+        )
         lines.append(f"default {role:<10} {entry['name']}: {state}")
     lines += format_learned(r["learned"])
     if r["gpu_warning"]:
@@ -195,7 +212,9 @@ def learned_report(store: MachineStore | None = None) -> dict:
                 "updated": e["updated"],
                 "c1_s": verify.get("1"),
                 "c17_s": verify.get("17"),
-                "acceptance": {kind: _alphas(p) for kind, p in _mapping(record.get("priors")).items()},
+                "acceptance": {
+                    kind: _alphas(p) for kind, p in _mapping(record.get("priors")).items()
+                },
             }
         )
     return {"folder": str(store.directory), "entries": entries}
@@ -217,15 +236,23 @@ def _alphas(priors) -> dict:
 def format_learned(learned: dict) -> list[str]:
     """:func:`learned_report` as text lines."""
     lines = [
-        f"learned store      {learned['folder']} ({len(learned['entries'])} pair(s); `doctor --recalibrate` forgets)"
+        f"learned store      {learned['folder']} ({len(learned['entries'])} pair(s); `doctor "
+        "--recalibrate` forgets)"
     ]
     for e in learned["entries"]:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["updated"])) if e["updated"] else "?"
-        costs = ", ".join(f"{n} {v * 1e3:.1f} ms" for n, v in (("c(1)", e["c1_s"]), ("c(17)", e["c17_s"])) if v)
+        when = (
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(e["updated"])) if e["updated"] else "?"
+        )
+        costs = ", ".join(
+            f"{n} {v * 1e3:.1f} ms" for n, v in (("c(1)", e["c1_s"]), ("c(17)", e["c17_s"])) if v
+        )
         lines.append(
-            f"  {e['target'] or '?'} + {e['draft'] or 'no draft'}: {e['threads']} threads, updated {when}; "
+            f"  {e['target'] or '?'} + {e['draft'] or 'no draft'}: {e['threads']} threads, "
+            f"updated {when}; "
             f"{costs or 'no costs'}"
         )
         for kind, alphas in e["acceptance"].items():
-            lines.append(f"    {kind}: " + ", ".join(f"{name} {a:.2f}" for name, a in alphas.items()))
+            lines.append(
+                f"    {kind}: " + ", ".join(f"{name} {a:.2f}" for name, a in alphas.items())
+            )
     return lines

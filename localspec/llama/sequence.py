@@ -1,4 +1,5 @@
-"""One sequence of a multi-sequence :class:`~localspec.llama.engine.Engine`, seen as an engine of its own.
+"""One sequence of a multi-sequence :class:`~localspec.llama.engine.Engine`, seen as an engine of
+its own.
 
 The decoding loop and the draft model drafter use an engine's cache API (``decode``,
 ``trim``, ``reuse_prefix``, ``cache_tokens``, ``n_ctx``, ``decode_s``); an
@@ -32,7 +33,8 @@ class EngineSequence:
         self.engine = engine
         self.seq = seq
         self.batcher = batcher
-        self.sharing = sharing  # shares other sequences' cells of the same prefix (decoding.slots.PrefixSharing)
+        # shares other sequences' cells of the same prefix (decoding.slots.PrefixSharing)
+        self.sharing = sharing
         self.decode_s = 0.0
         self.last_batch_tokens = 0
 
@@ -54,7 +56,9 @@ class EngineSequence:
         """Prompt tokens read per decode: fewer while other sequences wait on the batch."""
         return self.batcher.prefill_chunk if self.batcher is not None else self.engine.n_batch
 
-    def decode(self, tokens: Sequence[int], logits_rows: Sequence[int] = (), copy: bool = True) -> np.ndarray:
+    def decode(
+        self, tokens: Sequence[int], logits_rows: Sequence[int] = (), copy: bool = True
+    ) -> np.ndarray:
         if self.batcher is not None:
             return self.batcher.decode(self, tokens, logits_rows)
         before = self.engine.decode_s

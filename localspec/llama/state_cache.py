@@ -68,7 +68,9 @@ class PromptCache:
             draft = self.draft.owner.run(_read, self.draft, seq)
         entry = _Entry(tokens, target, draft)
         with self._lock:
-            for old in [t for t in self._entries if tokens[: len(t)] == t]:  # a shorter version of the same text
+            for old in [
+                t for t in self._entries if tokens[: len(t)] == t
+            ]:  # a shorter version of the same text
                 del self._entries[old]
             self._entries[tokens] = entry
             while self._entries and self.used_bytes > self.budget_bytes:

@@ -121,7 +121,9 @@ def _add_shape(writer: GGUFWriter, n_embd: int, n_ff: int) -> None:
     writer.add_rope_dimension_count(n_embd // N_HEAD)
 
 
-def _add_tokenizer(writer: GGUFWriter, model: str, vocab: tuple[list[str], list[float], list[int]], bos_id: int):
+def _add_tokenizer(
+    writer: GGUFWriter, model: str, vocab: tuple[list[str], list[float], list[int]], bos_id: int
+):
     tokens, scores, types = vocab
     writer.add_tokenizer_model(model)
     writer.add_token_list(tokens)
@@ -134,7 +136,9 @@ def _add_tokenizer(writer: GGUFWriter, model: str, vocab: tuple[list[str], list[
     writer.add_add_eos_token(False)
 
 
-def _add_weights(writer: GGUFWriter, rng, n_vocab: int, n_embd: int, n_ff: int, logit_scale: float) -> None:
+def _add_weights(
+    writer: GGUFWriter, rng, n_vocab: int, n_embd: int, n_ff: int, logit_scale: float
+) -> None:
     """Random float32 weights, drawn in one fixed order (same seed, same weights)."""
 
     def w(*shape, std=0.15):

@@ -20,7 +20,18 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_MODEL_KEYS = {"repo", "file", "size", "sha256", "quant", "params", "license", "gated", "source", "mirror"}
+_MODEL_KEYS = {
+    "repo",
+    "file",
+    "size",
+    "sha256",
+    "quant",
+    "params",
+    "license",
+    "gated",
+    "source",
+    "mirror",
+}
 _PARAMS = re.compile(r"^(\d+(?:\.\d+)?)([MB])$")
 _MIRROR_KEYS = {"package", "count", "version", "member"}
 _PAIR_KEYS = {"target", "draft", "description", "draft_max", "draft_min", "p_min"}
@@ -38,7 +49,8 @@ class Mirror:
     def parts(self) -> list[tuple[str, str]]:
         """``[(requirement, member path in the wheel), ...]`` for parts 1..count."""
         return [
-            (f"{self.package.format(n=n)}=={self.version}", self.member.format(n=n)) for n in range(1, self.count + 1)
+            (f"{self.package.format(n=n)}=={self.version}", self.member.format(n=n))
+            for n in range(1, self.count + 1)
         ]
 
 
@@ -160,7 +172,9 @@ def parse_catalog(data: dict, where: str = "models.toml") -> Catalog:
     if unknown:
         raise CatalogError(f"{where}: unknown top-level key(s): {', '.join(sorted(unknown))}")
     models = {name: _parse_model(name, raw, where) for name, raw in data.get("models", {}).items()}
-    pairs = {name: _parse_pair(name, raw, models, where) for name, raw in data.get("pairs", {}).items()}
+    pairs = {
+        name: _parse_pair(name, raw, models, where) for name, raw in data.get("pairs", {}).items()
+    }
     default = data.get("default_pair", "")
     if default not in pairs:
         raise CatalogError(f"{where}: default_pair {default!r} is not a [pairs] entry")
@@ -204,11 +218,17 @@ def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
         if isinstance(m["count"], bool) or not isinstance(m["count"], int) or m["count"] <= 0:
             raise CatalogError(f"{what}.mirror: count must be a positive integer")
         try:
-            if not all(isinstance(m[k], str) and m[k].format(n=1) for k in ("package", "member", "version")):
+            if not all(
+                isinstance(m[k], str) and m[k].format(n=1) for k in ("package", "member", "version")
+            ):
                 raise ValueError
         except (KeyError, IndexError, ValueError):
-            raise CatalogError(f"{what}.mirror: package, version and member must be strings using only {{n}}") from None
-        mirror = Mirror(package=m["package"], count=m["count"], version=m["version"], member=m["member"])
+            raise CatalogError(
+                f"{what}.mirror: package, version and member must be strings using only {{n}}"
+            ) from None
+        mirror = Mirror(
+            package=m["package"], count=m["count"], version=m["version"], member=m["member"]
+        )
     fields = {k: v for k, v in raw.items() if k != "mirror"}
     return ModelEntry(name=name, mirror=mirror, **fields)
 
@@ -225,7 +245,9 @@ def _parse_pair(name: str, raw: dict, models: dict[str, ModelEntry], where: str)
     if models[raw["draft"]].parameters > models[raw["target"]].parameters:
         raise CatalogError(f"{what}: the draft has more parameters than the target")
     draft_max = raw.get("draft_max", "auto")
-    if draft_max != "auto" and (isinstance(draft_max, bool) or not isinstance(draft_max, int) or draft_max < 0):
+    if draft_max != "auto" and (
+        isinstance(draft_max, bool) or not isinstance(draft_max, int) or draft_max < 0
+    ):
         raise CatalogError(f'{what}: draft_max must be "auto" or a whole number of tokens >= 0')
     draft_min = raw.get("draft_min", 0)
     if isinstance(draft_min, bool) or not isinstance(draft_min, int) or draft_min < 0:

@@ -34,7 +34,9 @@ class Compatibility:
         return not self.reasons
 
 
-def check_compatibility(target: GGUFInfo, draft: GGUFInfo, *, require_smaller: bool = False) -> Compatibility:
+def check_compatibility(
+    target: GGUFInfo, draft: GGUFInfo, *, require_smaller: bool = False
+) -> Compatibility:
     """Compare two GGUF headers (no weights are read): family first, then vocabulary.
 
     A draft as large as the target is a note (it works, it cannot speed anything up),
@@ -47,7 +49,9 @@ def check_compatibility(target: GGUFInfo, draft: GGUFInfo, *, require_smaller: b
     return result
 
 
-def _check_family(target: GGUFInfo, draft: GGUFInfo, result: Compatibility, require_smaller: bool) -> None:
+def _check_family(
+    target: GGUFInfo, draft: GGUFInfo, result: Compatibility, require_smaller: bool
+) -> None:
     if target.architecture != draft.architecture:
         result.reasons.append(
             f"draft architecture is {draft.architecture or 'unknown'!r}, "
@@ -63,23 +67,38 @@ def _check_family(target: GGUFInfo, draft: GGUFInfo, result: Compatibility, requ
             "the draft is as large as the target, so it cannot make decoding faster"
         )
     if target.family != draft.family:
-        result.notes.append(f"family names differ: draft {draft.family!r}, target {target.family!r}")
+        result.notes.append(
+            f"family names differ: draft {draft.family!r}, target {target.family!r}"
+        )
 
 
 def _check_vocabulary(target: GGUFInfo, draft: GGUFInfo, result: Compatibility) -> None:
     reasons = result.reasons
     if target.vocab_type != draft.vocab_type:
-        reasons.append(f"draft tokenizer type is {draft.vocab_type!r}, target {target.vocab_type!r}")
+        reasons.append(
+            f"draft tokenizer type is {draft.vocab_type!r}, target {target.vocab_type!r}"
+        )
     for name in ("bos", "eos"):
-        t_add = bool(target.get(f"tokenizer.ggml.add_{name}_token", name == "bos" and target.vocab_type == "llama"))
-        d_add = bool(draft.get(f"tokenizer.ggml.add_{name}_token", name == "bos" and draft.vocab_type == "llama"))
+        t_add = bool(
+            target.get(
+                f"tokenizer.ggml.add_{name}_token", name == "bos" and target.vocab_type == "llama"
+            )
+        )
+        d_add = bool(
+            draft.get(
+                f"tokenizer.ggml.add_{name}_token", name == "bos" and draft.vocab_type == "llama"
+            )
+        )
         if t_add != d_add:
             reasons.append(
                 f"the target {'adds' if t_add else 'does not add'} {name.upper()} and the draft "
                 f"{'does' if d_add else 'does not'}"
             )
         elif t_add:
-            t_id, d_id = target.get(f"tokenizer.ggml.{name}_token_id"), draft.get(f"tokenizer.ggml.{name}_token_id")
+            t_id, d_id = (
+                target.get(f"tokenizer.ggml.{name}_token_id"),
+                draft.get(f"tokenizer.ggml.{name}_token_id"),
+            )
             if t_id != d_id:
                 reasons.append(f"draft {name.upper()} id is {d_id}, target {t_id}")
 
@@ -92,10 +111,15 @@ def _check_vocabulary(target: GGUFInfo, draft: GGUFInfo, result: Compatibility) 
         return
 
     mismatched = [
-        i for i in range(FIRST_CHECKED_TOKEN, min(target.n_vocab, draft.n_vocab)) if target.tokens[i] != draft.tokens[i]
+        i
+        for i in range(FIRST_CHECKED_TOKEN, min(target.n_vocab, draft.n_vocab))
+        if target.tokens[i] != draft.tokens[i]
     ]
     if mismatched:
         shown = ", ".join(
-            f"{i}: {draft.tokens[i]!r} vs {target.tokens[i]!r}" for i in mismatched[:_MAX_LISTED_MISMATCHES]
+            f"{i}: {draft.tokens[i]!r} vs {target.tokens[i]!r}"
+            for i in mismatched[:_MAX_LISTED_MISMATCHES]
         )
-        reasons.append(f"{len(mismatched)} token text(s) differ (draft vs target, first ones: {shown})")
+        reasons.append(
+            f"{len(mismatched)} token text(s) differ (draft vs target, first ones: {shown})"
+        )

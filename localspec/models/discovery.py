@@ -18,12 +18,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.errors import DownloadError, InvalidOptionError, ModelFileError
-from localspec.models.catalog import ModelEntry, PairEntry, format_params, hub_file_problem, load_catalog
+from localspec.models.catalog import (
+    ModelEntry,
+    PairEntry,
+    format_params,
+    hub_file_problem,
+    load_catalog,
+)
 from localspec.models.compat import check_compatibility
 from localspec.models.gguf_info import GGUFInfo, cached_header
-from localspec.models.hub import ProgressFn, cache_dir, check_reachable, ensure_model, find_local, hub_error_message
+from localspec.models.hub import (
+    ProgressFn,
+    cache_dir,
+    check_reachable,
+    ensure_model,
+    find_local,
+    hub_error_message,
+)
 
-DRAFT_SIZE_RATIO = 0.3  # "about 1/4": a draft above this share of the target's parameters is not picked
+DRAFT_SIZE_RATIO = (
+    0.3  # "about 1/4": a draft above this share of the target's parameters is not picked
+)
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
 
@@ -128,9 +143,11 @@ def model_ref(spec: str | Path | None) -> ModelRef:
     )
 
 
-def ensure_local(ref: ModelRef, progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> Path:
-    """The model's file on disk, downloaded first if needed (see :func:`localspec.models.hub.ensure_model`
-    for progress, cancel and errors)."""
+def ensure_local(
+    ref: ModelRef, progress: ProgressFn | None = None, cancel: threading.Event | None = None
+) -> Path:
+    """The model's file on disk, downloaded first if needed (see
+    :func:`localspec.models.hub.ensure_model` for progress, cancel and errors)."""
     if ref.path is not None:
         return ref.path
     if ref.entry is None:
@@ -165,12 +182,14 @@ def drafts_for(target: ModelRef) -> list[DraftCandidate]:
                 ref,
                 True,
                 notes=[
-                    "paired with this target in the catalogue; its header is checked once both files are downloaded"
+                    "paired with this target in the catalogue; its header is checked once both "
+                    "files are downloaded"
                 ],
                 recommended=True,
             )
     return sorted(
-        candidates.values(), key=lambda c: (not c.compatible, not c.recommended, c.model.params or 0, c.model.name)
+        candidates.values(),
+        key=lambda c: (not c.compatible, not c.recommended, c.model.params or 0, c.model.name),
     )
 
 
@@ -184,7 +203,11 @@ def pick_draft(target: ModelRef) -> ModelRef | None:
             return c.model
     if not target.params:
         return None
-    small = [c.model for c in compatible if c.model.params and c.model.params <= DRAFT_SIZE_RATIO * target.params]
+    small = [
+        c.model
+        for c in compatible
+        if c.model.params and c.model.params <= DRAFT_SIZE_RATIO * target.params
+    ]
     return min(small, key=lambda m: m.params, default=None)
 
 
@@ -244,8 +267,12 @@ def _file_ref(path: Path) -> ModelRef:
     except ModelFileError:  # listed anyway; checking it as a draft says what is wrong
         params, family = None, ""
     size = path.stat().st_size
-    entry = next((e for e in load_catalog().models.values() if e.file == path.name and e.size == size), None)
-    return ModelRef(entry.name if entry is not None else path.name, entry, path, size, params, family)
+    entry = next(
+        (e for e in load_catalog().models.values() if e.file == path.name and e.size == size), None
+    )
+    return ModelRef(
+        entry.name if entry is not None else path.name, entry, path, size, params, family
+    )
 
 
 def _hub_ref(repo: str, file_or_quant: str) -> ModelRef:
@@ -288,10 +315,13 @@ def _entry_for_quant(repo: str, quant: str) -> ModelEntry:
         listed = ", ".join(sorted({_quant_of(f[0]) for f in files if _quant_of(f[0])})) or "none"
         what = "several files" if matching else "no file"
         raise InvalidOptionError(
-            f"{repo}: {what} with quantization {quant!r} (available: {listed}); name the file as REPO:FILE"
+            f"{repo}: {what} with quantization {quant!r} (available: {listed}); name the file as "
+            "REPO:FILE"
         )
     name, size, sha256 = matching[0]
-    return ModelEntry(name=Path(name).name, repo=repo, file=name, size=size, sha256=sha256, quant=quant.upper())
+    return ModelEntry(
+        name=Path(name).name, repo=repo, file=name, size=size, sha256=sha256, quant=quant.upper()
+    )
 
 
 def _matching(files: list[tuple[str, int, str]], quant: str) -> list[tuple[str, int, str]]:
@@ -321,7 +351,9 @@ def _hub_repo_ggufs(repo: str) -> list[tuple[str, int, str]]:
             if f.path.endswith(".gguf") and hasattr(f, "size")
         ]
     except Exception as exc:  # 401, 404, network: huggingface_hub raises many types
-        raise DownloadError(hub_error_message(ModelEntry(name=repo, repo=repo, file="(file list)"), exc)) from None
+        raise DownloadError(
+            hub_error_message(ModelEntry(name=repo, repo=repo, file="(file list)"), exc)
+        ) from None
 
 
 def _quant_of(filename: str) -> str:

@@ -123,7 +123,9 @@ def cached_header(path: str | Path) -> GGUFInfo:
     vocabulary takes ~0.4 s to parse, and the picker and the memory badge ask often."""
     path = Path(path)
     stat = path.stat() if path.is_file() else None
-    return _cached_header(str(path.resolve()), stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
+    return _cached_header(
+        str(path.resolve()), stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -151,9 +153,13 @@ def read_gguf_header(f: BinaryIO, path: str | Path, size: int) -> GGUFInfo:
         MemoryError,
         OverflowError,
     ) as exc:
-        raise ModelFileError(f"{path}: malformed GGUF header ({type(exc).__name__}: {exc})") from None
+        raise ModelFileError(
+            f"{path}: malformed GGUF header ({type(exc).__name__}: {exc})"
+        ) from None
     if data_end > size:
-        raise ModelFileError(f"{path}: truncated GGUF file: its tensors need {data_end} bytes, the file has {size}")
+        raise ModelFileError(
+            f"{path}: truncated GGUF file: its tensors need {data_end} bytes, the file has {size}"
+        )
     return info
 
 
@@ -167,7 +173,9 @@ class _Bounded:
 
     def _spend(self, n: int) -> None:
         if n > self.left:
-            raise EOFError(f"a header field claims {n} bytes, more than the {self.left} left in the file")
+            raise EOFError(
+                f"a header field claims {n} bytes, more than the {self.left} left in the file"
+            )
         self.left -= n
 
     def read(self, n: int) -> bytes:
@@ -221,7 +229,12 @@ def _read(f: BinaryIO, path: Path) -> tuple[GGUFInfo, int]:
         info.tensors.append(TensorInfo(name, tuple(dims), ggml_type, n_bytes))
         data_size = max(data_size, offset + n_bytes)
     alignment = info.get("general.alignment", 32)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+    if (
+        isinstance(alignment, bool)
+        or not isinstance(alignment, int)
+        or alignment <= 0
+        or alignment & (alignment - 1)
+    ):
         raise ValueError(f"general.alignment {alignment} is not a power of two")
     data_start = -(-f.tell() // alignment) * alignment
     return info, data_start + data_size

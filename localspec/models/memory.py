@@ -71,7 +71,8 @@ class PairMemory:
     def describe(self) -> str:
         """Several lines: each model's parts in GiB, the total against what is available."""
         lines = [
-            f"{m.name}: weights {gib(m.weights)}, KV cache {gib(m.kv_cache)} at {self.n_ctx} tokens, "
+            f"{m.name}: weights {gib(m.weights)}, KV cache {gib(m.kv_cache)} at {self.n_ctx} "
+            "tokens, "
             f"compute {gib(m.compute)}"
             for m in self.models
         ]
@@ -86,12 +87,16 @@ def gib(n: float | None) -> str:
     return "?" if n is None else f"{n / 2**30:.2f} GiB"
 
 
-def model_memory(info: GGUFInfo, n_ctx: int, cache_type: str = "f16", weights: int | None = None) -> ModelMemory:
+def model_memory(
+    info: GGUFInfo, n_ctx: int, cache_type: str = "f16", weights: int | None = None
+) -> ModelMemory:
     """Estimate for one model from its header; ``weights`` defaults to the file's size.
 
     Raises ValueError on an unknown ``cache_type`` or a header without a block count."""
     if not isinstance(cache_type, str) or cache_type not in CACHE_TYPE_BYTES:
-        raise ValueError(f"unknown KV cache type {cache_type!r}; one of {', '.join(CACHE_TYPE_BYTES)}")
+        raise ValueError(
+            f"unknown KV cache type {cache_type!r}; one of {', '.join(CACHE_TYPE_BYTES)}"
+        )
     if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
         raise ValueError(f"n_ctx must be a positive number of tokens, got {n_ctx!r}")
     arch, name = info.architecture, Path(info.path).name
@@ -101,8 +106,12 @@ def model_memory(info: GGUFInfo, n_ctx: int, cache_type: str = "f16", weights: i
     kv_heads = _per_layer(info, f"{arch}.attention.head_count_kv", n_layer, name, default=heads)
     n_head = max(heads) if heads else 0
     fallback = n_embd // n_head if n_embd and n_head else None
-    head_k = _count(info, f"{arch}.attention.key_length", name, required=fallback is None) or fallback
-    head_v = _count(info, f"{arch}.attention.value_length", name, required=fallback is None) or fallback
+    head_k = (
+        _count(info, f"{arch}.attention.key_length", name, required=fallback is None) or fallback
+    )
+    head_v = (
+        _count(info, f"{arch}.attention.value_length", name, required=fallback is None) or fallback
+    )
     if kv_heads is None:
         raise ValueError(f"{name}: no {arch}.attention.head_count(_kv) in the GGUF header")
     kv = n_ctx * sum(kv_heads) * (head_k + head_v) * CACHE_TYPE_BYTES[cache_type]
@@ -138,7 +147,9 @@ def _per_layer(info: GGUFInfo, key: str, n_layer: int, name: str, default):
     if value is None:
         return default
     if isinstance(value, list):
-        if len(value) != n_layer or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        if len(value) != n_layer or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+        ):
             raise ValueError(f"{name}: {key} is not {n_layer} head counts")
         return value
     return [_count(info, key, name)] * n_layer
@@ -152,8 +163,9 @@ def pair_memory(
     budget: tuple[int, str] | None = None,
 ) -> PairMemory:
     """Estimate for target (+ draft) GGUF files on disk at ``n_ctx`` tokens each, against
-    ``budget`` (bytes, where), by default :func:`ram_budget`.  Raises :class:`~localspec.errors.ModelFileError` for a missing
-    or corrupt GGUF, ValueError for a header without the sizes needed."""
+    ``budget`` (bytes, where), by default :func:`ram_budget`.  Raises
+    :class:`~localspec.errors.ModelFileError` for a missing or corrupt GGUF, ValueError for a header
+    without the sizes needed."""
     models = [model_memory(cached_header(target), n_ctx, cache_type)]
     if draft is not None:
         models.append(model_memory(cached_header(draft), n_ctx, cache_type))
@@ -167,8 +179,9 @@ def pair_memory_of_refs(
     """:func:`pair_memory` for :class:`~localspec.models.discovery.ModelRef` s.  A model on disk is
     read from its header; one not downloaded yet from its header on the Hub, read with
     range requests (:func:`localspec.models.hub.remote_gguf_header`, about 6 MB for a
-    152k-token vocabulary; network, so call it off the GUI thread).  When that fails (offline, gated, unreachable) the model counts its catalogue
-    file size only, the estimate is ``partial`` and ``notes`` says why."""
+    152k-token vocabulary; network, so call it off the GUI thread).  When that fails (offline,
+    gated, unreachable) the model counts its catalogue file size only, the estimate is ``partial``
+    and ``notes`` says why."""
     models, notes, partial = [], [], False
     for ref in (target, draft):
         if ref is None:
@@ -198,7 +211,9 @@ def _remote_model_memory(ref, n_ctx: int, cache_type: str) -> ModelMemory:
     return replace(model_memory(info, n_ctx, cache_type, weights=size), name=ref.name)
 
 
-AUTO_CTX_FLOOR = 4096  # what "auto" gives at the least, memory or not (llama.cpp's and LM Studio's habit)
+AUTO_CTX_FLOOR = (
+    4096  # what "auto" gives at the least, memory or not (llama.cpp's and LM Studio's habit)
+)
 AUTO_CTX_STEP = 256  # "auto" sizes are a multiple of this
 
 
@@ -216,9 +231,14 @@ class AutoContext:
     reason: str
 
     def describe(self) -> str:
-        why = "the model's trained context" if self.reason == "trained context" else "what memory leaves"
+        why = (
+            "the model's trained context"
+            if self.reason == "trained context"
+            else "what memory leaves"
+        )
         return (
-            f"context: {self.n_ctx} tokens ({why}; trained {self.trained}, KV caches {gib(self.kv_bytes)} "
+            f"context: {self.n_ctx} tokens ({why}; trained {self.trained}, KV caches "
+            f"{gib(self.kv_bytes)} "
             f"of {gib(self.budget)} {self.where})"
         )
 
@@ -230,7 +250,10 @@ def trained_context(info: GGUFInfo) -> int | None:
 
 
 def auto_context(
-    target: str | Path, draft: str | Path | None, budget: tuple[int, str] | None = None, cache_type: str = "f16"
+    target: str | Path,
+    draft: str | Path | None,
+    budget: tuple[int, str] | None = None,
+    cache_type: str = "f16",
 ) -> AutoContext:
     """The context ``n_ctx="auto"`` loads: the pair's trained context, capped so that both
     models' weights, compute buffers and KV caches leave :data:`FREE_MARGIN` of ``budget``

@@ -37,19 +37,33 @@ class RequestRecord:
     ttft_s: float | None = None
     cancelled: bool = False
     error: str | None = None
-    log_later: bool = False  # written when the stream ends or a cancelled generation stops, not by the handler
+    log_later: bool = (
+        False  # written when the stream ends or a cancelled generation stops, not by the handler
+    )
     started: float = field(default_factory=time.perf_counter)
 
     def observe(self, result) -> None:
         """Take the counts of a finished :class:`~localspec.decoding.stats.GenerationResult`."""
         s = result.stats
         self.prompt_tokens, self.cached_tokens = s.prompt_tokens, s.prompt_cached_tokens
-        self.completion_tokens, self.drafted, self.accepted = len(result.tokens), s.drafted_tokens, s.accepted_tokens
+        self.completion_tokens, self.drafted, self.accepted = (
+            len(result.tokens),
+            s.drafted_tokens,
+            s.accepted_tokens,
+        )
         self.ttft_s = round(s.ttft_s, 3)
         self.cancelled = self.cancelled or result.finish_reason == "cancelled"
 
     def fields(self) -> dict:
-        keys = ("protocol", "method", "path", "status", "user_agent", "prompt_tokens", "cached_tokens")
+        keys = (
+            "protocol",
+            "method",
+            "path",
+            "status",
+            "user_agent",
+            "prompt_tokens",
+            "cached_tokens",
+        )
         keys += ("completion_tokens", "drafted", "accepted", "ttft_s")
         out = {"event": "request", **{k: getattr(self, k) for k in keys}}
         duration = round(time.perf_counter() - self.started, 3)
@@ -62,7 +76,10 @@ def text_line(f: dict) -> str:
     parts = [f["method"], f["path"], str(f["status"]), f["protocol"] or "-"]
     if f["prompt_tokens"] is not None:
         parts.append(f"prompt {f['prompt_tokens']} (cached {f['cached_tokens']})")
-        parts.append(f"gen {f['completion_tokens']} draft {f['accepted']}/{f['drafted']} ttft {f['ttft_s']:.2f}s")
+        parts.append(
+            f"gen {f['completion_tokens']} draft {f['accepted']}/{f['drafted']} ttft "
+            f"{f['ttft_s']:.2f}s"
+        )
     parts.append(f"{f['duration_s']:.2f}s")
     if f["cancelled"]:
         parts.append("cancelled")
@@ -82,7 +99,11 @@ class LineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         fields = getattr(record, "request", None)
         if self.json:
-            note = {"event": "note", "level": record.levelname.lower(), "message": record.getMessage()}
+            note = {
+                "event": "note",
+                "level": record.levelname.lower(),
+                "message": record.getMessage(),
+            }
             return json.dumps(fields if fields is not None else note)
         return "localspec: " + (text_line(fields) if fields is not None else record.getMessage())
 
@@ -101,4 +122,6 @@ def configure(fmt: str = "text", stream=None) -> logging.Handler:
 
 def log_request(record: RequestRecord) -> None:
     fields = record.fields()
-    log.info("%s %s %s", fields["method"], fields["path"], fields["status"], extra={"request": fields})
+    log.info(
+        "%s %s %s", fields["method"], fields["path"], fields["status"], extra={"request": fields}
+    )

@@ -28,7 +28,8 @@ max_tokens, stop_sequence, tool_use, model_context_window_exceeded), "stop_seque
 "output_tokens"}}`` plus llama.cpp's ``timings``.  As Anthropic counts them, ``input_tokens``
 are the prompt tokens read, ``cache_read_input_tokens`` those reused from the prompt cache
 (their sum is the prompt), ``cache_creation_input_tokens`` 0.  A stream sends ``ping`` events
-every :data:`~localspec.server.state.KEEPALIVE_S` while the prompt is read.  A stream: ``message_start``, ``ping``, per block
+every :data:`~localspec.server.state.KEEPALIVE_S` while the prompt is read.  A stream:
+``message_start``, ``ping``, per block
 ``content_block_start`` / ``content_block_delta`` (``thinking_delta`` then one
 ``signature_delta``, ``text_delta``, ``input_json_delta``) / ``content_block_stop``, then
 ``message_delta`` (stop_reason, usage, timings), ``message_stop``.
@@ -83,9 +84,15 @@ _ERROR_TYPES = {
 def error_response(exc: APIError) -> JSONResponse:
     """An APIError in Anthropic's shape, keeping its status and retry headers; a prompt over
     the context starts "prompt is too long" as Anthropic's does (Claude Code compacts on it)."""
-    kind = _ERROR_TYPES.get(exc.status, "api_error" if exc.status >= 500 else "invalid_request_error")
+    kind = _ERROR_TYPES.get(
+        exc.status, "api_error" if exc.status >= 500 else "invalid_request_error"
+    )
     headers = {"x-should-retry": "true" if exc.retry else "false", **exc.headers}
-    message = f"prompt is too long: {exc.message}" if exc.code == "context_length_exceeded" else exc.message
+    message = (
+        f"prompt is too long: {exc.message}"
+        if exc.code == "context_length_exceeded"
+        else exc.message
+    )
     body = {"type": "error", "error": {"type": kind, "message": message}}
     return JSONResponse(body, status_code=exc.status, headers=headers)
 
@@ -137,7 +144,9 @@ class CountTokensRequest(BaseModel):
     system: str | list[Block] | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
-    thinking: dict | None = None  # {"type": "enabled" | "adaptive" | "disabled", "budget_tokens", "display"}
+    thinking: dict | None = (
+        None  # {"type": "enabled" | "adaptive" | "disabled", "budget_tokens", "display"}
+    )
     output_config: dict | None = None  # {"effort": "low" | "medium" | "high" | "max", ...}
 
 
@@ -159,7 +168,9 @@ def _refuse(path: FieldPath, block: Block) -> RequestError:
 
 
 def _not_text(block: Block, path: FieldPath) -> RequestError | None:
-    return _refuse(path, block) if block.type != "text" else missing(block, path, "text", noun="block")
+    return (
+        _refuse(path, block) if block.type != "text" else missing(block, path, "text", noun="block")
+    )
 
 
 def _text(content: str | list[Block] | None, path: FieldPath) -> str:
@@ -196,8 +207,17 @@ def _turn(message: Message, path: FieldPath, keys: ReasoningKeys | None = None) 
             raise _refuse(at, block)
     if message.role == "assistant":
         extra = {"reasoning_content": "".join(thinking)} if thinking else {}
-        return [{"role": "assistant", "content": "".join(texts), **extra, **({"tool_calls": calls} if calls else {})}]
-    return replies + ([{"role": "user", "content": "\n".join(texts)}] if texts or not replies else [])
+        return [
+            {
+                "role": "assistant",
+                "content": "".join(texts),
+                **extra,
+                **({"tool_calls": calls} if calls else {}),
+            }
+        ]
+    return replies + (
+        [{"role": "user", "content": "\n".join(texts)}] if texts or not replies else []
+    )
 
 
 BILLING_HEADER = "x-anthropic-billing-header:"
@@ -208,11 +228,17 @@ def _system_text(system: str | list[Block] | None) -> str:
     per-client line at token 0 would make every cached prefix miss (llama.cpp #19494), and
     it tells the model nothing."""
     if isinstance(system, list):
-        system = [b for b in system if not (b.type == "text" and (b.text or "").startswith(BILLING_HEADER))]
+        system = [
+            b
+            for b in system
+            if not (b.type == "text" and (b.text or "").startswith(BILLING_HEADER))
+        ]
     return _text(system, ("system",))
 
 
-def conversation(body: CountTokensRequest, keys: ReasoningKeys | None = None) -> tuple[list[dict], str | None]:
+def conversation(
+    body: CountTokensRequest, keys: ReasoningKeys | None = None
+) -> tuple[list[dict], str | None]:
     """(OpenAI-style messages for :meth:`SpeculativeModel.chat`, the prefill: the text of a
     final assistant message, which the answer continues, or None); RequestError (400).
     ``keys``: the server's, checking thinking blocks sent back (None: they are dropped)."""
@@ -249,14 +275,19 @@ def _tools(body: CountTokensRequest) -> tuple[dict, ...] | None:
         return None
     for i, t in enumerate(body.tools):
         if t.type not in (None, "custom"):
-            raise RequestError(f"tools.{i}: server tool {t.type!r} is not supported (only custom tools)", ("tools", i))
+            raise RequestError(
+                f"tools.{i}: server tool {t.type!r} is not supported (only custom tools)",
+                ("tools", i),
+            )
         if t.input_schema is None:
             message = f"tools.{i}.input_schema: Field required (a JSON Schema of the tool's input)"
             raise RequestError(message, ("tools", i, "input_schema"))
     return tuple(_function(t) for t in body.tools)
 
 
-def messages_request(body: CountTokensRequest, keys: ReasoningKeys | None = None) -> GenerationRequest:
+def messages_request(
+    body: CountTokensRequest, keys: ReasoningKeys | None = None
+) -> GenerationRequest:
     """A Messages (or count_tokens) body as the generation it asks for; ``max_tokens`` is
     lowered to the server's limit (Claude Code asks for 32000); RequestError (400)."""
     messages, prefill = conversation(body, keys)
@@ -264,7 +295,9 @@ def messages_request(body: CountTokensRequest, keys: ReasoningKeys | None = None
     parallel = False if choice is not None and choice.disable_parallel_tool_use else None
     tools = {"tools": _tools(body), "tool_choice": _choice(choice), "parallel_tool_calls": parallel}
     if not isinstance(body, MessagesRequest):
-        return GenerationRequest("anthropic.messages", messages=tuple(messages), prefill=prefill, **tools)
+        return GenerationRequest(
+            "anthropic.messages", messages=tuple(messages), prefill=prefill, **tools
+        )
     thinking, effort = _reasoning(body)
     return GenerationRequest(
         "anthropic.messages",
@@ -290,7 +323,8 @@ def _reasoning(body: CountTokensRequest) -> tuple[str | None, str | None]:
 
 
 def usage(result: GenerationResult) -> dict:
-    """Anthropic's usage: the prompt tokens read, those reused from the prompt cache, the answer's."""
+    """Anthropic's usage: the prompt tokens read, those reused from the prompt cache, the
+    answer's."""
     s = result.stats
     return {
         "input_tokens": s.prompt_tokens - s.prompt_cached_tokens,
@@ -350,7 +384,11 @@ class MessagesShape(StreamedTextAndCalls):
     def stop_reason(self, result: GenerationResult) -> tuple[str, str | None]:
         """(stop_reason, stop_sequence)."""
         if result.finish_reason in ("tool_calls", "length", "context"):
-            reason = {"tool_calls": "tool_use", "length": "max_tokens", "context": "model_context_window_exceeded"}
+            reason = {
+                "tool_calls": "tool_use",
+                "length": "max_tokens",
+                "context": "model_context_window_exceeded",
+            }
             return reason[result.finish_reason], None
         if self.stops:  # a stop sequence ended it when the tokens' text goes on past the answer's
             full = b"".join(self.token_bytes(t) for t in result.tokens).decode("utf-8", "replace")
@@ -362,16 +400,27 @@ class MessagesShape(StreamedTextAndCalls):
 
     def whole(self, pieces: list, result: GenerationResult) -> dict:
         text = result.content
-        content = ([{"type": "text", "text": text}] if text else []) + [_tool_use(c) for c in result.tool_calls or []]
+        content = ([{"type": "text", "text": text}] if text else []) + [
+            _tool_use(c) for c in result.tool_calls or []
+        ]
         if result.reasoning:
             signature = self.keys.sign(result.reasoning)
-            content.insert(0, {"type": "thinking", "thinking": result.reasoning, "signature": signature})
-        return {**self._message(content, self.stop_reason(result), usage(result)), "timings": timings(result)}
+            content.insert(
+                0, {"type": "thinking", "thinking": result.reasoning, "signature": signature}
+            )
+        return {
+            **self._message(content, self.stop_reason(result), usage(result)),
+            "timings": timings(result),
+        }
 
     # --- streaming ---
 
     def stream_start(self) -> list[str]:
-        counts = {"input_tokens": self.input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        counts = {
+            "input_tokens": self.input_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
         start = self._message([], (None, None), {**counts, "output_tokens": 0})
         return [
             sse.event("message_start", {"type": "message_start", "message": start}),
@@ -384,11 +433,18 @@ class MessagesShape(StreamedTextAndCalls):
         stop = {"stop_reason": reason, "stop_sequence": sequence}
         delta = {"type": "message_delta", "delta": stop, "usage": usage(result)}
         delta["timings"] = timings(result)
-        return out + [sse.event("message_delta", delta), sse.event("message_stop", {"type": "message_stop"})]
+        return out + [
+            sse.event("message_delta", delta),
+            sse.event("message_stop", {"type": "message_stop"}),
+        ]
 
     def keep_alive(self, progress: dict | None) -> list[str]:
         """A ``ping`` while the prompt is read (with llama-server's ``prompt_progress``)."""
-        return [sse.event("ping", {"type": "ping", **({"prompt_progress": progress} if progress else {})})]
+        return [
+            sse.event(
+                "ping", {"type": "ping", **({"prompt_progress": progress} if progress else {})}
+            )
+        ]
 
     def idle_keep_alive(self) -> list[str]:
         """A ``ping`` while the answer's text is held back (it may be a tool call)."""
@@ -400,7 +456,11 @@ class MessagesShape(StreamedTextAndCalls):
 
     def _thinking(self, text: str) -> list[str]:
         opened = self.open == "thinking"
-        out = [] if opened else self._start_block({"type": "thinking", "thinking": "", "signature": ""})
+        out = (
+            []
+            if opened
+            else self._start_block({"type": "thinking", "thinking": "", "signature": ""})
+        )
         self.thinking += text
         return out + [self._delta({"type": "thinking_delta", "thinking": text})]
 
@@ -431,7 +491,10 @@ class MessagesShape(StreamedTextAndCalls):
         return out + [sse.event("content_block_start", start)]
 
     def _delta(self, delta: dict) -> str:
-        return sse.event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+        return sse.event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self.index, "delta": delta},
+        )
 
     def _close(self) -> list[str]:
         """The open block's end; a thinking block's signature (of all its text) first."""
@@ -439,9 +502,13 @@ class MessagesShape(StreamedTextAndCalls):
             return []
         out = []
         if self.open == "thinking":
-            out.append(self._delta({"type": "signature_delta", "signature": self.keys.sign(self.thinking)}))
+            out.append(
+                self._delta({"type": "signature_delta", "signature": self.keys.sign(self.thinking)})
+            )
         self.open = None
-        return out + [sse.event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+        return out + [
+            sse.event("content_block_stop", {"type": "content_block_stop", "index": self.index})
+        ]
 
 
 # --- endpoints ---------------------------------------------------------------------------
@@ -463,7 +530,9 @@ def routes(state) -> list[Route]:
 
     async def count(http: Request) -> Response:
         request = messages_request(await state.read_body(http, CountTokensRequest), state.keys)
-        tools = state.options(replace(request, prefill=None)).get("tools")  # a prefill counts beside tools
+        tools = state.options(replace(request, prefill=None)).get(
+            "tools"
+        )  # a prefill counts beside tools
         try:
             tokens = await asyncio.to_thread(
                 prompt_tokens, state.model.target, request.messages, request.prefill, tools
@@ -474,5 +543,10 @@ def routes(state) -> list[Route]:
 
     return [
         state.route("/v1/messages", answer, render=error_response, protocol="anthropic.messages"),
-        state.route("/v1/messages/count_tokens", count, render=error_response, protocol="anthropic.count_tokens"),
+        state.route(
+            "/v1/messages/count_tokens",
+            count,
+            render=error_response,
+            protocol="anthropic.count_tokens",
+        ),
     ]

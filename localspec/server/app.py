@@ -39,7 +39,14 @@ from localspec.server.metrics import CONTENT_TYPE as METRICS_TYPE
 from localspec.server.state import LOOPBACK_HOSTS, ServerConfig, ServerState, host_allowed
 from localspec.server.worker import ModelWorker
 
-__all__ = ["LOOPBACK_HOSTS", "ServerConfig", "ServerState", "check_port_free", "create_app", "host_allowed"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "ServerConfig",
+    "ServerState",
+    "check_port_free",
+    "create_app",
+    "host_allowed",
+]
 
 log = logging.getLogger("localspec.server")
 
@@ -70,12 +77,17 @@ def create_app(model, config: ServerConfig, worker: ModelWorker | None = None) -
             )
         )
     app = Starlette(
-        routes=[*_routes(state), *(route for protocol in PROTOCOLS for route in protocol.routes(state))],
+        routes=[
+            *_routes(state),
+            *(route for protocol in PROTOCOLS for route in protocol.routes(state)),
+        ],
         middleware=middleware,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
     )
-    app.router.redirect_slashes = False  # "/v1/chat/completions/" is a 404, not a redirect around the key check
+    app.router.redirect_slashes = (
+        False  # "/v1/chat/completions/" is a 404, not a redirect around the key check
+    )
     app.state.localspec = state
     return app
 
@@ -99,11 +111,23 @@ def _routes(state: ServerState) -> list[Route]:
 
     async def health(request: Request) -> Response:
         worker = state.worker
-        answer = {"status": "ok", "model": state.config.model_name, "busy": worker.busy, "running": worker.running}
-        return JSONResponse({**answer, "waiting": worker.waiting, "slots": getattr(state.model, "parallel", 1)})
+        answer = {
+            "status": "ok",
+            "model": state.config.model_name,
+            "busy": worker.busy,
+            "running": worker.running,
+        }
+        return JSONResponse(
+            {**answer, "waiting": worker.waiting, "slots": getattr(state.model, "parallel", 1)}
+        )
 
     def model_object(model_id: str) -> dict:
-        return {"id": model_id, "object": "model", "created": state.created, "owned_by": "localspec"}
+        return {
+            "id": model_id,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "localspec",
+        }
 
     async def metrics(_):
         return Response(state.metrics.render(), media_type=METRICS_TYPE)
@@ -121,7 +145,9 @@ def _routes(state: ServerState) -> list[Route]:
 
     return [
         Route("/health", health, methods=["GET"]),  # no key: a load balancer's probe
-        Route("/api/hello", hello, methods=["HEAD", "GET"]),  # no key: Claude Code probes without one
+        Route(
+            "/api/hello", hello, methods=["HEAD", "GET"]
+        ),  # no key: Claude Code probes without one
         state.route("/metrics", metrics, methods=["GET"]),
         state.route("/v1/models", models, methods=["GET"]),
         state.route("/v1/models/{model_id:path}", model_by_id, methods=["GET"]),
@@ -136,4 +162,6 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as exc:
-            raise InvalidOptionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise InvalidOptionError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from None

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from localspec.server.errors import FieldPath, RequestError, dotted
 
 
-def missing(part, path: FieldPath, *names: str, noun: str, name_field: bool = False) -> RequestError | None:
+def missing(
+    part, path: FieldPath, *names: str, noun: str, name_field: bool = False
+) -> RequestError | None:
     """The error for a ``part`` (with a ``type``) lacking any of the fields ``names``:
     "PATH: a TYPE NOUN needs A, B", naming the first one missing when ``name_field``;
     None when it has them all."""
@@ -26,7 +28,9 @@ def need(part, path: FieldPath, *names: str, noun: str, name_field: bool = False
         raise error
 
 
-def text_of(content, path: FieldPath, refusal: Callable[[object, FieldPath], RequestError | None], sep: str) -> str:
+def text_of(
+    content, path: FieldPath, refusal: Callable[[object, FieldPath], RequestError | None], sep: str
+) -> str:
     """Text content: a string (None: ""), or parts whose ``text`` is joined by ``sep``;
     ``refusal(part, path)`` gives the error for a part that is not text (None: it is)."""
     if content is None or isinstance(content, str):

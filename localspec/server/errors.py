@@ -31,23 +31,42 @@ class APIError(Exception):
         headers: dict | None = None,
     ):
         super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.status, self.message, self.type, self.param, self.code = (
+            status,
+            message,
+            type,
+            param,
+            code,
+        )
         self.retry, self.headers = retry, headers or {}
 
     def response(self) -> JSONResponse:
         """OpenAI's shape (chat, completions, Responses, llama-server's endpoints)."""
         headers = {"x-should-retry": "true" if self.retry else "false", **self.headers}
-        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        body = {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
         return JSONResponse(body, status_code=self.status, headers=headers)
 
 
 class RequestError(APIError):
     """A request the server will not run (400): ``path`` is the field at fault as the
     protocol's own body names it, e.g. ``("tools", 4, "function", "parameters")`` (empty:
-    the request as a whole); OpenAI's shape gives it as ``param`` ("tools.4.function.parameters")."""
+    the request as a whole); OpenAI's shape gives it as ``param``
+    ("tools.4.function.parameters")."""
 
     def __init__(
-        self, message: str, path: FieldPath = (), *, kind: str = "invalid_request_error", code: str | None = None
+        self,
+        message: str,
+        path: FieldPath = (),
+        *,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
     ):
         super().__init__(400, message, type=kind, param=dotted(path), code=code)
         self.path = tuple(path)
@@ -63,7 +82,9 @@ def path_of(param: str | None) -> FieldPath:
     return tuple(int(p) if p.isdigit() else p for p in param.split(".")) if param else ()
 
 
-def from_localspec_error(exc: LocalspecError, prompt_path: FieldPath = ("messages",)) -> RequestError:
+def from_localspec_error(
+    exc: LocalspecError, prompt_path: FieldPath = ("messages",)
+) -> RequestError:
     """A lower layer's refusal as a 400: a prompt over the context names ``prompt_path``;
     an error that carries its own ``param`` names that; any other names no field."""
     if isinstance(exc, ContextOverflowError):
@@ -80,7 +101,8 @@ def _field_path(loc: tuple) -> FieldPath:
     return tuple(
         p if isinstance(p, int) else str(p)
         for p in loc
-        if isinstance(p, int) or (re.fullmatch(r"[a-z_][a-z0-9_]*", str(p)) and str(p) not in _TYPE_NAMES)
+        if isinstance(p, int)
+        or (re.fullmatch(r"[a-z_][a-z0-9_]*", str(p)) and str(p) not in _TYPE_NAMES)
     )
 
 
@@ -90,8 +112,12 @@ def from_validation_error(exc: ValidationError) -> RequestError:
     closest to (``input.0.role``), not "Input should be a valid string"."""
     first = max(exc.errors(), key=lambda e: len(dotted(_field_path(e["loc"])) or ""))
     if first["type"] in ("json_invalid", "json_type"):
-        return RequestError("We could not parse the JSON body of your request.", code="invalid_json")
+        return RequestError(
+            "We could not parse the JSON body of your request.", code="invalid_json"
+        )
     path = _field_path(first["loc"])
-    reason = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+    reason = first["msg"].removeprefix(
+        "Value error, "
+    )  # pydantic's prefix for a validator's ValueError
     message = reason if not path else f"{dotted(path)}: {reason}"
     return RequestError(f"Invalid request: {message}", path, code="invalid_value")

@@ -62,7 +62,13 @@ class InfillShape:
         self.sent = 0  # tokens streamed so far
 
     def _obj(self, content: str, result: GenerationResult | None) -> dict:
-        obj = {"index": 0, "content": content, "tokens": [], "id_slot": 0, "stop": result is not None}
+        obj = {
+            "index": 0,
+            "content": content,
+            "tokens": [],
+            "id_slot": 0,
+            "stop": result is not None,
+        }
         obj["model"] = self.model_name
         obj["tokens_predicted"] = self.sent if result is None else len(result.tokens)
         if result is not None:
@@ -111,7 +117,9 @@ def infill_request(body: InfillRequest) -> GenerationRequest:
         stop=None if body.stop is None else tuple(body.stop),
         max_tokens=None if body.n_predict < 0 else body.n_predict or 1,
         stream=body.stream,
-        paths=FieldPaths(max_tokens=("n_predict",), prompt=("input_prefix",), suffix=("input_prefix",)),
+        paths=FieldPaths(
+            max_tokens=("n_predict",), prompt=("input_prefix",), suffix=("input_prefix",)
+        ),
     )
 
 

@@ -45,7 +45,9 @@ class Metrics:
         self.drafted_at: list[int] = []
         self.accepted_at: list[int] = []
         self.finished: Counter = Counter()
-        self.channels: dict[str, Counter] = {}  # channel -> {"tokens", "drafted", "accepted", "forced", "seconds"}
+        self.channels: dict[
+            str, Counter
+        ] = {}  # channel -> {"tokens", "drafted", "accepted", "forced", "seconds"}
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self)
 
@@ -89,10 +91,18 @@ class Metrics:
         yield from self._gauges()
 
     def _totals(self):
-        yield _counter("llamacpp:prompt_tokens", "Prompt tokens evaluated (cached ones excluded).", self.prompt_tokens)
-        yield _counter("llamacpp:prompt_seconds", "Seconds spent evaluating prompts.", self.prompt_s)
+        yield _counter(
+            "llamacpp:prompt_tokens",
+            "Prompt tokens evaluated (cached ones excluded).",
+            self.prompt_tokens,
+        )
+        yield _counter(
+            "llamacpp:prompt_seconds", "Seconds spent evaluating prompts.", self.prompt_s
+        )
         yield _counter("llamacpp:tokens_predicted", "Tokens generated.", self.generated_tokens)
-        yield _counter("llamacpp:tokens_predicted_seconds", "Seconds from first to last token.", self.decode_s)
+        yield _counter(
+            "llamacpp:tokens_predicted_seconds", "Seconds from first to last token.", self.decode_s
+        )
         yield _gauge(
             "llamacpp:prompt_tokens_seconds",
             "Average prompt throughput in tokens/s.",
@@ -115,7 +125,9 @@ class Metrics:
             "localspec:draft_tokens", "Draft tokens verified, by drafter.", labels=["drafter"]
         )
         accepted = CounterMetricFamily(
-            "localspec:draft_accepted_tokens", "Draft tokens the target kept, by drafter.", labels=["drafter"]
+            "localspec:draft_accepted_tokens",
+            "Draft tokens the target kept, by drafter.",
+            labels=["drafter"],
         )
         for name in sorted(self.drafted):
             drafted.add_metric([name], self.drafted[name])
@@ -129,15 +141,33 @@ class Metrics:
         )
         for i, n in enumerate(self.drafted_at):
             if n:
-                position.add_metric([str(i + 1)], self.accepted_at[i] / n if i < len(self.accepted_at) else 0.0)
+                position.add_metric(
+                    [str(i + 1)], self.accepted_at[i] / n if i < len(self.accepted_at) else 0.0
+                )
         yield position
 
     def _by_channel(self):
         families = (
-            ("tokens", "localspec:channel_tokens", "Tokens emitted, by channel (reasoning, content, marker)."),
-            ("drafted", "localspec:channel_draft_tokens", "Draft tokens verified in rounds of each channel."),
-            ("accepted", "localspec:channel_draft_accepted_tokens", "Draft tokens kept in rounds of each channel."),
-            ("forced", "localspec:channel_forced_tokens", "Tokens a grammar forced (the thinking budget's close)."),
+            (
+                "tokens",
+                "localspec:channel_tokens",
+                "Tokens emitted, by channel (reasoning, content, marker).",
+            ),
+            (
+                "drafted",
+                "localspec:channel_draft_tokens",
+                "Draft tokens verified in rounds of each channel.",
+            ),
+            (
+                "accepted",
+                "localspec:channel_draft_accepted_tokens",
+                "Draft tokens kept in rounds of each channel.",
+            ),
+            (
+                "forced",
+                "localspec:channel_forced_tokens",
+                "Tokens a grammar forced (the thinking budget's close).",
+            ),
             ("seconds", "localspec:channel_seconds", "Wall seconds of the rounds of each channel."),
         )
         for key, name, documentation in families:
@@ -151,13 +181,21 @@ class Metrics:
         target = self.model.target
         used = target.cells_used if hasattr(target, "cells_used") else len(target.cache_tokens)
         yield _gauge("llamacpp:kv_cache_tokens", "KV cells in use (all sequences).", used)
-        yield _gauge("llamacpp:kv_cache_usage_ratio", "Share of the KV cells in use.", used / target.n_ctx)
+        yield _gauge(
+            "llamacpp:kv_cache_usage_ratio", "Share of the KV cells in use.", used / target.n_ctx
+        )
         if self.worker is not None:
-            yield _gauge("llamacpp:requests_processing", "Requests generating now.", self.worker.running)
-            yield _gauge("llamacpp:requests_deferred", "Requests waiting in the queue.", self.worker.waiting)
+            yield _gauge(
+                "llamacpp:requests_processing", "Requests generating now.", self.worker.running
+            )
+            yield _gauge(
+                "llamacpp:requests_deferred", "Requests waiting in the queue.", self.worker.waiting
+            )
         batcher = getattr(getattr(self.model, "slots", None), "batcher", None)
         if batcher is not None:
-            yield _counter("llamacpp:n_decode", "Target decodes shared by the slots.", batcher.decodes)
+            yield _counter(
+                "llamacpp:n_decode", "Target decodes shared by the slots.", batcher.decodes
+            )
             yield _gauge(
                 "llamacpp:n_busy_slots_per_decode",
                 "Average sequences per target decode.",

@@ -32,7 +32,12 @@ from starlette.routing import Route
 from localspec.server.openai_shapes import ChatShape, CompletionShape
 from localspec.server.reasoning_fields import chat_reasoning
 from localspec.server.request import FieldPaths, GenerationRequest, Sampling
-from localspec.server.schemas import ChatRequest, CommonRequest, CompletionRequest, SpeculativeOptions
+from localspec.server.schemas import (
+    ChatRequest,
+    CommonRequest,
+    CompletionRequest,
+    SpeculativeOptions,
+)
 
 
 def _common(body: CommonRequest, prediction: str | None = None) -> dict:
@@ -43,7 +48,9 @@ def _common(body: CommonRequest, prediction: str | None = None) -> dict:
         "sampling": Sampling.of(body),
         "speculative": SpeculativeOptions.of(body.speculative, prediction),
         "stop": None if stop is None else tuple(stop),
-        "response_format": body.response_format.as_option() if body.response_format is not None else None,
+        "response_format": body.response_format.as_option()
+        if body.response_format is not None
+        else None,
         "stream": bool(body.stream),
         "include_usage": bool(usage),
     }
@@ -51,7 +58,11 @@ def _common(body: CommonRequest, prediction: str | None = None) -> dict:
 
 def chat_request(body: ChatRequest) -> GenerationRequest:
     """A chat completion's body as the generation it asks for."""
-    choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, BaseModel) else body.tool_choice
+    choice = (
+        body.tool_choice.model_dump()
+        if isinstance(body.tool_choice, BaseModel)
+        else body.tool_choice
+    )
     prediction = body.prediction.text() if body.prediction is not None else None
     return GenerationRequest(
         "openai.chat",
@@ -64,7 +75,10 @@ def chat_request(body: ChatRequest) -> GenerationRequest:
         effort=body.reasoning_effort,
         cache_key=body.prompt_cache_key,
         reasoning=chat_reasoning(
-            body.reasoning_format, body.chat_template_kwargs, body.reasoning_effort, body.reasoning_budget
+            body.reasoning_format,
+            body.chat_template_kwargs,
+            body.reasoning_effort,
+            body.reasoning_budget,
         ),
         **_common(body, prediction),
     )
@@ -99,7 +113,10 @@ def routes(state) -> list[Route]:
         request = completion_request(body)
         options = state.options(request)
         return await state.run(
-            http, request, options, CompletionShape(state.config.model_name, body.logprobs is not None)
+            http,
+            request,
+            options,
+            CompletionShape(state.config.model_name, body.logprobs is not None),
         )
 
     return [

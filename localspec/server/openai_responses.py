@@ -44,10 +44,21 @@ from localspec.server.responses_shape import ResponseShape
 from localspec.server.responses_tools import Toolset, call_arguments, toolset
 from localspec.server.schemas import SpeculativeOptions
 
-__all__ = ["ResponseShape", "ResponsesRequest", "assistant_message", "messages_from", "responses_request", "routes"]
+__all__ = [
+    "ResponseShape",
+    "ResponsesRequest",
+    "assistant_message",
+    "messages_from",
+    "responses_request",
+    "routes",
+]
 
 STORE_SIZE = 256
-_REFUSED = ("conversation", "prompt", "background")  # server-side conversations, prompt templates, background runs
+_REFUSED = (
+    "conversation",
+    "prompt",
+    "background",
+)  # server-side conversations, prompt templates, background runs
 
 
 # --- request -----------------------------------------------------------------------------
@@ -78,7 +89,9 @@ class Function(BaseModel):
     """A tool (function, namespace, custom, local_shell, hosted: :mod:`.responses_tools`), or
     a ``tool_choice`` naming one."""
 
-    model_config = ConfigDict(extra="allow", strict=True)  # a namespace's tools, a custom tool's format
+    model_config = ConfigDict(
+        extra="allow", strict=True
+    )  # a namespace's tools, a custom tool's format
     type: str
     name: str | None = Field(None, min_length=1)
     description: str | None = None
@@ -100,7 +113,9 @@ class TextConfig(BaseModel):
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)  # unknown fields: ignored, or refused (_REFUSED)
+    model_config = ConfigDict(
+        extra="allow", strict=True
+    )  # unknown fields: ignored, or refused (_REFUSED)
     model: str | None = None
     input: str | list[Item]
     instructions: str | None = None
@@ -122,7 +137,9 @@ class ResponsesRequest(BaseModel):
 def _not_text(part: Part, path: FieldPath) -> RequestError | None:
     if part.type in ("input_text", "output_text", "text") and part.text is not None:
         return None
-    return RequestError(f"{dotted(path)}: {part.type!r} content is not supported (the model reads text only)", path)
+    return RequestError(
+        f"{dotted(path)}: {part.type!r} content is not supported (the model reads text only)", path
+    )
 
 
 def _text(content: str | list[Part] | None, path: FieldPath) -> str:
@@ -142,13 +159,23 @@ def _function_call(item: Item, path: FieldPath) -> dict:
     except ValueError:
         at = path + ("arguments",)
         raise RequestError(f"{dotted(at)} must be JSON text", at) from None
-    return {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+    return {
+        "id": item.call_id,
+        "type": "function",
+        "function": {"name": item.name, "arguments": item.arguments},
+    }
 
 
 _CALLS = ("function_call", "custom_tool_call", "local_shell_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 _DROPPED = ("web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call")
-_DROPPED += ("computer_call", "computer_call_output", "tool_search_call", "tool_search_output", "mcp_list_tools")
+_DROPPED += (
+    "computer_call",
+    "computer_call_output",
+    "tool_search_call",
+    "tool_search_output",
+    "mcp_list_tools",
+)
 
 
 def _call(item: Item, at: FieldPath, tools: Toolset) -> dict:
@@ -195,7 +222,9 @@ def messages_from(
         at = ("input", i)
         if item.type == "reasoning":
             blob = (item.model_extra or {}).get("encrypted_content")
-            thinking += (keys.decrypt(blob) or "") if keys is not None and isinstance(blob, str) else ""
+            thinking += (
+                (keys.decrypt(blob) or "") if keys is not None and isinstance(blob, str) else ""
+            )
         elif item.type == "message":
             _need(item, at, "role")
             role = "system" if item.role == "developer" else item.role
@@ -211,7 +240,9 @@ def messages_from(
         elif item.type not in _DROPPED:
             message = f"{dotted(at)}: input items of type {item.type!r} are not supported"
             raise RequestError(message, at + ("type",))
-        if thinking and item.type != "reasoning":  # it belongs to this item's assistant turn, if any
+        if (
+            thinking and item.type != "reasoning"
+        ):  # it belongs to this item's assistant turn, if any
             if out and out[-1]["role"] == "assistant":
                 out[-1]["reasoning_content"] = out[-1].get("reasoning_content", "") + thinking
             thinking = ""
@@ -223,7 +254,9 @@ def _choice(choice: str | Function | None, tools: Toolset) -> str | dict | None:
     if not isinstance(choice, Function):
         return choice
     if choice.type not in ("function", "custom") or not choice.name:
-        raise RequestError(f"tool_choice {choice.type!r} is not supported (only functions)", ("tool_choice",))
+        raise RequestError(
+            f"tool_choice {choice.type!r} is not supported (only functions)", ("tool_choice",)
+        )
     namespace = (choice.model_extra or {}).get("namespace")
     return {"type": "function", "function": {"name": tools.model_name(choice.name, namespace)}}
 
@@ -267,8 +300,12 @@ def responses_request(
         stream=bool(body.stream),
         effort=effort,
         reasoning=effort_reasoning(effort),
-        cache_key=key if isinstance(key := (body.model_extra or {}).get("prompt_cache_key"), str) else None,
-        paths=FieldPaths(max_tokens=("max_output_tokens",), response_format=("text", "format"), prompt=("input",)),
+        cache_key=key
+        if isinstance(key := (body.model_extra or {}).get("prompt_cache_key"), str)
+        else None,
+        paths=FieldPaths(
+            max_tokens=("max_output_tokens",), response_format=("text", "format"), prompt=("input",)
+        ),
     )
 
 
@@ -286,30 +323,63 @@ def tools_of(body: ResponsesRequest) -> Toolset:
 
 def _echo(state, body: ResponsesRequest, options: dict) -> dict:
     """The request's settings as a response repeats them."""
-    choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, BaseModel) else body.tool_choice
-    fmt = body.text.format.model_dump(by_alias=True, exclude_none=True) if body.text and body.text.format else None
-    echo = {name: getattr(body, name) for name in ("instructions", "max_output_tokens", "previous_response_id")}
+    choice = (
+        body.tool_choice.model_dump()
+        if isinstance(body.tool_choice, BaseModel)
+        else body.tool_choice
+    )
+    fmt = (
+        body.text.format.model_dump(by_alias=True, exclude_none=True)
+        if body.text and body.text.format
+        else None
+    )
+    echo = {
+        name: getattr(body, name)
+        for name in ("instructions", "max_output_tokens", "previous_response_id")
+    }
     echo.update(model=state.config.model_name, tools=[t.model_dump() for t in body.tools or []])
-    echo.update(tool_choice=choice or "auto", parallel_tool_calls=body.parallel_tool_calls is not False)
-    echo.update(temperature=options.get("temperature"), top_p=options.get("top_p"), store=body.store is not False)
+    echo.update(
+        tool_choice=choice or "auto", parallel_tool_calls=body.parallel_tool_calls is not False
+    )
+    echo.update(
+        temperature=options.get("temperature"),
+        top_p=options.get("top_p"),
+        store=body.store is not False,
+    )
     asked = (body.model_extra or {}).get("reasoning")
     summary = asked.get("summary") if isinstance(asked, dict) else None
-    echo["reasoning"] = {"effort": _effort(body), "summary": summary if isinstance(summary, str) else None}
+    echo["reasoning"] = {
+        "effort": _effort(body),
+        "summary": summary if isinstance(summary, str) else None,
+    }
     return {**echo, "text": {"format": fmt or {"type": "text"}}, "metadata": body.metadata or {}}
 
 
 # --- response ----------------------------------------------------------------------------
 
 
-def assistant_message(output: list[dict], tools: Toolset | None = None, reasoning: str | None = None) -> dict:
+def assistant_message(
+    output: list[dict], tools: Toolset | None = None, reasoning: str | None = None
+) -> dict:
     """A response's output items as one chat assistant message (its finished calls as
     ``tool_calls``, under the names the model knows them by; ``reasoning``: its thinking,
     as ``reasoning_content``)."""
-    text = "".join(p["text"] for item in output if item["type"] == "message" for p in item["content"])
-    items = [Item.model_validate(i, strict=False) for i in output if i["type"] in _CALLS and i["status"] == "completed"]
+    text = "".join(
+        p["text"] for item in output if item["type"] == "message" for p in item["content"]
+    )
+    items = [
+        Item.model_validate(i, strict=False)
+        for i in output
+        if i["type"] in _CALLS and i["status"] == "completed"
+    ]
     calls = [_call(item, ("output", i), tools or Toolset()) for i, item in enumerate(items)]
     thinking = {"reasoning_content": reasoning} if reasoning else {}
-    return {"role": "assistant", "content": text, **thinking, **({"tool_calls": calls} if calls else {})}
+    return {
+        "role": "assistant",
+        "content": text,
+        **thinking,
+        **({"tool_calls": calls} if calls else {}),
+    }
 
 
 # --- endpoints ---------------------------------------------------------------------------
@@ -325,13 +395,25 @@ def routes(state) -> list[Route]:
         """APIError 404 (``param`` named) for an id not (or no longer) stored."""
         if response_id not in store:
             previous = param == "previous_response_id"
-            message = f"{'Previous response' if previous else 'Response'} with id '{response_id}' not found."
-            raise APIError(404, message, param=param, code="previous_response_not_found" if previous else "not_found")
+            message = (
+                f"{'Previous response' if previous else 'Response'} with id "
+                f"'{response_id}' not found."
+            )
+            raise APIError(
+                404,
+                message,
+                param=param,
+                code="previous_response_not_found" if previous else "not_found",
+            )
         return store[response_id]
 
     async def answer(http: Request) -> Response:
         body = await state.read_body(http, ResponsesRequest)
-        history = stored(body.previous_response_id, "previous_response_id")[1] if body.previous_response_id else []
+        history = (
+            stored(body.previous_response_id, "previous_response_id")[1]
+            if body.previous_response_id
+            else []
+        )
         request = responses_request(body, history, state.keys)
         tools = tools_of(body)
         conversation = list(request.messages[1:] if body.instructions else request.messages)
@@ -358,5 +440,10 @@ def routes(state) -> list[Route]:
 
     return [
         state.route("/v1/responses", answer, protocol="openai.responses"),
-        state.route("/v1/responses/{response_id}", look_up, methods=("GET", "DELETE"), protocol="openai.responses"),
+        state.route(
+            "/v1/responses/{response_id}",
+            look_up,
+            methods=("GET", "DELETE"),
+            protocol="openai.responses",
+        ),
     ]

@@ -9,7 +9,12 @@ import uuid
 from localspec.decoding.stats import GenerationResult
 from localspec.server import sse
 from localspec.server.openai_tools import answer_pieces, openai_call, openai_delta
-from localspec.server.reasoning_fields import REASONING, channel_runs, channel_timings, reasoning_tokens
+from localspec.server.reasoning_fields import (
+    REASONING,
+    channel_runs,
+    channel_timings,
+    reasoning_tokens,
+)
 
 
 def usage(result: GenerationResult) -> dict:
@@ -101,7 +106,14 @@ class ChatShape(_OpenAIStream):
 
     def first_chunk(self) -> dict:
         return self._chunk(
-            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
+            [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ]
         )
 
     def stream_events(self, events: list) -> list[str]:
@@ -131,7 +143,9 @@ class ChatShape(_OpenAIStream):
         return self._chunk([choice])
 
     def final_chunk(self, result: GenerationResult) -> dict:
-        chunk = self._chunk([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(result)}])
+        chunk = self._chunk(
+            [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": _finish_reason(result)}]
+        )
         chunk["timings"] = timings(result)
         return chunk
 
@@ -162,12 +176,19 @@ class ChatShape(_OpenAIStream):
 
 
 def _message(result: GenerationResult) -> dict:
-    """The answer's message; a reasoning model's thinking in ``reasoning_content`` (llama-server's field)."""
+    """The answer's message; a reasoning model's thinking in ``reasoning_content`` (llama-server's
+    field)."""
     thinking = {"reasoning_content": result.reasoning} if result.reasoning else {}
     if not result.tool_calls:  # a call cut by max_tokens is not content (nor streamed as such)
         return {"role": "assistant", "content": result.content, "refusal": None, **thinking}
     calls = {"tool_calls": [openai_call(c) for c in result.tool_calls]}
-    return {"role": "assistant", "content": result.content or None, "refusal": None, **thinking, **calls}
+    return {
+        "role": "assistant",
+        "content": result.content or None,
+        "refusal": None,
+        **thinking,
+        **calls,
+    }
 
 
 class CompletionShape(_OpenAIStream):
@@ -197,7 +218,9 @@ class CompletionShape(_OpenAIStream):
         return {
             "tokens": [e["token"] for e in entries],
             "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "top_logprobs": [
+                {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries
+            ],
             "text_offset": offsets,
         }
 
@@ -209,7 +232,9 @@ class CompletionShape(_OpenAIStream):
         entries = [lp for _, lp in events if lp is not None]
         if not text and not entries:
             return None
-        logprobs = self._legacy_logprobs(entries, self.sent)  # offsets into the whole text, as unstreamed
+        logprobs = self._legacy_logprobs(
+            entries, self.sent
+        )  # offsets into the whole text, as unstreamed
         self.sent += sum(len(e["token"]) for e in entries)
         return self._obj(text, None, logprobs)
 
@@ -225,7 +250,11 @@ class CompletionShape(_OpenAIStream):
         return obj
 
     def whole(self, pieces: list, result: GenerationResult) -> dict:
-        obj = self._obj(result.text, _finish_reason(result), self._legacy_logprobs([lp for _, lp in pieces if lp]))
+        obj = self._obj(
+            result.text,
+            _finish_reason(result),
+            self._legacy_logprobs([lp for _, lp in pieces if lp]),
+        )
         obj["usage"] = usage(result)
         obj["timings"] = timings(result)
         return obj

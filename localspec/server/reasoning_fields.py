@@ -23,7 +23,14 @@ from localspec.server.errors import FieldPath, RequestError, dotted
 from localspec.server.request import Reasoning
 
 REASONING, CONTENT = "reasoning", "content"
-EFFORT_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384, "xhigh": -1, "max": -1}
+EFFORT_BUDGETS = {
+    "minimal": 256,
+    "low": 1024,
+    "medium": 4096,
+    "high": 16384,
+    "xhigh": -1,
+    "max": -1,
+}
 TEMPLATE_EFFORTS = ("low", "medium", "high")
 MIN_BUDGET_TOKENS = 1024  # Anthropic's least thinking.budget_tokens
 _SIGNED = b"localspec thinking\x00"  # what a signature covers, before the thinking's UTF-8
@@ -40,12 +47,15 @@ class ReasoningKeys:
         self._fernet = Fernet(Fernet.generate_key())
 
     def sign(self, thinking: str) -> str:
-        """The ``signature`` of a thinking block's text: base64 of its HMAC-SHA256 (44 characters)."""
+        """The ``signature`` of a thinking block's text: base64 of its HMAC-SHA256 (44
+        characters)."""
         mac = hmac.new(self._sign_key, _SIGNED + thinking.encode("utf-8"), hashlib.sha256).digest()
         return base64.b64encode(mac).decode("ascii")
 
     def verify(self, thinking: str, signature: str) -> bool:
-        return hmac.compare_digest(self.sign(thinking).encode("ascii"), signature.encode("utf-8", "replace"))
+        return hmac.compare_digest(
+            self.sign(thinking).encode("ascii"), signature.encode("utf-8", "replace")
+        )
 
     def encrypt(self, reasoning: str) -> str:
         """``reasoning`` as an opaque, authenticated blob (URL-safe base64 text)."""
@@ -74,7 +84,10 @@ def effort_reasoning(effort: str | None) -> Reasoning:
 
 
 def chat_reasoning(
-    reasoning_format: str | None, template_kwargs: dict | None, effort: str | None, budget: int | None
+    reasoning_format: str | None,
+    template_kwargs: dict | None,
+    effort: str | None,
+    budget: int | None,
 ) -> Reasoning:
     """OpenAI chat's (llama-server's) fields: ``reasoning_format`` ("none": thinking left in
     the content; "deepseek" / "auto": apart, in ``reasoning_content``), ``chat_template_kwargs``
@@ -87,7 +100,9 @@ def chat_reasoning(
     return Reasoning(
         budget=budget if budget is not None else base.budget,
         enable_thinking=enable,
-        reasoning_format=None if reasoning_format is None else ("none" if reasoning_format == "none" else "auto"),
+        reasoning_format=None
+        if reasoning_format is None
+        else ("none" if reasoning_format == "none" else "auto"),
         template_kwargs=kwargs,
     )
 
@@ -104,17 +119,23 @@ def anthropic_reasoning(thinking: dict | None, effort: str | None) -> Reasoning:
         budget = thinking.get("budget_tokens")
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_BUDGET_TOKENS:
             path = ("thinking", "budget_tokens")
-            message = f"{dotted(path)}: Input should be an integer greater than or equal to {MIN_BUDGET_TOKENS}"
+            message = (
+                f"{dotted(path)}: Input should be an integer greater than or equal to "
+                f"{MIN_BUDGET_TOKENS}"
+            )
             raise RequestError(message, path)
         return Reasoning(budget=budget)
     if kind in (None, "adaptive"):
         return effort_reasoning(effort)
     raise RequestError(
-        f"thinking.type: Input should be 'enabled', 'adaptive' or 'disabled', got {kind!r}", ("thinking",)
+        f"thinking.type: Input should be 'enabled', 'adaptive' or 'disabled', got {kind!r}",
+        ("thinking",),
     )
 
 
-def checked_thinking(thinking: str | None, signature: str | None, path: FieldPath, keys: ReasoningKeys) -> str:
+def checked_thinking(
+    thinking: str | None, signature: str | None, path: FieldPath, keys: ReasoningKeys
+) -> str:
     """A ``thinking`` block sent back in an assistant turn: its text, once its signature is
     this server's; RequestError (400) for a block without both, or signed elsewhere."""
     if thinking is None or signature is None:
@@ -163,12 +184,19 @@ def channel_timings(result) -> dict:
 ENCRYPTED, PLAIN = "reasoning.encrypted_content", "reasoning.content"  # Responses' include values
 
 
-def reasoning_item(text: str, keys: ReasoningKeys, include: tuple[str, ...], status: str = "completed") -> dict:
+def reasoning_item(
+    text: str, keys: ReasoningKeys, include: tuple[str, ...], status: str = "completed"
+) -> dict:
     """A Responses ``reasoning`` output item for the thinking ``text``: ``summary`` [] (no
     summaries are written), ``encrypted_content`` when ``include`` asks for
     ``reasoning.encrypted_content``, the text as ``content`` [``reasoning_text``] only when
     it asks for ``reasoning.content`` (ours)."""
-    item = {"type": "reasoning", "id": f"rs_{uuid.uuid4().hex[:24]}", "summary": [], "status": status}
+    item = {
+        "type": "reasoning",
+        "id": f"rs_{uuid.uuid4().hex[:24]}",
+        "summary": [],
+        "status": status,
+    }
     if PLAIN in include:
         item["content"] = [{"type": "reasoning_text", "text": text}]
     if ENCRYPTED in include:

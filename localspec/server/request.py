@@ -18,7 +18,10 @@ from localspec.decoding.tool_calls import check_tools, normalise_messages
 from localspec.errors import InvalidOptionError, LocalspecError
 from localspec.server.errors import FieldPath, RequestError, dotted, path_of
 
-NO_FIM = "{} has no fill-in-the-middle tokens (suffix and /infill need a model trained for FIM, e.g. Qwen2.5-Coder)"
+NO_FIM = (
+    "{} has no fill-in-the-middle tokens (suffix and /infill need a model trained for FIM, "
+    "e.g. Qwen2.5-Coder)"
+)
 
 
 def given(**options) -> dict:
@@ -44,7 +47,9 @@ class Sampling:
         return cls(**{f.name: getattr(body, f.name) for f in fields(cls) if f.name in declared})
 
     def options(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,9 @@ class Speculative:
     prediction: str | None = None
 
     def options(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
 
 
 @dataclass(frozen=True)
@@ -160,7 +167,9 @@ def model_options(request: GenerationRequest, limits: Limits) -> dict:
     ``request``: the server's defaults, then what the request sets; RequestError (400)
     for what this server cannot run."""
     if request.suffix is not None and not limits.fim:
-        raise RequestError(NO_FIM.format(limits.model_name), request.paths.suffix, code="unsupported_value")
+        raise RequestError(
+            NO_FIM.format(limits.model_name), request.paths.suffix, code="unsupported_value"
+        )
     options = dict(limits.defaults)
     options["max_tokens"] = _max_tokens(request, limits.max_tokens, options.get("max_tokens"))
     options.update(request.sampling.options())
@@ -179,7 +188,9 @@ def model_options(request: GenerationRequest, limits: Limits) -> dict:
         path = request.paths.response_format
         raise RequestError(f"{dotted(path)} and tools cannot be combined in one request", path)
     if "tools" in options and request.prefill is not None:
-        raise RequestError("a final assistant message (prefill) cannot be combined with tools", ("messages",))
+        raise RequestError(
+            "a final assistant message (prefill) cannot be combined with tools", ("messages",)
+        )
     options.update(_reasoning_options(request, "tools" in options, limits))
     if request.cache_key is not None:
         options["prompt_cache_key"] = request.cache_key
@@ -198,7 +209,10 @@ def _reasoning_options(request: GenerationRequest, tools: bool, limits: Limits) 
     if not tools:
         return options
     budget = options.pop("reasoning_budget", None)
-    off = options.pop("enable_thinking", None) is False or (limits.reasoning_budget if budget is None else budget) == 0
+    off = (
+        options.pop("enable_thinking", None) is False
+        or (limits.reasoning_budget if budget is None else budget) == 0
+    )
     if off and limits.reads_enable_thinking:
         options["enable_thinking"] = False  # the prompt closes the block: no budget to force
     else:
@@ -209,7 +223,9 @@ def _reasoning_options(request: GenerationRequest, tools: bool, limits: Limits) 
 def _max_tokens(request: GenerationRequest, limit: int, default: int | None) -> int:
     asked = request.max_tokens
     if asked is not None and asked > limit and not request.clip_max_tokens:
-        message = f"{dotted(request.paths.max_tokens)} is {asked}; this server allows at most {limit}"
+        message = (
+            f"{dotted(request.paths.max_tokens)} is {asked}; this server allows at most {limit}"
+        )
         raise RequestError(message, request.paths.max_tokens, code="invalid_value")
     return min(asked or default or limit, limit)
 
@@ -249,7 +265,9 @@ def check_tool_list(tools: list[dict], choice: str | dict) -> None:
     try:
         check_tools(tools, "auto")
     except LocalspecError as exc:
-        raise RequestError(str(exc), path_of(getattr(exc, "param", None)) or ("tools",), code="invalid_value") from None
+        raise RequestError(
+            str(exc), path_of(getattr(exc, "param", None)) or ("tools",), code="invalid_value"
+        ) from None
     if choice == "auto":
         return
     names_only = [{"type": "function", "function": {"name": t["function"]["name"]}} for t in tools]
@@ -318,4 +336,6 @@ def _start_chat(model, messages, prefill: str | None, options: dict):
 def _start_plain(model, request: GenerationRequest, options: dict):
     if request.suffix is None:
         return model.generate(request.prompt, stream=True, **options)
-    return model.infill(request.prompt, request.suffix, extra=list(request.extra), stream=True, **options)
+    return model.infill(
+        request.prompt, request.suffix, extra=list(request.extra), stream=True, **options
+    )

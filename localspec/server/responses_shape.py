@@ -17,16 +17,23 @@ from localspec.server.responses_tools import Toolset, output_item
 
 
 def _usage(result: GenerationResult) -> dict:
-    """``input_tokens`` is the whole prompt, ``cached_tokens`` the KV prefix reused from the last request."""
+    """``input_tokens`` is the whole prompt, ``cached_tokens`` the KV prefix reused from the last
+    request."""
     s, output = result.stats, len(result.tokens)
     details = {"cached_tokens": s.prompt_cached_tokens, "cache_write_tokens": 0}
-    usage = {"input_tokens": s.prompt_tokens, "input_tokens_details": details, "output_tokens": output}
+    usage = {
+        "input_tokens": s.prompt_tokens,
+        "input_tokens_details": details,
+        "output_tokens": output,
+    }
     thinking = {"reasoning_tokens": reasoning_tokens(result)}
     return {**usage, "output_tokens_details": thinking, "total_tokens": s.prompt_tokens + output}
 
 
 def _status(result: GenerationResult) -> str:
-    return "incomplete" if result.finish_reason in ("length", "context", "cancelled") else "completed"
+    return (
+        "incomplete" if result.finish_reason in ("length", "context", "cancelled") else "completed"
+    )
 
 
 def _part(text: str = "") -> dict:
@@ -57,11 +64,19 @@ class ResponseShape(StreamedTextAndCalls):
         self.echo, self.done, self.tools = echo, done, tools or Toolset()
         self.keys, self.include, self.reasoning = keys or ReasoningKeys(), tuple(include), None
         self.thinking = ""  # the open reasoning item's text so far
-        self.call_name, self.arguments = "", ""  # the open call's model-facing name and arguments so far
+        self.call_name, self.arguments = (
+            "",
+            "",
+        )  # the open call's model-facing name and arguments so far
         self.seq, self.items, self.open, self.sent, self.calls = 0, [], None, "", 0
 
     def _response(self, status: str, output: list, result: GenerationResult | None = None) -> dict:
-        response = {"id": self.id, "object": "response", "created_at": self.created, "status": status}
+        response = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+        }
         response.update(error=None, incomplete_details=None, output=output, usage=None, **self.echo)
         if result is not None:
             response.update(usage=_usage(result), timings=timings(result))
@@ -101,7 +116,10 @@ class ResponseShape(StreamedTextAndCalls):
 
     def stream_start(self) -> list[str]:
         skeleton = self._response("in_progress", [])
-        return [self._event(kind, response=skeleton) for kind in ("response.created", "response.in_progress")]
+        return [
+            self._event(kind, response=skeleton)
+            for kind in ("response.created", "response.in_progress")
+        ]
 
     def stream_end(self, result: GenerationResult, include_usage: bool) -> list[str]:
         out = [] if self.items else self._open_message()
@@ -110,9 +128,12 @@ class ResponseShape(StreamedTextAndCalls):
         return out + [self._event(f"response.{status}", response=self._finish(self.items, result))]
 
     def keep_alive(self, progress: dict | None) -> list[str]:
-        """``response.in_progress`` again while the prompt is read (with llama-server's ``prompt_progress``)."""
+        """``response.in_progress`` again while the prompt is read (with llama-server's
+        ``prompt_progress``)."""
         extra = {"prompt_progress": progress} if progress else {}
-        return [self._event("response.in_progress", response=self._response("in_progress", []), **extra)]
+        return [
+            self._event("response.in_progress", response=self._response("in_progress", []), **extra)
+        ]
 
     def stream_error(self, message: str = "internal server error") -> list[str]:
         response = self._response("failed", self.items)
@@ -123,29 +144,39 @@ class ResponseShape(StreamedTextAndCalls):
         out = self._close()
         self.items.append(item)
         self.open = item
-        return out + [self._event("response.output_item.added", output_index=len(self.items) - 1, item=item)]
+        return out + [
+            self._event("response.output_item.added", output_index=len(self.items) - 1, item=item)
+        ]
 
     def _open_message(self) -> list[str]:
         out = self._add(_message_item("", "in_progress"))
-        return out + [self._event("response.content_part.added", **self._at(), content_index=0, part=_part())]
+        return out + [
+            self._event("response.content_part.added", **self._at(), content_index=0, part=_part())
+        ]
 
     def _thinking(self, text: str) -> list[str]:
         opened = self.open is not None and self.open["type"] == "reasoning"
         if not opened:
             item = self._reasoning_item("", "in_progress")
-            item.pop("encrypted_content", None)  # sealed once the thinking is whole (output_item.done)
+            item.pop(
+                "encrypted_content", None
+            )  # sealed once the thinking is whole (output_item.done)
             out = self._add(item)
         else:
             out = []
         self.thinking = (self.thinking if opened else "") + text
         if "content" not in self.open:
             return out
-        return out + [self._event("response.reasoning_text.delta", **self._at(), content_index=0, delta=text)]
+        return out + [
+            self._event("response.reasoning_text.delta", **self._at(), content_index=0, delta=text)
+        ]
 
     def _text(self, text: str) -> list[str]:
         if not text:
             return []
-        out = [] if self.open is not None and self.open["type"] == "message" else self._open_message()
+        out = (
+            [] if self.open is not None and self.open["type"] == "message" else self._open_message()
+        )
         self.sent += text
         self.open["content"][0]["text"] += text
         delta = {"content_index": 0, "delta": text, "logprobs": []}
@@ -162,17 +193,24 @@ class ResponseShape(StreamedTextAndCalls):
         piece = delta.arguments
         if piece:
             self.arguments += piece
-            if self.open["type"] == "function_call":  # a custom or shell call's item is whole at its end
+            if (
+                self.open["type"] == "function_call"
+            ):  # a custom or shell call's item is whole at its end
                 self.open["arguments"] += piece
-                out.append(self._event("response.function_call_arguments.delta", **self._at(), delta=piece))
+                out.append(
+                    self._event("response.function_call_arguments.delta", **self._at(), delta=piece)
+                )
         return out
 
     def _close_reasoning(self, item: dict, at: dict, status: str) -> list[str]:
-        """The reasoning item made whole: its ``encrypted_content`` and text (as asked) of all its thinking."""
+        """The reasoning item made whole: its ``encrypted_content`` and text (as asked) of all its
+        thinking."""
         item.update(self._reasoning_item(self.thinking, status), id=item["id"])
         if "content" not in item:
             return []
-        return [self._event("response.reasoning_text.done", **at, content_index=0, text=self.thinking)]
+        return [
+            self._event("response.reasoning_text.done", **at, content_index=0, text=self.thinking)
+        ]
 
     def _close(self, status: str = "completed") -> list[str]:
         item = self.open
@@ -197,4 +235,6 @@ class ResponseShape(StreamedTextAndCalls):
                 if "input" in item
                 else []
             )
-        return out + [self._event("response.output_item.done", output_index=at["output_index"], item=item)]
+        return out + [
+            self._event("response.output_item.done", output_index=at["output_index"], item=item)
+        ]

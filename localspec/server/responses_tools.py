@@ -55,7 +55,11 @@ _INPUT = {
 _SHELL = {
     "type": "object",
     "properties": {
-        "command": {"type": "array", "items": {"type": "string"}, "description": "The command and its arguments."},
+        "command": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "The command and its arguments.",
+        },
         "working_directory": {"type": "string"},
         "timeout_ms": {"type": "integer"},
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -88,8 +92,13 @@ class Toolset:
                 return model_name
         return name if namespace is None else f"{namespace}.{name}"
 
-    def add(self, model_name: str, tool: ToolEntry, description: str | None, parameters: dict | None) -> None:
-        function = {"name": model_name, "parameters": parameters or {"type": "object", "properties": {}}}
+    def add(
+        self, model_name: str, tool: ToolEntry, description: str | None, parameters: dict | None
+    ) -> None:
+        function = {
+            "name": model_name,
+            "parameters": parameters or {"type": "object", "properties": {}},
+        }
         if description:
             function["description"] = description
         self.tools.append({"type": "function", "function": function})
@@ -106,7 +115,9 @@ def toolset(tools: list, path: FieldPath = ("tools",)) -> Toolset:
     out = Toolset()
     for tool, description, parameters in entries:
         clash = tool.namespace is not None and bare.count(tool.name) > 1
-        out.add(f"{tool.namespace}.{tool.name}" if clash else tool.name, tool, description, parameters)
+        out.add(
+            f"{tool.namespace}.{tool.name}" if clash else tool.name, tool, description, parameters
+        )
     return out
 
 
@@ -116,7 +127,13 @@ def _entries(tool, at: FieldPath) -> list[tuple[ToolEntry, str | None, dict | No
         _say_dropped(tool.type)
         return []
     if tool.type == "local_shell":
-        return [(ToolEntry("local_shell", "local_shell"), "Run a shell command on the user's machine.", _SHELL)]
+        return [
+            (
+                ToolEntry("local_shell", "local_shell"),
+                "Run a shell command on the user's machine.",
+                _SHELL,
+            )
+        ]
     if tool.type not in ("function", "custom", "namespace"):
         raise RequestError(f"{dotted(at)}: tool type {tool.type!r} is not supported", at)
     if not tool.name:
@@ -124,15 +141,29 @@ def _entries(tool, at: FieldPath) -> list[tuple[ToolEntry, str | None, dict | No
     if tool.type == "function":
         return [(ToolEntry("function", tool.name), tool.description, tool.parameters)]
     if tool.type == "custom":
-        return [(ToolEntry("custom", tool.name), _custom_description(tool.description, extra.get("format")), _INPUT)]
+        return [
+            (
+                ToolEntry("custom", tool.name),
+                _custom_description(tool.description, extra.get("format")),
+                _INPUT,
+            )
+        ]
     inner = extra.get("tools")
     if not isinstance(inner, list):
-        raise RequestError(f"{dotted(at)}: a namespace tool needs tools (a list of functions)", at + ("tools",))
+        raise RequestError(
+            f"{dotted(at)}: a namespace tool needs tools (a list of functions)", at + ("tools",)
+        )
     out = []
     for j, member in enumerate(inner):
         where = at + ("tools", j)
-        if not isinstance(member, dict) or member.get("type", "function") != "function" or not member.get("name"):
-            raise RequestError(f"{dotted(where)}: a namespace holds function tools with a name", where)
+        if (
+            not isinstance(member, dict)
+            or member.get("type", "function") != "function"
+            or not member.get("name")
+        ):
+            raise RequestError(
+                f"{dotted(where)}: a namespace holds function tools with a name", where
+            )
         function = ToolEntry("function", member["name"], tool.name)
         out.append((function, member.get("description"), member.get("parameters")))
     return out
@@ -140,29 +171,52 @@ def _entries(tool, at: FieldPath) -> list[tuple[ToolEntry, str | None, dict | No
 
 def _custom_description(description: str | None, fmt) -> str:
     text = description or ""
-    if isinstance(fmt, dict) and fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
+    if (
+        isinstance(fmt, dict)
+        and fmt.get("type") == "grammar"
+        and isinstance(fmt.get("definition"), str)
+    ):
         syntax = fmt.get("syntax", "lark")
-        text += f"\n\nPut the whole freeform text in `input`; it follows this {syntax} grammar:\n{fmt['definition']}"
+        text += (
+            f"\n\nPut the whole freeform text in `input`; it follows this {syntax} "
+            f"grammar:\n{fmt['definition']}"
+        )
     return text.strip() or "A freeform tool: put its whole text in `input`."
 
 
 def _say_dropped(kind: str) -> None:
     if kind not in _said:
         _said.add(kind)
-        log.warning("Responses tool type %r is run by OpenAI's servers, not here: left out of the prompt", kind)
+        log.warning(
+            "Responses tool type %r is run by OpenAI's servers, not here: left out of the prompt",
+            kind,
+        )
 
 
 def output_item(tools: Toolset, call_id: str, model_name: str, arguments: str, status: str) -> dict:
     """A call of the model's (by its model-facing name) as the client's output item."""
     tool = tools.by_model_name.get(model_name, ToolEntry("function", model_name))
     if tool.kind == "custom":
-        item = {"type": "custom_tool_call", "id": f"ctc_{uuid.uuid4().hex[:24]}", "call_id": call_id}
+        item = {
+            "type": "custom_tool_call",
+            "id": f"ctc_{uuid.uuid4().hex[:24]}",
+            "call_id": call_id,
+        }
         return {**item, "name": tool.name, "input": _input_of(arguments), "status": status}
     if tool.kind == "local_shell":
         action = {"type": "exec", **_json_object(arguments)}
-        item = {"type": "local_shell_call", "id": f"lsc_{uuid.uuid4().hex[:24]}", "call_id": call_id}
+        item = {
+            "type": "local_shell_call",
+            "id": f"lsc_{uuid.uuid4().hex[:24]}",
+            "call_id": call_id,
+        }
         return {**item, "action": action, "status": status}
-    item = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:24]}", "call_id": call_id, "name": tool.name}
+    item = {
+        "type": "function_call",
+        "id": f"fc_{uuid.uuid4().hex[:24]}",
+        "call_id": call_id,
+        "name": tool.name,
+    }
     if tool.namespace is not None:
         item["namespace"] = tool.namespace
     return {**item, "arguments": arguments, "status": status}

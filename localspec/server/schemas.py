@@ -70,25 +70,33 @@ class ChatMessage(BaseModel):
             raise ValueError("a tool message needs tool_call_id, the id of the call it answers")
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
             raise ValueError(
-                f"a {self.role} message needs content" + (" or tool_calls" if self.role == "assistant" else "")
+                f"a {self.role} message needs content"
+                + (" or tool_calls" if self.role == "assistant" else "")
             )
         return self
 
     def text(self) -> str:
         if self.content is None:
             return ""
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return (
+            self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        )
 
     def for_model(self) -> dict:
         """The message as :meth:`localspec.api.SpeculativeModel.chat` takes it."""
-        message = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        message = {
+            "role": "system" if self.role == "developer" else self.role,
+            "content": self.text(),
+        }
         if self.tool_calls:
             message["tool_calls"] = [c.model_dump() for c in self.tool_calls]
         if self.tool_call_id is not None:
             message["tool_call_id"] = self.tool_call_id
         thinking = (self.model_extra or {}).get("reasoning_content")
         if self.role == "assistant" and isinstance(thinking, str):
-            message["reasoning_content"] = thinking  # an earlier turn's thinking, for the template to keep or drop
+            message["reasoning_content"] = (
+                thinking  # an earlier turn's thinking, for the template to keep or drop
+            )
         return message
 
 
@@ -125,7 +133,9 @@ class Prediction(BaseModel):
     content: str | list[_TextPart]
 
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return (
+            self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        )
 
 
 class StreamOptions(BaseModel):
@@ -140,7 +150,9 @@ class SpeculativeOptions(BaseModel):
     n_max: int | Literal["auto"] | None = None
     n_min: int | None = Field(None, ge=0)
     p_min: float | None = Field(None, ge=0.0, le=1.0)
-    strategy: Literal["auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none"] | None = None
+    strategy: (
+        Literal["auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none"] | None
+    ) = None
 
     @field_validator("n_max")
     @classmethod
@@ -151,12 +163,17 @@ class SpeculativeOptions(BaseModel):
 
     def as_options(self) -> dict:
         """The library's option names: draft_max, draft_min, p_min, strategy (those set)."""
-        return given(draft_max=self.n_max, draft_min=self.n_min, p_min=self.p_min, strategy=self.strategy)
+        return given(
+            draft_max=self.n_max, draft_min=self.n_min, p_min=self.p_min, strategy=self.strategy
+        )
 
     @staticmethod
     def of(options: SpeculativeOptions | None, prediction: str | None = None) -> Speculative:
-        """A body's ``speculative`` (None: not given) and Predicted Outputs' text as the request's."""
-        return Speculative(**(options.as_options() if options is not None else {}), prediction=prediction)
+        """A body's ``speculative`` (None: not given) and Predicted Outputs' text as the
+        request's."""
+        return Speculative(
+            **(options.as_options() if options is not None else {}), prediction=prediction
+        )
 
     @model_validator(mode="after")
     def _min_below_max(self):
@@ -183,7 +200,9 @@ class ResponseFormat(BaseModel):
     @model_validator(mode="after")
     def _schema_given(self):
         if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError("response_format of type json_schema needs json_schema: {name, schema}")
+            raise ValueError(
+                "response_format of type json_schema needs json_schema: {name, schema}"
+            )
         return self
 
     def as_option(self) -> dict | None:
@@ -226,14 +245,19 @@ class CommonRequest(BaseModel):
         into ``speculative``, so requests written for it work here unchanged."""
         if not isinstance(data, dict):
             return data
-        flat = {k: v for k, v in data.items() if isinstance(k, str) and k.startswith("speculative.")}
+        flat = {
+            k: v for k, v in data.items() if isinstance(k, str) and k.startswith("speculative.")
+        }
         if not flat:
             return data
         nested = data.get("speculative")
         if nested is not None and not isinstance(nested, dict):
             return data  # the nested value is refused on its own (400, param "speculative")
         rest = {k: v for k, v in data.items() if k not in flat}
-        return {**rest, "speculative": {**(nested or {}), **{k.split(".", 1)[1]: v for k, v in flat.items()}}}
+        return {
+            **rest,
+            "speculative": {**(nested or {}), **{k.split(".", 1)[1]: v for k, v in flat.items()}},
+        }
 
     @field_validator("stop")
     @classmethod
@@ -251,7 +275,8 @@ class CommonRequest(BaseModel):
         "presence_penalty",
         "frequency_penalty",
         "logit_bias",
-        why="penalties and logit_bias are not supported (they would change the target's distribution)",
+        why="penalties and logit_bias are not supported (they would change the target's "
+        "distribution)",
     )
 
 

@@ -33,7 +33,9 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 BODY_TIMEOUT_S = 60.0  # a body announced but never sent does not hold a connection forever
 _POLL_S = 0.1  # how often a waiting handler checks that its client is still there
 KEEPALIVE_S = 10.0  # a stream sends its protocol's keep-alive after this long with nothing sent
-CANCEL_LOG_WAIT_S = 30.0  # a cancelled request's log line waits this long for its generation's counts
+CANCEL_LOG_WAIT_S = (
+    30.0  # a cancelled request's log line waits this long for its generation's counts
+)
 _WAITING = object()  # _next's answer when nothing came within its wait
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -64,7 +66,11 @@ def host_allowed(host_header: str) -> bool:
     127.0.0.1 (DNS rebinding, as in Ollama's CVE-2024-28224): its scripts would then read
     the server's answers as their own origin's."""
     name = (urlsplit("//" + host_header).hostname or "") if host_header else ""
-    if name in ("", "localhost") or name.endswith(".localhost") or name == socket.gethostname().lower():
+    if (
+        name in ("", "localhost")
+        or name.endswith(".localhost")
+        or name == socket.gethostname().lower()
+    ):
         return True
     try:
         ipaddress.ip_address(name)
@@ -85,10 +91,16 @@ class ServerState:
         self.model, self.config, self.worker = model, config, worker
         self.created = int(time.time())
         self.keys = ReasoningKeys()
-        reasoning = getattr(model, "reasoning", None)  # its ChatReasoning, read once (a stand-in may have none)
-        self._reads_enable = getattr(getattr(reasoning, "format", None), "reads_enable_thinking", False) is True
+        reasoning = getattr(
+            model, "reasoning", None
+        )  # its ChatReasoning, read once (a stand-in may have none)
+        self._reads_enable = (
+            getattr(getattr(reasoning, "format", None), "reads_enable_thinking", False) is True
+        )
         self.worker.metrics = self.metrics = Metrics(model, worker)
-        self._lines_waiting: set[asyncio.Task] = set()  # cancelled requests' log lines (_log_once_stopped)
+        self._lines_waiting: set[asyncio.Task] = (
+            set()
+        )  # cancelled requests' log lines (_log_once_stopped)
 
     @property
     def supports_tools(self) -> bool:
@@ -100,7 +112,15 @@ class ServerState:
         fim = "pre" in self.fim_tokens
         budget = getattr(getattr(self.model, "reasoning", None), "load_budget", -1)
         defaults = self.config.defaults
-        return Limits(self.config.model_name, limit, self.supports_tools, fim, defaults, budget, self._reads_enable)
+        return Limits(
+            self.config.model_name,
+            limit,
+            self.supports_tools,
+            fim,
+            defaults,
+            budget,
+            self._reads_enable,
+        )
 
     def options(self, request: GenerationRequest) -> dict:
         """:func:`~localspec.server.request.model_options` under this server's limits."""
@@ -121,7 +141,9 @@ class ServerState:
         if not any([hmac.compare_digest(t.encode(), self.config.api_key.encode()) for t in tokens]):
             raise APIError(
                 401,
-                "Incorrect API key provided" if tokens else "Missing API key (Authorization: Bearer ... or x-api-key)",
+                "Incorrect API key provided"
+                if tokens
+                else "Missing API key (Authorization: Bearer ... or x-api-key)",
                 code="invalid_api_key",
             )
 
@@ -130,7 +152,8 @@ class ServerState:
         if self.config.loopback_only and not host_allowed(host):
             raise APIError(
                 403,
-                f"this server answers requests for localhost, not {host!r} (a web page could reach it by DNS "
+                f"this server answers requests for localhost, not {host!r} (a web page could "
+                "reach it by DNS "
                 "rebinding); behind a proxy, start it with --api-key or forward Host: localhost",
                 type="permission_error",
                 code="host_not_allowed",
@@ -141,12 +164,16 @@ class ServerState:
         limit = self.config.max_body_bytes
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > limit:
-            raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+            raise APIError(
+                413, f"the request body is larger than {limit} bytes", code="request_too_large"
+            )
         try:
             body = await asyncio.wait_for(_read(request, limit), BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise APIError(
-                408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s", code="request_timeout"
+                408,
+                f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s",
+                code="request_timeout",
             ) from None
         except ClientDisconnect:
             raise APIError(
@@ -166,7 +193,9 @@ class ServerState:
         is answered by ``render(error)`` (a protocol's own error shape; OpenAI's by default).
         Each request's log line (:mod:`.access_log`) is written when its answer is done."""
         ua = request.headers.get("user-agent")
-        record = request.state.localspec_record = RequestRecord(request.method, request.url.path, ua, protocol)
+        record = request.state.localspec_record = RequestRecord(
+            request.method, request.url.path, ua, protocol
+        )
         try:
             self.check_key(request)
             response = await handler(request)
@@ -183,7 +212,12 @@ class ServerState:
         return response
 
     def route(
-        self, path: str, handler, methods=("POST",), render=APIError.response, protocol: str | None = None
+        self,
+        path: str,
+        handler,
+        methods=("POST",),
+        render=APIError.response,
+        protocol: str | None = None,
     ) -> Route:
         """A route answering ``path`` with ``handler(request)`` through :meth:`handle`."""
 
@@ -195,7 +229,12 @@ class ServerState:
     # --- answering --------------------------------------------------------------------------
 
     async def run(
-        self, http: Request, request: GenerationRequest, options: dict, shape, on_start: Callable | None = None
+        self,
+        http: Request,
+        request: GenerationRequest,
+        options: dict,
+        shape,
+        on_start: Callable | None = None,
     ) -> Response:
         """Queue ``request`` (with its :meth:`options`) and answer in ``shape``'s protocol: a
         stream of its events when ``request.stream``, else its whole response.  ``shape``
@@ -249,7 +288,9 @@ class ServerState:
         self._lines_waiting.add(task)
         task.add_done_callback(self._lines_waiting.discard)
 
-    async def _sse(self, http: Request, job: Job, shape, request: GenerationRequest, record) -> AsyncIterator[str]:
+    async def _sse(
+        self, http: Request, job: Job, shape, request: GenerationRequest, record
+    ) -> AsyncIterator[str]:
         """The stream's texts; a keep-alive whenever nothing went out for KEEPALIVE_S: while
         the prompt is read, or while the answer's text is held back (it may be a tool call)."""
         quiet = _Quiet()
@@ -333,7 +374,9 @@ def _keep_alive(shape, progress: dict | None) -> list[str]:
     keep_alive = getattr(shape, "keep_alive", None)
     if keep_alive is not None:
         return keep_alive(progress)
-    return [sse.comment("keep-alive" + (f" prompt_progress={json.dumps(progress)}" if progress else ""))]
+    return [
+        sse.comment("keep-alive" + (f" prompt_progress={json.dumps(progress)}" if progress else ""))
+    ]
 
 
 def _idle_keep_alive(shape) -> list[str]:
@@ -351,7 +394,11 @@ def _start_error(item: tuple, request: GenerationRequest) -> APIError | None:
     """The error a job's item means for the request (None: not an error)."""
     kind, value = item
     if kind == "error":
-        return from_localspec_error(value, request.paths.prompt) if isinstance(value, LocalspecError) else _internal()
+        return (
+            from_localspec_error(value, request.paths.prompt)
+            if isinstance(value, LocalspecError)
+            else _internal()
+        )
     if kind == "skipped":
         return APIError(503, "the server is shutting down", type="server_error", retry=True)
     return None
@@ -387,7 +434,9 @@ async def _read(request: Request, limit: int) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise APIError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+            raise APIError(
+                413, f"the request body is larger than {limit} bytes", code="request_too_large"
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 

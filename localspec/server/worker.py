@@ -61,7 +61,10 @@ class Job:
             cached = list(generation.target.cache_tokens)
         except Exception:  # a sequence without a readable cache
             cached = []
-        done = next((i for i, (a, b) in enumerate(zip(prompt, cached)) if a != b), min(len(prompt), len(cached)))
+        done = next(
+            (i for i, (a, b) in enumerate(zip(prompt, cached)) if a != b),
+            min(len(prompt), len(cached)),
+        )
         time_ms = round((time.perf_counter() - self.started_at) * 1000)
         return {"total": len(prompt), "processed": done, "time_ms": time_ms}
 
@@ -80,10 +83,14 @@ class ModelWorker:
     serves its pair with one fewer, keeping a slot for its own answers.
     """
 
-    def __init__(self, model, queue_size: int = DEFAULT_QUEUE, metrics=None, threads: int | None = None):
+    def __init__(
+        self, model, queue_size: int = DEFAULT_QUEUE, metrics=None, threads: int | None = None
+    ):
         self.model = model
         self.queue_size = queue_size
-        self.metrics = metrics  # a localspec.server.metrics.Metrics told of every finished generation
+        self.metrics = (
+            metrics  # a localspec.server.metrics.Metrics told of every finished generation
+        )
         self._jobs: queue.Queue = queue.Queue()
         self._admitted = 0  # jobs submitted and not yet finished, skipped or withdrawn
         self._admit_lock = threading.Lock()
@@ -118,7 +125,13 @@ class ModelWorker:
 
     def submit(self, job: Job) -> None:
         if self._closed:
-            raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down", retry=True)
+            raise APIError(
+                503,
+                "the server is shutting down",
+                type="server_error",
+                code="shutting_down",
+                retry=True,
+            )
         with self._admit_lock:
             if self._admitted >= self._capacity:
                 raise APIError(
@@ -227,7 +240,11 @@ class ModelWorker:
             "logprob": event.logprob,
             "bytes": list(piece(event.token)),
             "top_logprobs": [
-                {"token": piece(t).decode("utf-8", "replace"), "logprob": lp, "bytes": list(piece(t))}
+                {
+                    "token": piece(t).decode("utf-8", "replace"),
+                    "logprob": lp,
+                    "bytes": list(piece(t)),
+                }
                 for t, lp in (event.top_logprobs or ())
             ],
         }

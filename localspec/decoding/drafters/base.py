@@ -24,14 +24,14 @@ class Draft:
     """Proposed tokens d_1..d_k.
 
     ``probs`` is k :class:`~localspec.decoding.sampling.Candidates`, the i-th the distribution d_i
-    was sampled from (ids in the target's vocabulary), or ``None`` when the drafter has no distribution (greedy, or prompt lookup):
-    verification then treats each token as drawn from a one-hot q.  ``confidence`` is
-    the drafter's own estimate, per token, that d_i is accepted given d_1..d_{i-1} were
-    (the draft model's q(d_i), a suffix count ratio, 1/2 for a prompt-lookup copy, a
-    prediction's match record), or None when it has none; the adaptive policy calibrates
-    it against what the target accepts.  ``depth``: per token, how many context tokens
-    the drafter matched to propose it (a suffix or prompt-lookup match's length plus the
-    draft tokens before it), or None; the policy calibrates confidences per depth group.
+    was sampled from (ids in the target's vocabulary), or ``None`` when the drafter has no
+    distribution (greedy, or prompt lookup): verification then treats each token as drawn from a
+    one-hot q.  ``confidence`` is the drafter's own estimate, per token, that d_i is accepted given
+    d_1..d_{i-1} were (the draft model's q(d_i), a suffix count ratio, 1/2 for a prompt-lookup copy,
+    a prediction's match record), or None when it has none; the adaptive policy calibrates it
+    against what the target accepts.  ``depth``: per token, how many context tokens the drafter
+    matched to propose it (a suffix or prompt-lookup match's length plus the draft tokens before
+    it), or None; the policy calibrates confidences per depth group.
     ``forced``: per token, whether a grammar forced it (a draft that joins a grammar's
     forced tokens to another drafter's guess, :func:`~localspec.decoding.drafters.grammar.chained`);
     the policy prices and calibrates those as the grammar's, and kept ones count as FORCED.
@@ -89,12 +89,20 @@ class Drafter(Protocol):
     name: str  # "draft-model", "prompt-lookup", "suffix", "prediction", "grammar"
     decode_s: float = 0.0  # seconds spent in the drafter's own model since it was created
     catch_up_s: float = 0.0  # part of decode_s spent catching up on tokens it had not seen
-    free: bool = False  # proposing costs next to nothing (no model): the adaptive policy asks it every round
+    free: bool = (
+        False  # proposing costs next to nothing (no model): the adaptive policy asks it every round
+    )
     forces: bool = False  # a grammar's forced tokens: kept ones are TokenSource.FORCED
-    looks_ahead: bool = False  # propose(..., ahead=tokens) drafts after tokens not yet in the context
-    max_spec_factor: float | None = None  # a fixed-length draft is cut to this many times its match (Draft.depth[0])
+    looks_ahead: bool = (
+        False  # propose(..., ahead=tokens) drafts after tokens not yet in the context
+    )
+    max_spec_factor: float | None = (
+        None  # a fixed-length draft is cut to this many times its match (Draft.depth[0])
+    )
     prior_acceptance: float = 0.5  # a first guess of its per-token acceptance
-    prior_cost_s: float | None = None  # a first guess of its seconds per draft token (None: half a target step)
+    prior_cost_s: float | None = (
+        None  # a first guess of its seconds per draft token (None: half a target step)
+    )
 
     def begin(self, prompt: Sequence[int]) -> None:
         """A generation starts from ``prompt`` (token ids)."""
@@ -110,7 +118,12 @@ class Drafter(Protocol):
         """Read ``prompt`` during prompt eval, so the first draft does not pay for it."""
 
     def propose(
-        self, context: Sequence[int], max_tokens: int, params: SamplingParams, p_min: float, rng: np.random.Generator
+        self,
+        context: Sequence[int],
+        max_tokens: int,
+        params: SamplingParams,
+        p_min: float,
+        rng: np.random.Generator,
     ) -> Draft:
         """Propose up to ``max_tokens`` tokens to follow ``context`` (all ids so far,
         the last one not yet verified by the target)."""

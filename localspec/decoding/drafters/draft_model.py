@@ -29,7 +29,9 @@ class DraftModelDrafter(Drafter):
         self.n_vocab_target = n_vocab_target
         self.is_eog = is_eog
         self.catch_up_s = 0.0
-        self.constraint = None  # the current generation's grammar (localspec.decoding.grammar.Constraint)
+        self.constraint = (
+            None  # the current generation's grammar (localspec.decoding.grammar.Constraint)
+        )
 
     @property
     def decode_s(self) -> float:

@@ -42,7 +42,11 @@ def chained(constraint, forced: Draft, guess, cut, max_tokens: int) -> Draft:
     try:
         free = cut(guess(forced.tokens, max_tokens - len(forced.tokens)))
         consumed += constraint.advance(free.tokens)
-        after = constraint.forced(max_tokens - len(forced.tokens) - len(free.tokens)) if free.tokens else []
+        after = (
+            constraint.forced(max_tokens - len(forced.tokens) - len(free.tokens))
+            if free.tokens
+            else []
+        )
     finally:
         constraint.back(consumed)
     return cut(Draft.empty().then(forced, forced=True).then(free).then(Draft(after), forced=True))

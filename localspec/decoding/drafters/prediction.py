@@ -62,7 +62,11 @@ class PredictionDrafter(ModelFreeDrafter):
     def _follow(self, context: Sequence[int]) -> None:
         """Advance ``pos`` over the tokens emitted since the last call."""
         for token in context[self.seen :]:
-            if self.pos is not None and self.pos < self.tokens.size and self.tokens[self.pos] == token:
+            if (
+                self.pos is not None
+                and self.pos < self.tokens.size
+                and self.tokens[self.pos] == token
+            ):
                 self.pos += 1
                 self.last_pos = self.pos
                 self.run += 1

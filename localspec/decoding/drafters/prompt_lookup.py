@@ -88,6 +88,8 @@ class PromptLookupDrafter(ModelFreeDrafter):
                 matched = match_length(tokens, end, self.MAX_DEPTH, recent)
                 follow = tokens[end : end + max_tokens]
                 return Draft(
-                    tokens=follow, confidence=[0.5] * len(follow), depth=[matched + i for i in range(len(follow))]
+                    tokens=follow,
+                    confidence=[0.5] * len(follow),
+                    depth=[matched + i for i in range(len(follow))],
                 )
         return Draft.empty()

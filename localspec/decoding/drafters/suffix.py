@@ -1,4 +1,5 @@
-"""The suffix drafter (SuffixDecoding, arXiv 2411.04975): this request's text and earlier outputs."""
+"""The suffix drafter (SuffixDecoding, arXiv 2411.04975): this request's text and earlier
+outputs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from localspec.errors import InvalidOptionError
 class SuffixDrafter(ModelFreeDrafter):
     """Drafts the most frequent continuation of the longest match of the context's end,
     in this request's prompt and output and in earlier outputs of the same loaded model
-    (SuffixDecoding, Oliaro et al. 2024, arXiv:2411.04975; see :mod:`localspec.decoding.drafters.suffix_index`).
+    (SuffixDecoding, Oliaro et al. 2024, arXiv:2411.04975; see
+    :mod:`localspec.decoding.drafters.suffix_index`).
 
     Two indexes: the request's (its prompt, then each accepted token; kept for the next
     request when that one continues the same conversation) and the store of earlier
@@ -40,7 +42,9 @@ class SuffixDrafter(ModelFreeDrafter):
         shared_with: SuffixDrafter | None = None,
     ):
         if max_spec_factor is not None and not 0.0 < max_spec_factor < math.inf:
-            raise InvalidOptionError(f"max_spec_factor must be a positive number or None, got {max_spec_factor!r}")
+            raise InvalidOptionError(
+                f"max_spec_factor must be a positive number or None, got {max_spec_factor!r}"
+            )
         self.store_tokens = store_tokens
         self.min_estimate = min_estimate
         self.max_spec_factor = max_spec_factor
@@ -80,7 +84,9 @@ class SuffixDrafter(ModelFreeDrafter):
             return Draft.empty()
         self._sync(context)
         recent = context_slice(context, max(0, len(context) - max(KEYS))) + list(ahead)
-        recent = recent[len(recent) - max(KEYS) :] if len(recent) > max(KEYS) else recent  # all a lookup reads
+        recent = (
+            recent[len(recent) - max(KEYS) :] if len(recent) > max(KEYS) else recent
+        )  # all a lookup reads
         here = self.request.lookup(recent, max_tokens, self.min_estimate)
         with self.store_lock:
             before = self.store.lookup(recent, max_tokens, self.min_estimate)

@@ -3,13 +3,12 @@
 After SuffixDecoding (Oliaro et al. 2024, arXiv:2411.04975): find where the end of the
 current text occurred before, and propose the most frequent continuation, with a
 per-token estimate count(child) / (count(parent) + 1) (the paper's ratio, smoothed so a
-continuation seen once is not taken for certain: 1/2, 3 of 3 give 3/4, 10 of 10 give 10/11).  Instead of a suffix tree, the index
-keeps, for a few key lengths k (``KEYS``), a hash table from each k-gram to the
-positions that followed it.  A lookup takes the longest key that matched, then walks
-forward through those same occurrences token by token: at each step the most frequent
-next token among them, its share as the estimate, and only the occurrences that agree
-carry on.  That is the walk down a suffix tree, restricted to the ``MAX_OCCURRENCES``
-most recent occurrences.
+continuation seen once is not taken for certain: 1/2, 3 of 3 give 3/4, 10 of 10 give 10/11).
+Instead of a suffix tree, the index keeps, for a few key lengths k (``KEYS``), a hash table from
+each k-gram to the positions that followed it.  A lookup takes the longest key that matched, then
+walks forward through those same occurrences token by token: at each step the most frequent next
+token among them, its share as the estimate, and only the occurrences that agree carry on.  That is
+the walk down a suffix tree, restricted to the ``MAX_OCCURRENCES`` most recent occurrences.
 
 Appending a token costs one dict update per key length; evicting the oldest sequences
 (FIFO, once the index holds more than ``max_tokens``) trims their positions from the
@@ -62,7 +61,9 @@ class SuffixIndex:
         self._buf: list[int] = []  # tokens; _END between sequences
         self._base = 0  # absolute position of _buf[0]
         self._start = 0  # absolute start of the open sequence
-        self._tables = {k: {} for k in KEYS}  # k -> {hash(k-gram): [absolute position after it, ...]}
+        self._tables = {
+            k: {} for k in KEYS
+        }  # k -> {hash(k-gram): [absolute position after it, ...]}
         self._sequences: deque[tuple[int, int]] = deque()  # closed sequences: (start, end) absolute
         self.n_tokens = 0  # tokens held, separators excluded
 
@@ -139,7 +140,9 @@ class SuffixIndex:
                 return draft
         return SuffixDraft([], [], 0)
 
-    def _walk(self, positions: list[int], max_tokens: int, min_estimate: float, k: int) -> SuffixDraft:
+    def _walk(
+        self, positions: list[int], max_tokens: int, min_estimate: float, k: int
+    ) -> SuffixDraft:
         tokens: list[int] = []
         estimates: list[float] = []
         open_end = self._base + len(self._buf)  # where the open sequence (the context) ends
@@ -153,7 +156,9 @@ class SuffixIndex:
             if not counts:
                 break
             best = max(counts, key=counts.get)
-            estimate = counts[best] / (len(live) + 1)  # one unseen alternative: one sighting is no certainty
+            estimate = counts[best] / (
+                len(live) + 1
+            )  # one unseen alternative: one sighting is no certainty
             if estimate < min_estimate:
                 break
             tokens.append(best)

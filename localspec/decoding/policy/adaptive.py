@@ -9,7 +9,8 @@ drafters, their calibrated per-token confidences (the stopping rule of SpecDec++
 et al. 2024, arXiv:2405.19715).  What it measures and learns is in
 :mod:`~localspec.decoding.policy.costs` and
 :mod:`~localspec.decoding.policy.estimates`; each mechanism, and the replay figure that earns it
-its place, in docs/drafting.md.  It implements :class:`~localspec.decoding.policy.protocol.Policy`, what the loop asks.
+its place, in docs/drafting.md.  It implements :class:`~localspec.decoding.policy.protocol.Policy`,
+what the loop asks.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ class AdaptivePolicy:
         caps = caps or {}
         self.drafters = list(drafters)
         self.costs = costs if costs is not None else CostModel()
-        self.records = {d.name: DrafterRecord.new(d, caps.get(d.name, draft_cap(d.name))) for d in drafters}
+        self.records = {
+            d.name: DrafterRecord.new(d, caps.get(d.name, draft_cap(d.name))) for d in drafters
+        }
         self._forcer = next((r for r in self.records.values() if r.drafter.forces), None)
         self._others = (0, 0)  # (tokens, sequences) the round's verify shares with others
         for d in drafters:
@@ -145,11 +148,17 @@ class AdaptivePolicy:
             k, rate = self._best_of(price, record, min(k_cap, record.cap), n_context, k_cap)
             if k and rate > best_rate:
                 best, best_rate = (record.drafter, k), rate
-        if best[0] is not None and self.costs.plain_probe_due and best_rate < STALL_CLIP * plain_rate:
+        if (
+            best[0] is not None
+            and self.costs.plain_probe_due
+            and best_rate < STALL_CLIP * plain_rate
+        ):
             return None, 0  # observe() counts again from this one-token verify
         return best
 
-    def _best_of(self, price: RoundPricing, record: DrafterRecord, limit: int, n_context: int, k_cap: int):
+    def _best_of(
+        self, price: RoundPricing, record: DrafterRecord, limit: int, n_context: int, k_cap: int
+    ):
         if record.proposal is not None:
             per_token = self.costs.draft_cost(record.drafter).value
             return self._best_length(price, record, record.proposal, limit, per_token)
@@ -179,7 +188,13 @@ class AdaptivePolicy:
         return record.trust.scale(record.confidences(confidence, depth), Calibration.group(depth))
 
     def _learn_confidences(
-        self, record, confidence: Sequence[float], depth, n_accepted: int, forced=None, verified=True
+        self,
+        record,
+        confidence: Sequence[float],
+        depth,
+        n_accepted: int,
+        forced=None,
+        verified=True,
     ) -> None:
         """Draft tokens with these confidences (and depths) were judged: the first
         ``n_accepted`` accepted, then one rejected unless all were accepted.  The tokens a
@@ -198,7 +213,9 @@ class AdaptivePolicy:
             owner.trust.observe(chances, accepted, [Calibration.group(x) for x in at])
             owner.confidences.observe(mine, accepted, at)
 
-    def _best_length(self, price, record, draft, limit: int, cost_per_token: float) -> tuple[int, float]:
+    def _best_length(
+        self, price, record, draft, limit: int, cost_per_token: float
+    ) -> tuple[int, float]:
         """The length of ``draft`` (at most ``limit``) with the most expected tokens per
         second, and that rate; (0, 0.0) for an empty draft."""
         best_k, best_rate = 0, 0.0
@@ -211,7 +228,9 @@ class AdaptivePolicy:
                 best_k, best_rate = k, rate
         return best_k, best_rate
 
-    def _best_blind(self, price, record, limit: int, n_context: int, k_cap: int) -> tuple[int, float]:
+    def _best_blind(
+        self, price, record, limit: int, n_context: int, k_cap: int
+    ) -> tuple[int, float]:
         """Length and rate for a drafter not yet asked, from its acceptance estimate; a
         draft model's catch-up (its prefill of the context) is charged over the tokens it
         could still serve (``k_cap``, the tokens the generation may still produce)."""
@@ -257,9 +276,13 @@ class AdaptivePolicy:
             record.observe(n_drafted, outcome.n_accepted, verified=True)
             if draft.confidence:
                 confidence = draft.confidence[:n_drafted]
-                self._learn_confidences(record, confidence, draft.depth, outcome.n_accepted, draft.forced)
+                self._learn_confidences(
+                    record, confidence, draft.depth, outcome.n_accepted, draft.forced
+                )
         if outcome.emitted:
-            self._judge_unverified(self._judged_in_round(record, n_drafted, draft.forced), list(outcome.emitted))
+            self._judge_unverified(
+                self._judged_in_round(record, n_drafted, draft.forced), list(outcome.emitted)
+            )
         for r in self.records.values():
             r.proposal = None
 
@@ -292,4 +315,6 @@ class AdaptivePolicy:
             record.observe(judged, matched, verified=False)
             if draft.confidence:
                 confidence = draft.confidence[:judged]
-                self._learn_confidences(record, confidence, draft.depth, matched, draft.forced, False)
+                self._learn_confidences(
+                    record, confidence, draft.depth, matched, draft.forced, False
+                )

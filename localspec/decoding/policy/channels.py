@@ -25,10 +25,10 @@ from localspec.decoding.rounds import RoundOutcome
 
 
 class ChannelPolicy:
-    """A :class:`~localspec.decoding.policy.protocol.Policy` that hands every call to the policy of the
-    channel the current round started in.  ``policies``: channel name -> policy (``content``
-    required; a channel without one, a marker, uses ``content``'s).  Every generation starts
-    in ``content`` until :meth:`enter_channel` says otherwise."""
+    """A :class:`~localspec.decoding.policy.protocol.Policy` that hands every call to the policy of
+    the channel the current round started in.  ``policies``: channel name -> policy (``content``
+    required; a channel without one, a marker, uses ``content``'s).  Every generation starts in
+    ``content`` until :meth:`enter_channel` says otherwise."""
 
     def __init__(self, policies: Mapping[str, Policy]):
         if CONTENT not in policies:
@@ -79,5 +79,7 @@ def adaptive_parts(policy: Policy) -> list[tuple[str, AdaptivePolicy]]:
     if isinstance(policy, AdaptivePolicy):
         return [(CONTENT, policy)]
     if isinstance(policy, ChannelPolicy):
-        return [(channel, p) for channel, p in policy.policies.items() if isinstance(p, AdaptivePolicy)]
+        return [
+            (channel, p) for channel, p in policy.policies.items() if isinstance(p, AdaptivePolicy)
+        ]
     return []

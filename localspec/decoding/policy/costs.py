@@ -56,7 +56,9 @@ class CostAverage:
         if self.weight > 0:
             x = min(x, STALL_CLIP * self.value)
         self.weight = DECAY * self.weight + 1.0
-        self.value = x if self.weight == 1.0 else self.value + (x - self.value) / self.weight  # a prior may be NaN
+        self.value = (
+            x if self.weight == 1.0 else self.value + (x - self.value) / self.weight
+        )  # a prior may be NaN
 
 
 @dataclass
@@ -84,7 +86,9 @@ class CostModel:
         """Seconds per draft token of ``drafter`` (its prior until measured)."""
         if drafter.name not in self.draft:
             prior = drafter.prior_cost_s
-            self.draft[drafter.name] = CostAverage(prior if prior is not None else 0.5 * STEP_PRIOR_S)
+            self.draft[drafter.name] = CostAverage(
+                prior if prior is not None else 0.5 * STEP_PRIOR_S
+            )
         return self.draft[drafter.name]
 
     def draft_known(self) -> bool:
@@ -137,7 +141,11 @@ class CostModel:
         self.since_plain = PLAIN_PROBE_EVERY if falling else 0
 
     def measure(
-        self, target, draft_engines: Mapping[str, object], token: int = 100, sizes: Sequence[int] = BATCH_SIZES
+        self,
+        target,
+        draft_engines: Mapping[str, object],
+        token: int = 100,
+        sizes: Sequence[int] = BATCH_SIZES,
     ) -> None:
         """Measure the target's cost for batches of ``sizes`` tokens and each draft model's
         cost per token and per prompt token (``draft_engines``: drafter name -> its Engine), by
@@ -159,7 +167,10 @@ class CostModel:
         readings = _verify_readings(target, token, fitting)
         for _ in range(MEASURE_RETRIES):
             known = {str(b): a.value for b, a in self.verify.items() if a.weight > 0}
-            if implausible_costs({**known, **{str(b): s for b, s in readings.items()}}, None) is None:
+            if (
+                implausible_costs({**known, **{str(b): s for b, s in readings.items()}}, None)
+                is None
+            ):
                 break
             again = _verify_readings(target, token, fitting)  # a stall over both runs of a size
             readings = {b: min(s, again.get(b, s)) for b, s in readings.items()}
@@ -251,7 +262,11 @@ def _verify_readings(target, token: int, sizes: Sequence[int]) -> dict[int, floa
 
 def verify_costs_record(verify_costs: dict) -> dict:
     """The measured verify costs as JSON: ``{"<batch size>": seconds}`` (priors left out)."""
-    return {str(b): a.value for b, a in sorted(verify_costs.items()) if a.weight > 0 and 0.0 < a.value < math.inf}
+    return {
+        str(b): a.value
+        for b, a in sorted(verify_costs.items())
+        if a.weight > 0 and 0.0 < a.value < math.inf
+    }
 
 
 def load_verify_costs(record: dict, verify_costs: dict) -> None:

@@ -59,7 +59,9 @@ class TextTrust:
     accepted: dict = field(default_factory=dict)  # depth group -> tokens accepted
 
     def factor(self, group: int) -> float:
-        return (self.accepted.get(group, 0.0) + TRUST_PRIOR) / (self.predicted.get(group, 0.0) + TRUST_PRIOR)
+        return (self.accepted.get(group, 0.0) + TRUST_PRIOR) / (
+            self.predicted.get(group, 0.0) + TRUST_PRIOR
+        )
 
     def scale(self, chance: float, group: int) -> float:
         """Below par (f < 1) the chance itself is scaled, a f: three misses of drafts
@@ -95,7 +97,9 @@ class Calibration:
 
     def __init__(self):
         groups = len(self.DEPTHS) + 1
-        self.accepted = [[2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)] for _ in range(groups)]
+        self.accepted = [
+            [2.0 * (b + 0.5) / self.BINS for b in range(self.BINS)] for _ in range(groups)
+        ]
         self.reached = [[2.0] * self.BINS for _ in range(groups)]
 
     @classmethod
@@ -113,13 +117,17 @@ class Calibration:
         g, b = self._cell(confidence, depth)
         return self.accepted[g][b] / self.reached[g][b]
 
-    def observe(self, confidence: Sequence[float], n_accepted: int, depth: Sequence[int] | None = None) -> None:
+    def observe(
+        self, confidence: Sequence[float], n_accepted: int, depth: Sequence[int] | None = None
+    ) -> None:
         """Tokens 1..n_accepted were accepted; token n_accepted + 1 (if in ``confidence``)
         was not; the ones after it were never judged.  ``depth``: per token, as
         :attr:`~localspec.decoding.drafters.Draft.depth` (None: all in the first group)."""
         for i, c in enumerate(confidence[: n_accepted + 1]):
             g, b = self._cell(c, depth[i] if depth and i < len(depth) else 0)
-            self.accepted[g][b] = self.DECAY * self.accepted[g][b] + (1.0 if i < n_accepted else 0.0)
+            self.accepted[g][b] = self.DECAY * self.accepted[g][b] + (
+                1.0 if i < n_accepted else 0.0
+            )
             self.reached[g][b] = self.DECAY * self.reached[g][b] + 1.0
 
 
@@ -154,7 +162,12 @@ class LearntAcceptance:
         if not isinstance(entry, Mapping):
             return None
         s, t = entry.get("successes"), entry.get("trials")
-        if not all(isinstance(x, (int, float)) and x == x for x in (s, t)) or not 0 <= s <= t or t <= 0 or t > 1e6:
+        if (
+            not all(isinstance(x, (int, float)) and x == x for x in (s, t))
+            or not 0 <= s <= t
+            or t <= 0
+            or t > 1e6
+        ):
             return None
         return cls(float(s), float(t))
 

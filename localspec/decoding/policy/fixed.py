@@ -36,7 +36,11 @@ class FixedPolicy:
         return self.draft_max
 
     def plan(
-        self, k_cap: int, proposals: Mapping | None = None, n_context: int = 0, others: tuple[int, int] = (0, 0)
+        self,
+        k_cap: int,
+        proposals: Mapping | None = None,
+        n_context: int = 0,
+        others: tuple[int, int] = (0, 0),
     ) -> tuple[Drafter | None, int]:
         k = min(self.draft_max, k_cap)
         return (self.drafter, k) if self.drafter is not None and k > 0 else (None, 0)

@@ -16,7 +16,9 @@ class RoundPricing:
     to ``step_s`` until one is measured) and the batch the round's verify joins: ``others``
     = (tokens, sequences) of the other sequences sharing that decode ((0, 0) alone)."""
 
-    def __init__(self, measured: Mapping[int, float], step_s: float, others: tuple[int, int] = (0, 0)):
+    def __init__(
+        self, measured: Mapping[int, float], step_s: float, others: tuple[int, int] = (0, 0)
+    ):
         known = sorted(measured.items())
         # a bigger batch never costs less: measured so (noise), a useless draft would look free
         self.measured = [(b, c) for (b, _), c in zip(known, accumulate((c for _, c in known), max))]
@@ -49,7 +51,9 @@ def _interpolated(known: list, batch: int) -> float:
     for (b0, c0), (b1, c1) in zip(known, known[1:]):
         if b0 <= batch <= b1:
             return c0 + (c1 - c0) * (batch - b0) / (b1 - b0)
-    if batch > known[-1][0] and len(known) >= 2:  # past the largest measured batch: its slope goes on
+    if (
+        batch > known[-1][0] and len(known) >= 2
+    ):  # past the largest measured batch: its slope goes on
         (b0, c0), (b1, c1) = known[-2], known[-1]
         return max(c1 + (c1 - c0) / (b1 - b0) * (batch - b1), c1)
     b_edge, c_edge = known[0] if batch < known[0][0] else known[-1]

@@ -50,7 +50,8 @@ class Policy(Protocol):
     def observe(self, outcome: RoundOutcome) -> None: ...
 
     def enter_channel(self, channel: str) -> None:
-        """The next round starts in ``channel``: ``reasoning``, or ``content`` (always, without thinking)."""
+        """The next round starts in ``channel``: ``reasoning``, or ``content`` (always, without
+        thinking)."""
 
 
 def expected_tokens(alpha: float, k: int) -> float:
