@@ -20,7 +20,7 @@ LAYERS = [
     ("localspec.models",),
     ("localspec.llama",),
     ("localspec.decoding",),
-    ("localspec.api", "localspec.pairs", "localspec"),
+    ("localspec.api", "localspec"),
     ("localspec.server",),
     ("localspec.cli", "localspec.bench"),
     ("gui",),
@@ -157,7 +157,7 @@ def test_no_import_cycle():
     assert cycles == []
 
 
-@pytest.mark.parametrize("package, limit", [("localspec", 500), ("gui", 400)])
+@pytest.mark.parametrize("package, limit", [("localspec", 450), ("gui", 450)])
 def test_no_file_is_too_long(package, limit):
     long = {
         str(p.relative_to(ROOT)): n

@@ -1,14 +1,15 @@
-"""The Python API: ``load()`` a target (and draft), then ``chat()`` or ``generate()``."""
+"""A loaded pair: :class:`SpeculativeModel`, its generations (chat, raw text, fill-in-the-middle),
+its slots, policies and the costs it measures or loads."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+from localspec.api.pairs import auto_context_for, check_pair
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.learned import LearnedState, kind_name
@@ -36,13 +37,6 @@ from localspec.errors import EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
 from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
-from localspec.models.hub import ProgressFn
-from localspec.pairs import (
-    ResolvedPair,  # noqa: F401 (public here)
-    auto_context_for,
-    check_pair,
-    resolve_pair,
-)
 
 Messages = list[dict]
 
@@ -442,61 +436,7 @@ class SpeculativeModel:
         self.close()
 
 
-def check_response_format(response_format) -> None:
-    """Raise InvalidOptionError (with the reason) unless ``response_format`` is one
-    :meth:`SpeculativeModel.chat` takes; loads nothing (for a server to answer 400 early)."""
-    response_format_grammar(response_format)
-
-
 def _for_role(
     load_progress: Callable[[str, float], None] | None, role: str
 ) -> Callable[[float], None] | None:
     return None if load_progress is None else (lambda fraction: load_progress(role, fraction))
-
-
-def load(
-    target: str | Path | None = None,
-    draft: str | Path | None = "auto",
-    *,
-    progress: ProgressFn | None = None,
-    cancel: threading.Event | None = None,
-    **kwargs,
-) -> SpeculativeModel:
-    """Resolve (and fetch if needed) a target and draft, then load both.
-
-    ``target`` / ``draft`` as in :func:`resolve_pair`; the catalogue pair's recommended
-    ``draft_max`` / ``draft_min`` / ``p_min`` apply unless given.  Other keyword
-    arguments go to :class:`SpeculativeModel` (``load_progress`` and the fields of
-    :class:`~localspec.decoding.params.LoadOptions`: ``n_ctx``, ``n_gpu_layers``, ...).
-    """
-    resolved = resolve_pair(target, draft, progress, cancel)
-    for key in ("draft_max", "draft_min", "p_min") if resolved.pair is not None else ():
-        if getattr(resolved.pair, key) is not None:
-            kwargs.setdefault(key, getattr(resolved.pair, key))
-    return SpeculativeModel(resolved.target, resolved.draft, **kwargs)
-
-
-_shared: tuple[tuple, SpeculativeModel] | None = None
-
-
-def chat(
-    messages: str | Messages,
-    *,
-    target: str | Path | None = None,
-    draft: str | Path | None = "auto",
-    stream: bool = False,
-    **options,
-) -> GenerationResult | Generation:
-    """One call: answer ``messages`` with the default pair (or ``target`` / ``draft``).
-
-    The loaded models are kept for the next call with the same ``target`` and ``draft``.
-    Options as in :meth:`SpeculativeModel.chat`.
-    """
-    global _shared
-    key = (target, draft)
-    if _shared is None or _shared[0] != key:
-        if _shared is not None:
-            _shared[1].close()
-            _shared = None
-        _shared = (key, load(target, draft))
-    return _shared[1].chat(messages, stream=stream, **options)

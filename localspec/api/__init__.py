@@ -1,0 +1,19 @@
+"""The Python API: ``load()`` a target (and draft), then ``chat()`` or ``generate()``.
+
+:mod:`.model` holds :class:`SpeculativeModel` (a loaded pair), :mod:`.pairs` how names become
+checked GGUF files, :mod:`.calls` the one-call functions.
+"""
+
+from localspec.api.calls import chat, check_response_format, load
+from localspec.api.model import Messages, SpeculativeModel
+from localspec.api.pairs import ResolvedPair, resolve_pair
+
+__all__ = [
+    "Messages",
+    "ResolvedPair",
+    "SpeculativeModel",
+    "chat",
+    "check_response_format",
+    "load",
+    "resolve_pair",
+]
