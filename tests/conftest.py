@@ -204,3 +204,66 @@ def gemma3_270m_gguf():
             assert digest.hexdigest() == GEMMA3_270M_SHA256
             partial.replace(dest)
     return dest
+
+
+# --- fixtures that several test modules use -----------------------------------------------
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """A stand-in Hugging Face Hub on 127.0.0.1 (:mod:`support.hub_server`), with
+    huggingface_hub and the localspec cache pointed at it."""
+    from huggingface_hub import constants
+    from support.hub_server import FakeHub, serve
+
+    fake = FakeHub()
+    server = serve(fake)
+    monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
+    # huggingface_hub reads HF_ENDPOINT at import time; set what it derived from it.
+    monkeypatch.setattr(constants, "ENDPOINT", fake.endpoint)
+    monkeypatch.setattr(
+        constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        fake.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+    )
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 << 10)
+    monkeypatch.setenv("LOCALSPEC_CACHE", str(Path(constants.HF_HOME).parent / "localspec-cache"))
+    yield fake
+    server.shutdown()
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """GGUF headers read from the Hub in 4 KiB range requests (many requests on a small file)."""
+    from localspec.models import hub
+
+    monkeypatch.setattr(hub, "HEADER_BLOCK", 4096)
+    hub._remote_header.cache_clear()
+    yield
+    hub._remote_header.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def thinking_pair(tmp_path_factory):
+    """A synthetic target and a same-seed draft whose vocabulary holds ``<think>`` /
+    ``</think>``."""
+    from support.thinking import THINK_TOKENS
+
+    folder = tmp_path_factory.mktemp("thinking")
+    target = write_model(folder / "target.gguf", seed=1, added_tokens=THINK_TOKENS)
+    draft = write_model(folder / "draft.gguf", seed=1, added_tokens=THINK_TOKENS)
+    return target, draft
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    """The desktop chat's main window, shown offscreen, with a fresh conversation store."""
+    from gui.chat.store import ConversationStore
+    from gui.window import MainWindow
+
+    win = MainWindow(store=ConversationStore(tmp_path / "chats.sqlite3"), autoload=False)
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    if win.host.thread.isRunning():
+        win.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import anthropic
 import httpx
 import pytest
-from served import KEY, RunningServer, answer_batches
+from support.served import KEY, RunningServer, answer_batches
 
 from localspec.api import SpeculativeModel
 from localspec.server import state as server_state
@@ -396,7 +396,6 @@ def test_replayed_custom_calls_render_as_the_model_wrote_them():
 
 
 def test_a_streamed_custom_call_ends_as_a_custom_tool_call_item():
-    from types import SimpleNamespace
 
     from localspec.decoding.stats import GenerationResult, GenerationStats
     from localspec.decoding.tool_calls import ToolFormat

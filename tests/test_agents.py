@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from coding_agents import (
+from support.coding_agents import (
     TASK,
     codex_config,
     install_aider,
@@ -25,7 +25,7 @@ from coding_agents import (
     opencode_config,
     run_agent,
 )
-from served import free_port
+from support.served import free_port
 
 pytestmark = [pytest.mark.agents, pytest.mark.real_pair]
 AGENT_TIMEOUT_S = 1500

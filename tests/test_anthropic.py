@@ -9,9 +9,9 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
-from served import KEY, RunningServer, answer_batches, serve_once
-from test_server import assert_same_greedy
-from test_tools import WEATHER
+from support.greedy import assert_same_greedy
+from support.served import KEY, RunningServer, answer_batches, serve_once
+from support.tools import WEATHER
 
 from localspec.server.anthropic_messages import MessagesRequest, conversation, messages_request
 from localspec.server.errors import RequestError
@@ -447,7 +447,6 @@ def test_a_document_block_is_refused_and_max_tokens_lowered_to_the_limit():
 def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
     """A scripted Hermes answer fed in small pieces: a text block, then a tool_use block whose
     input_json_delta pieces make its input, as the SDK's own stream reader assembles them."""
-    from types import SimpleNamespace
 
     from localspec.decoding.stats import GenerationResult, GenerationStats
     from localspec.decoding.tool_calls import ToolFormat
@@ -509,7 +508,6 @@ def test_a_cut_answer_names_its_stop_reason(finish, reason):
 
 
 def test_stop_reasons_and_text_held_back_for_a_tool_call_that_never_came():
-    from types import SimpleNamespace
 
     from localspec.decoding.stats import GenerationResult, GenerationStats
     from localspec.decoding.tool_calls import ToolFormat

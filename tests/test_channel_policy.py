@@ -8,10 +8,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from test_reasoning_loop import QUESTION, R1_DISTILL, thinking_pair  # noqa: F401 (a fixture)
+from support.fakes import FakeDrafter
+from support.thinking import QUESTION, R1_DISTILL
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.drafters import Draft, Drafter
+from localspec.decoding.drafters import Draft
 from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.params import DraftParams
 from localspec.decoding.policy import (
@@ -27,11 +28,6 @@ from localspec.decoding.policy import (
 from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.machine_store import MachineStore
-
-
-class FakeDrafter(Drafter):
-    def __init__(self, name, prior=0.5):
-        self.name, self.prior_acceptance = name, prior
 
 
 def _pair_policy(left, right, shared: dict) -> ChannelPolicy:
@@ -92,11 +88,16 @@ def test_a_channel_without_a_policy_of_its_own_uses_the_answers():
     with pytest.raises(ValueError):
         ChannelPolicy({REASONING: answer})
     assert adaptive_parts(FixedPolicy(d, 4)) == [] and adaptive_parts(answer) == [(CONTENT, answer)]
-    FixedPolicy(d, 4).enter_channel(REASONING)  # no-ops: one set of estimates for every channel
-    answer.enter_channel(REASONING)
+    fixed = FixedPolicy(d, 4)
+    fixed.enter_channel(REASONING)
+    assert fixed.plan(8) == (d, 4)
+    before = answer.acceptance(d).alpha
+    answer.enter_channel(REASONING)  # one set of estimates for every channel
+    answer.observe(RoundOutcome(0.031, 5, d, Draft([0] * 4), n_accepted=0, draft_s=0.004))
+    assert answer.acceptance(d).alpha < before and policy.current is answer
 
 
-def test_the_stored_priors_come_back_per_channel_in_a_new_process(thinking_pair):  # noqa: F811
+def test_the_stored_priors_come_back_per_channel_in_a_new_process(thinking_pair):
     target, draft = thinking_pair
     left, right = FakeDrafter("left"), FakeDrafter("right")
     taught = _pair_policy(left, right, {})
@@ -131,7 +132,7 @@ def test_the_stored_priors_come_back_per_channel_in_a_new_process(thinking_pair)
 
 
 @pytest.fixture
-def r1_adaptive(thinking_pair):  # noqa: F811
+def r1_adaptive(thinking_pair):
     """DeepSeek-R1-Distill's template (the prompt opens ``<think>``), the adaptive policy."""
     with SpeculativeModel(*thinking_pair, n_ctx=512, chat_template=R1_DISTILL, p_min=0.0) as model:
         yield model
@@ -164,7 +165,7 @@ def test_every_round_is_judged_by_the_channel_it_starts_in(r1_adaptive, monkeypa
     assert observed == {id(answer): plain.stats.rounds} and plain.stats.channels == {}
 
 
-def test_a_reasoning_model_starts_its_thinking_from_what_thinking_taught(thinking_pair):  # noqa: F811
+def test_a_reasoning_model_starts_its_thinking_from_what_thinking_taught(thinking_pair):
     """Through the API: the thinking's prior stored under its own kind comes back in a new
     load, the answer's stays the drafter's own."""
     dp = DraftParams()

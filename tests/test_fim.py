@@ -10,8 +10,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from served import RunningServer
-from test_real_pair import top2_gap_of_plain_step
+from support.greedy import top2_gap_of_plain_step
+from support.served import RunningServer
 
 from localspec.api import SpeculativeModel
 from localspec.bench.workloads import fim_cases

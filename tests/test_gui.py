@@ -7,6 +7,8 @@ import pytest
 
 pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -e '.[test]')")
 
+from support.gui import ANSWER_MS, LOAD_MS, ask, load  # noqa: E402
+
 from gui.chat.message import Message, Segment  # noqa: E402
 from gui.chat.store import ConversationStore  # noqa: E402
 from gui.settings.settings import Settings, load_settings, save_settings  # noqa: E402
@@ -14,9 +16,6 @@ from gui.settings.settings_panel import SettingsPanel  # noqa: E402
 from gui.window import MainWindow  # noqa: E402
 from localspec.llama.synthetic import write_model  # noqa: E402
 from localspec.models import discovery  # noqa: E402
-
-LOAD_MS = 60_000
-ANSWER_MS = 60_000
 
 
 @pytest.fixture(scope="session")
@@ -29,38 +28,6 @@ def badbos_gguf(synth_dir):
 def small_draft_gguf(synth_dir):
     """Same vocabulary, a smaller claimed size: a compatible draft for the target."""
     return write_model(synth_dir / "small-draft.gguf", seed=2, size_label="0.2M")
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    win = MainWindow(store=ConversationStore(tmp_path / "chats.sqlite3"), autoload=False)
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    if win.host.thread.isRunning():
-        win.close()
-
-
-def load(qtbot, win, target, draft, *, draft_max="4", n_ctx=512, max_tokens=64):
-    win.panel.draft_max.setCurrentText(draft_max)
-    win.panel.p_min.setValue(0.0)
-    win.panel.n_ctx.addItem(str(n_ctx))
-    win.panel.n_ctx.setCurrentText(str(n_ctx))
-    win.panel.max_tokens.setValue(max_tokens)
-    with qtbot.waitSignal(win.pairLoaded, timeout=LOAD_MS):
-        win.load_pair(target, draft)
-    assert win.model_ready
-
-
-def ask(qtbot, win, text="hello world"):
-    win.input.setPlainText(text)
-    with qtbot.waitSignal(win.answerDone, timeout=ANSWER_MS) as done:
-        win.send()
-    return _result(done.args[0])
-
-
-def _result(message):
-    return {"text": message.content, "stats": message.stats, "finish_reason": message.finish_reason}
 
 
 def test_answer_streams_per_round_with_highlighting_and_is_reopened(qtbot, window, target_gguf):

@@ -10,20 +10,13 @@ pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QColor, QGuiApplication, QPalette  # noqa: E402
-from test_gui import ANSWER_MS, ask, load, window  # noqa: E402,F401
-from test_hub_download import fake_hub  # noqa: E402,F401
-from test_memory import hub_ref, small_blocks  # noqa: E402,F401
+from support.gui import ANSWER_MS, ask, load, regenerate  # noqa: E402
+from support.hub_server import hub_ref  # noqa: E402
 
 from gui.chat import export  # noqa: E402
 from gui.chat.chat_view import DARK_TEXT, SOURCE_COLOURS, ChatView, code_blocks, contrast_ratio  # noqa: E402
 from gui.chat.message import Message, Segment  # noqa: E402
 from gui.chat.store import SCHEMA_VERSION, ConversationStore  # noqa: E402
-
-
-def regenerate(qtbot, win, message_id=None):
-    with qtbot.waitSignal(win.answerDone, timeout=ANSWER_MS) as done:
-        win.regenerate(message_id)
-    return done.args[0]
 
 
 def test_regenerate_and_edit_make_branches_that_survive_a_reopen(

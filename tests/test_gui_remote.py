@@ -5,9 +5,8 @@ import pytest
 
 pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -e '.[test]')")
 
-from served import RunningServer, free_port  # noqa: E402
-from test_gui import ANSWER_MS, LOAD_MS, ask, window  # noqa: E402,F401  (window: the fixture)
-from test_gui_branches import regenerate  # noqa: E402
+from support.gui import ANSWER_MS, LOAD_MS, ask, regenerate  # noqa: E402
+from support.served import RunningServer, free_port  # noqa: E402
 
 from localspec.api import SpeculativeModel  # noqa: E402
 

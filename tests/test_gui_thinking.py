@@ -13,7 +13,7 @@ pytest.importorskip("PySide6", reason="the GUI tests need PySide6 (pip install -
 
 from PySide6.QtCore import Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
-from test_gui import ask, load, window  # noqa: E402,F401  (window: the fixture)
+from support.gui import ask, load  # noqa: E402
 
 from gui.chat import export  # noqa: E402
 from gui.chat.chat_view import SOURCE_COLOURS, ChatView  # noqa: E402

@@ -1,45 +1,17 @@
 """Downloads through huggingface_hub against a stand-in Hub on 127.0.0.1."""
 
 import hashlib
-import os
 import threading
 from pathlib import Path
 
 import pytest
-from hub_server import FakeHub, serve
 from huggingface_hub import constants
+from support.hub_server import FILE, PAYLOAD, REPO, entry_for
 
 from localspec.errors import DownloadCancelled, DownloadError, InvalidOptionError
 from localspec.models import hub
 from localspec.models.catalog import ModelEntry
 from localspec.models.discovery import model_ref
-
-REPO = "acme/Tiny-GGUF"
-FILE = "tiny-q4_k_m.gguf"
-PAYLOAD = os.urandom(1 << 20) + b"end"  # 1 MiB and a bit: many 64 KiB chunks
-
-
-@pytest.fixture
-def fake_hub(monkeypatch):
-    fake = FakeHub()
-    server = serve(fake)
-    monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
-    # huggingface_hub reads HF_ENDPOINT at import time; set what it derived from it.
-    monkeypatch.setattr(constants, "ENDPOINT", fake.endpoint)
-    monkeypatch.setattr(
-        constants,
-        "HUGGINGFACE_CO_URL_TEMPLATE",
-        fake.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
-    )
-    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 << 10)
-    monkeypatch.setenv("LOCALSPEC_CACHE", str(Path(constants.HF_HOME).parent / "localspec-cache"))
-    yield fake
-    server.shutdown()
-
-
-def entry_for(fake: FakeHub, repo=REPO, file=FILE, content=PAYLOAD, **kw) -> ModelEntry:
-    sha = fake.add(repo, file, content)
-    return ModelEntry(name=file, repo=repo, file=file, size=len(content), sha256=sha, **kw)
 
 
 def cache_files() -> list[Path]:

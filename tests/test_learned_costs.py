@@ -10,9 +10,10 @@ import sys
 from contextlib import contextmanager
 
 import pytest
+from support.fakes import FakeDrafter
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.drafters import Draft, Drafter
+from localspec.decoding.drafters import Draft
 from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.policy import (
     BATCH_SIZES,
@@ -30,11 +31,6 @@ from localspec.decoding.policy.costs import (
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.machine_store import MachineStore
-
-
-class FakeDrafter(Drafter):
-    def __init__(self, name, prior, free=False):
-        self.name, self.prior_acceptance, self.free = name, prior, free
 
 
 def _costs(model) -> dict:

@@ -70,7 +70,7 @@ def test_per_layer_head_counts_and_bad_sizes(tmp_path):
 
 # --- before download: the header read from the Hub with range requests ------------------------
 
-from test_hub_download import entry_for, fake_hub  # noqa: E402,F401
+from support.hub_server import entry_for, hub_ref  # noqa: E402
 
 from localspec.models import hub  # noqa: E402
 from localspec.models.discovery import ModelRef  # noqa: E402
@@ -83,19 +83,6 @@ def header_length(path) -> int:
     with open(path, "rb") as f:
         _read(_Bounded(f, path.stat().st_size), path)
         return f.tell()
-
-
-@pytest.fixture
-def small_blocks(monkeypatch):
-    monkeypatch.setattr(hub, "HEADER_BLOCK", 4096)
-    hub._remote_header.cache_clear()
-    yield
-    hub._remote_header.cache_clear()
-
-
-def hub_ref(fake, content, repo="acme/Tiny-GGUF", file="t-q4_k_m.gguf") -> ModelRef:
-    entry = entry_for(fake, repo=repo, file=file, content=content)
-    return ModelRef(name=file, entry=entry, size=entry.size)
 
 
 def test_before_download_the_estimate_reads_only_the_header_from_the_hub(

@@ -8,9 +8,8 @@ import llama_cpp
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from served import RunningServer
-from test_real_pair import top2_gap_of_plain_step
-from test_server import messages_for
+from support.greedy import messages_for, top2_gap_of_plain_step
+from support.served import RunningServer
 
 from localspec.api import SpeculativeModel
 from localspec.errors import InvalidOptionError

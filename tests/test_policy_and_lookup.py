@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+from support.fakes import FakeDrafter
 
-from localspec.decoding.drafters import Draft, Drafter, PromptLookupDrafter
+from localspec.decoding.drafters import Draft, PromptLookupDrafter
 from localspec.decoding.policy import (
     BATCH_SIZES,
     AdaptivePolicy,
@@ -111,11 +112,6 @@ def test_expected_tokens_formula():
     assert expected_tokens(0.9, 3) == pytest.approx(1 + 0.9 + 0.81 + 0.729)
 
 
-class FakeDrafter(Drafter):
-    def __init__(self, name, prior):
-        self.name, self.prior_acceptance = name, prior
-
-
 def teach(policy, drafter, *, alpha, k, draft_s_per_token, verify_s, rounds=60):
     """Feed rounds with the given acceptance pattern and costs (verify_s: batch -> s)."""
     for i in range(rounds):
@@ -217,10 +213,14 @@ def test_a_stalled_plain_step_is_measured_again_and_plain_decoding_comes_back():
     assert policy.costs.verify_s(1) < 0.036
 
 
-def test_both_policies_are_what_the_loop_asks_for():
+def test_a_fixed_policy_plans_the_same_whatever_the_rounds_showed():
     d = FakeDrafter("draft-model", 0.7)
-    assert isinstance(FixedPolicy(d, 4), Policy) and isinstance(AdaptivePolicy([d]), Policy)
-    FixedPolicy(d, 4).observe(RoundOutcome(verify_s=0.03, verify_batch=1))
+    fixed = FixedPolicy(d, 4)
+    assert isinstance(fixed, Policy) and isinstance(AdaptivePolicy([d]), Policy)
+    assert fixed.prefill_drafters == [d] and fixed.free_drafters == ()  # reads the prompt
+    for accepted in (0, 4, 0):
+        fixed.observe(RoundOutcome(0.03, 5, d, Draft([0] * 4), n_accepted=accepted, draft_s=0.01))
+    assert fixed.plan(8) == (d, 4) and fixed.plan(2) == (d, 2)
 
 
 def test_a_round_outcome_counts_what_a_grammar_forced():

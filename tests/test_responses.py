@@ -6,15 +6,14 @@ events as the SDK's own types validate them."""
 
 import asyncio
 import json
-from types import SimpleNamespace
 
 import jsonschema
 import openai
 import pytest
 from pydantic import TypeAdapter
-from served import KEY, RunningServer, answer_batches, serve_once
-from test_server import assert_same_greedy
-from test_tools import WEATHER
+from support.greedy import assert_same_greedy
+from support.served import KEY, RunningServer, answer_batches, serve_once
+from support.tools import WEATHER
 
 from localspec.decoding.stats import GenerationResult, GenerationStats
 from localspec.decoding.tool_calls import ToolFormat, normalise_messages

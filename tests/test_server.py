@@ -10,8 +10,8 @@ import urllib.request
 
 import openai
 import pytest
-from served import KEY, RunningServer
-from test_real_pair import top2_gap_of_plain_step
+from support.greedy import assert_same_greedy, messages_for
+from support.served import KEY, RunningServer
 
 from localspec.bench.workloads import edit_prompts, humaneval_tasks
 
@@ -21,30 +21,6 @@ def server(real_model):
     running = RunningServer(real_model, api_key=KEY)
     yield running
     running.stop()
-
-
-def messages_for(i):
-    task = humaneval_tasks(i + 1)[i]
-    return [
-        {
-            "role": "user",
-            "content": f"Complete this Python function.\n\n```python\n{task['prompt']}```",
-        }
-    ]
-
-
-def assert_same_greedy(model, messages, reference, other, tie_tolerance):
-    """Equal tokens, or a first difference where the reference's top-2 logits were tied
-    (closer than ``tie_tolerance``, measured on this machine)."""
-    ref = model.target.tokenize(reference, add_special=False)
-    oth = model.target.tokenize(other, add_special=False)
-    diverge = next((i for i, (a, b) in enumerate(zip(ref, oth)) if a != b), None)
-    if diverge is None:
-        n = min(len(ref), len(oth))
-        assert ref[:n] == oth[:n]
-        return
-    gap = top2_gap_of_plain_step(model, model.target.chat_tokens(messages), ref, diverge)
-    assert gap < tie_tolerance, (diverge, gap, tie_tolerance)
 
 
 def test_models_lists_the_loaded_pair(server):

@@ -18,9 +18,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import anthropic
-import openai
 import pytest
-from served import KEY, RunningServer
+from support.served import KEY, RunningServer
 
 from localspec.api import SpeculativeModel
 from localspec.cli import commands

@@ -1,8 +1,9 @@
 """The suffix index and drafter, confidence calibration, and the policy's per-draft lengths."""
 
 import pytest
+from support.fakes import FakeDrafter
 
-from localspec.decoding.drafters import Draft, Drafter, SuffixDrafter
+from localspec.decoding.drafters import Draft, SuffixDrafter
 from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
 from localspec.decoding.policy import AdaptivePolicy, CostAverage, CostModel
 from localspec.decoding.policy.estimates import Calibration
@@ -129,7 +130,7 @@ def test_calibration_tells_a_long_match_from_a_short_one_at_the_same_confidence(
     """A continuation seen once gets the estimate 1/2 however long the match behind it:
     after 2 tokens of prose it is mostly wrong, after 16 tokens of code mostly right.
     Calibrated per depth, the two stop looking alike."""
-    d = Free()
+    d = free_drafter()
     policy = policy_for([d], lambda b: 0.030 + 0.010 * (b - 1))
     cal = policy.confidence_calibration(d)
     assert vars(cal) == vars(Calibration())  # verify costs alone teach it nothing
@@ -146,18 +147,12 @@ def test_calibration_tells_a_long_match_from_a_short_one_at_the_same_confidence(
     assert policy.plan(8, {d.name: long}) == (d, 4)
 
 
-class Free(Drafter):
-    name, prior_acceptance, free, prior_cost_s = "suffix", 0.5, True, 3e-5
+def free_drafter():
+    return FakeDrafter("suffix", 0.5, free=True, prior_cost_s=3e-5)
 
 
-class Model(Drafter):
-    name, prior_acceptance, free = "draft-model", 0.7, False
-
-    def __init__(self, lag=0):
-        self._lag = lag
-
-    def lag(self, n_context):
-        return self._lag
+def model_drafter(lag=0):
+    return FakeDrafter("draft-model", 0.7, lag=lag)
 
 
 def policy_for(drafters, verify):
@@ -177,7 +172,7 @@ def steep(b):  # compute-bound: a batch costs its length
 
 
 def test_a_confident_free_draft_is_kept_long_where_verifying_is_cheap():
-    d = Free()
+    d = free_drafter()
     policy = policy_for([d], flat)
     sure = Draft(list(range(16)), confidence=[0.99] * 16)
     assert policy.plan(16, {d.name: sure}) == (d, 16)
@@ -191,7 +186,7 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     """One verify that took 100 times its cost (the machine busy elsewhere) must neither
     make batches look dearer than single steps nor stop a sure draft from being verified;
     before, such a stall stuck in the average, drafting stopped, and nothing corrected it."""
-    d = Free()
+    d = free_drafter()
     policy = policy_for([d], flat)
     for b in (2, 3, 5, 9, 17):
         policy.observe(RoundOutcome(verify_s=100 * flat(b), verify_batch=b))
@@ -202,7 +197,7 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
     sure = Draft(list(range(16)), confidence=[0.99] * 16)
     drafter, k = policy.plan(16, {d.name: sure})
     assert drafter is d and k >= 8
-    model = Model()
+    model = model_drafter()
     slow_start = policy_for([model], flat)
     cost = slow_start.costs.draft[model.name] = CostAverage(0.003, weight=1.0)
     stalled_step = RoundOutcome(flat(5), 5, model, Draft([0] * 4), n_accepted=4, draft_s=4 * 0.3)
@@ -217,7 +212,7 @@ def test_a_stalled_verify_does_not_lock_drafting_out():
 
 
 def test_where_verifying_costs_its_length_only_near_certain_drafts_pay():
-    d = Free()
+    d = free_drafter()
     policy = policy_for([d], steep)
     assert policy.plan(16, {d.name: Draft(list(range(8)), confidence=[0.6] * 8)}) == (None, 0)
     assert policy.plan(16, {d.name: Draft([], confidence=[])}) == (None, 0)
@@ -225,7 +220,7 @@ def test_where_verifying_costs_its_length_only_near_certain_drafts_pay():
 
 def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
     cheap = lambda b: 0.030 * (1 + 0.02 * (b - 1))  # noqa: E731
-    fresh, lagging = Model(lag=0), Model(lag=3000)
+    fresh, lagging = model_drafter(lag=0), model_drafter(lag=3000)
     for m in (fresh, lagging):
         policy = policy_for([m], cheap)
         policy.costs.draft[m.name].value = 0.003
@@ -239,7 +234,7 @@ def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
 def test_a_draft_models_catch_up_is_charged_over_the_tokens_left():
     """200 tokens of prefill (0.4 s) pay back over 400 tokens still to come, not over 10."""
     cheap = lambda b: 0.030 * (1 + 0.02 * (b - 1))  # noqa: E731
-    m = Model(lag=200)
+    m = model_drafter(lag=200)
     policy = policy_for([m], cheap)
     policy.costs.draft[m.name].value = 0.003
     policy.costs.prefill[m.name] = 0.002
@@ -251,7 +246,7 @@ def test_a_draft_models_catch_up_is_charged_over_the_tokens_left():
 
 
 def test_a_draft_models_own_draft_is_cut_at_its_first_doubtful_token():
-    m = Model()
+    m = model_drafter()
     policy = policy_for([m], flat)
     draft = Draft([1, 2, 3, 4, 5, 6], confidence=[0.99, 0.98, 0.97, 0.02, 0.99, 0.99])
     assert policy.length(m, draft, 6) == 3
@@ -335,7 +330,7 @@ def test_free_drafts_not_verified_are_judged_against_what_the_target_emitted():
     """The draft model is picked while the suffix drafter's half-confident drafts are
     right every time: judged against the emitted tokens, the suffix calibration learns it
     and the policy switches to the suffix drafts, without ever having verified one."""
-    free, model = Free(), Model()
+    free, model = free_drafter(), model_drafter()
     policy = policy_for([free, model], flat)
     acceptance = policy.acceptance(model)
     acceptance.successes, acceptance.trials = 9.0, 10.0  # the model looks good
@@ -377,7 +372,7 @@ def test_a_draft_model_whose_drafts_are_never_verified_stops_being_chosen(declin
     will fail), or that declines to draft at all (p_min), spent its time for nothing:
     judged against what the target emitted, its estimate falls and plain decoding takes
     over.  Before, such rounds taught the policy nothing and it chose the model every round."""
-    m = Model()
+    m = model_drafter()
     policy = policy_for([m], cpu_like_verify)
     policy.costs.draft[m.name] = CostAverage(0.001, weight=1.0)
     acceptance = policy.acceptance(m)
@@ -409,7 +404,7 @@ def test_a_text_where_the_calibration_is_wrong_is_noticed_within_a_few_tokens():
     the drafter falls after a few rejected tokens, faster than the calibration (shared
     across texts, it follows them too, by a decay of 0.93 a token), and a new text starts
     from the calibration again, with shorter drafts than before."""
-    d = Free()
+    d = free_drafter()
     verify = lambda b: 0.030 + 0.010 * (b - 1)  # noqa: E731
     policy = policy_for([d], verify)
     for _ in range(200):
@@ -440,7 +435,7 @@ def test_a_failed_deep_draft_is_not_outvoted_by_the_short_matches_that_held():
     the evidence of a 16-token match that failed at once (prose leaves a quote where code
     would copy on).  With one trust for all depths, ten short hits outweighed the miss and
     the next deep draft was still taken at a chance of 1."""
-    d = Free()
+    d = free_drafter()
     policy = policy_for([d], cpu_like_verify)
     cal = policy.confidence_calibration(d)
     for i in range(200):
@@ -482,7 +477,7 @@ def test_costs_shared_by_two_policies_are_read_fresh_and_broken_timings_are_igno
     sees at once (its remembered c(b) are dropped).  A negative or NaN timing changes
     nothing, and a zero one does not make planning divide by zero."""
     shared = {1: CostAverage(0.030, weight=1.0), 17: CostAverage(0.060, weight=1.0)}
-    a, b = Free(), Free()
+    a, b = free_drafter(), free_drafter()
     first, second = (
         AdaptivePolicy([a], costs=CostModel(verify=shared)),
         AdaptivePolicy([b], costs=CostModel(verify=shared)),

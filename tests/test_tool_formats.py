@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import openai
 import pytest
-from served import RunningServer
+from support.served import RunningServer
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.tool_calls import LLAMA3_JSON, normalise_messages, tool_format, tool_request

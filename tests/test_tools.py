@@ -7,17 +7,12 @@ import json
 
 import jsonschema
 import pytest
+from support.tools import WEATHER
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.tool_parser import ToolCallParser, split_tool_calls
 from localspec.errors import InvalidOptionError
 
-WEATHER = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-    "required": ["city"],
-    "additionalProperties": False,
-}
 TOOLS = [
     {
         "type": "function",

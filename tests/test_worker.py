@@ -6,7 +6,7 @@ import time
 
 import openai
 import pytest
-from served import RunningServer
+from support.served import RunningServer
 
 from localspec.api import SpeculativeModel
 from localspec.server.errors import APIError

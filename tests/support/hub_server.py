@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
+
+from localspec.models.catalog import ModelEntry
+from localspec.models.discovery import ModelRef
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -195,3 +199,18 @@ def _handler(hub: FakeHub):
                 self.wfile.write(body)
 
     return Handler
+
+
+REPO = "acme/Tiny-GGUF"
+FILE = "tiny-q4_k_m.gguf"
+PAYLOAD = os.urandom(1 << 20) + b"end"  # 1 MiB and a bit: many 64 KiB chunks
+
+
+def entry_for(fake: FakeHub, repo=REPO, file=FILE, content=PAYLOAD, **kw) -> ModelEntry:
+    sha = fake.add(repo, file, content)
+    return ModelEntry(name=file, repo=repo, file=file, size=len(content), sha256=sha, **kw)
+
+
+def hub_ref(fake, content, repo="acme/Tiny-GGUF", file="t-q4_k_m.gguf") -> ModelRef:
+    entry = entry_for(fake, repo=repo, file=file, content=content)
+    return ModelRef(name=file, entry=entry, size=entry.size)
