@@ -215,8 +215,8 @@ def test_a_trace_is_recorded_without_its_own_answer_in_the_suffix_store(target_g
     with that store would copy the answer from itself at every position (the replay's
     suffix figures were inflated so until 2026-12-01).  A recorder's own store holds the
     earlier answers only, and takes this one in afterwards."""
+    from localspec.bench.policy_replay import record
     from localspec.decoding.drafters import SuffixDrafter
-    from localspec.decoding.replay import record
 
     with SpeculativeModel(target_gguf, None, n_ctx=512, strategy="none") as m:
         prompt = m.target.tokenize(PROMPT)

@@ -257,7 +257,7 @@ def test_a_draft_models_own_draft_is_cut_at_its_first_doubtful_token():
 
 
 def perfect_trace(n=9):
-    from localspec.decoding.replay import Trace
+    from localspec.bench.policy_replay import Trace
 
     answer = list(range(100, 100 + n))
     free = {
@@ -269,7 +269,7 @@ def perfect_trace(n=9):
 
 
 def test_replay_of_a_fixed_drafter_adds_up_exactly():
-    from localspec.decoding.replay import PROFILES, replay_fixed
+    from localspec.bench.policy_replay import PROFILES, replay_fixed
 
     profile = PROFILES["machine-B"]
     trace = perfect_trace()
@@ -280,7 +280,7 @@ def test_replay_of_a_fixed_drafter_adds_up_exactly():
 
 
 def test_fixed_acceptance_counts_drafted_and_accepted_tokens_and_cuts_to_the_match():
-    from localspec.decoding.replay import Trace, fixed_acceptance
+    from localspec.bench.policy_replay import Trace, fixed_acceptance
 
     answer = [10, 11, 12, 13, 14, 15, 16]
     wrong_third = [([], [], [])] + [
@@ -297,7 +297,7 @@ def test_fixed_acceptance_counts_drafted_and_accepted_tokens_and_cuts_to_the_mat
 
 
 def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model():
-    from localspec.decoding.replay import PROFILES, best_fixed, replay
+    from localspec.bench.policy_replay import PROFILES, best_fixed, replay
 
     trace = perfect_trace(40)
     for name in ("machine-A", "machine-B", "gpu-like"):
@@ -312,7 +312,7 @@ def test_replayed_policy_copies_a_certain_draft_and_ignores_a_wrong_draft_model(
 def test_a_replayed_session_carries_what_the_policy_learnt_to_the_next_answer():
     """Half-confident suffix drafts that are always right: a fresh policy has to learn
     that in each answer, a session's policy (one per loaded model, as live) already knows."""
-    from localspec.decoding.replay import PROFILES, replay
+    from localspec.bench.policy_replay import PROFILES, replay
 
     trace = perfect_trace(40)
     trace.free["suffix"] = [(tokens, [0.5] * len(tokens)) for tokens, _ in trace.free["suffix"]]

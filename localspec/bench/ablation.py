@@ -1,5 +1,5 @@
 """``localspec bench ablation``: the adaptive policy's mechanisms switched off one at a time,
-in the offline replay.
+in the offline policy_replay.
 
     localspec bench ablation      # about a minute: 5 variants x every profile
 
@@ -24,10 +24,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
 
+from localspec.bench import policy_replay
 from localspec.bench.cli import add_out
 from localspec.bench.replay import load_profiles, load_traces
 from localspec.bench.results import Results
-from localspec.decoding import replay
 from localspec.decoding.policy import costs, estimates, pricing
 from localspec.llama.report import machine_record
 
@@ -53,12 +53,14 @@ COST_GUARDS = {"no plain probe", "no cap on a batch's cost (_BATCH_MARGIN)"}
 def ratios(traces, profile) -> dict[str, float]:
     """Workload -> adaptive / best fixed, for one profile."""
     session = {}
-    replayed = [(t, replay.replay(t, profile, session=session)) for t in traces]
+    replayed = [(t, policy_replay.replay(t, profile, session=session)) for t in traces]
     out = {}
     for w in sorted({t.workload for t in traces}):
         runs = [r for t, r in replayed if t.workload == w]
         speedup = sum(r["plain_s"] for r in runs) / sum(r["time_s"] for r in runs)
-        out[w] = speedup / replay.best_fixed([t for t in traces if t.workload == w], profile)[2]
+        out[w] = (
+            speedup / policy_replay.best_fixed([t for t in traces if t.workload == w], profile)[2]
+        )
     return out
 
 

@@ -30,6 +30,7 @@ import json
 from datetime import date
 from pathlib import Path
 
+from localspec.bench import policy_replay
 from localspec.bench.cli import add_out
 from localspec.bench.results import Results
 from localspec.bench.workloads import (
@@ -40,7 +41,6 @@ from localspec.bench.workloads import (
     mtbench_second_turns,
     revision_conversations,
 )
-from localspec.decoding import replay
 from localspec.decoding.drafters import SuffixDrafter
 from localspec.decoding.policy import BATCH_SIZES
 from localspec.llama.report import machine_line, machine_record
@@ -62,10 +62,10 @@ def greedy_answer(model, messages):
     return r
 
 
-def measured_profile(model, name: str) -> replay.Profile:
+def measured_profile(model, name: str) -> policy_replay.Profile:
     """This machine's costs, as the adaptive policy's calibration measured them."""
     policy = model._policy(model.default_draft, greedy=True, predicted=False)
-    return replay.Profile(
+    return policy_replay.Profile(
         name,
         {b: policy.costs.verify_s(b) for b in BATCH_SIZES},
         policy.costs.draft_cost(model.drafter).value,
@@ -74,7 +74,7 @@ def measured_profile(model, name: str) -> replay.Profile:
     )
 
 
-def save_profile(profile: replay.Profile, folder: Path) -> None:
+def save_profile(profile: policy_replay.Profile, folder: Path) -> None:
     """Keep ``profile`` in benchmarks/results/profiles.json (replacing one of the same name)."""
     path = folder / "profiles.json"
     saved = json.loads(path.read_text()) if path.is_file() else {}
@@ -113,9 +113,9 @@ def record_all(folder: Path) -> None:
             answer = list(r.tokens) + ([] if r.finish_reason != "stop" else [])
             pred = model.target.tokenize(prediction, add_special=False) if prediction else None
             traces.append(
-                replay.record(model, prompt, answer, workload, name, pred, suffix=recorder)
+                policy_replay.record(model, prompt, answer, workload, name, pred, suffix=recorder)
             )
-            replay.save(
+            policy_replay.save(
                 traces, folder / "traces.json", extra
             )  # as it goes: a stopped run keeps what it has
             print(f"{workload} {name}: {len(answer)} tokens", flush=True)
@@ -144,7 +144,7 @@ def record_all(folder: Path) -> None:
 def load_traces(folder: Path) -> tuple[list, dict]:
     """The recorded traces of ``folder``/traces.json and their extra record; a question asked
     again (its answer already in the suffix store) is its own workload, "first-turn-again"."""
-    traces, extra = replay.load(folder / "traces.json")
+    traces, extra = policy_replay.load(folder / "traces.json")
     seen = set()
     for t in traces:
         key = (t.n_prompt, tuple(t.answer))
@@ -157,11 +157,14 @@ def load_traces(folder: Path) -> tuple[list, dict]:
 def load_profiles(folder: Path) -> dict:
     """The design notes' machines and the assumed GPU, then every machine measured with
     ``record`` or ``profile`` (``folder``/profiles.json)."""
-    profiles = dict(replay.PROFILES)
+    profiles = dict(policy_replay.PROFILES)
     measured = folder / "profiles.json"
     if measured.is_file():
         profiles.update(
-            {name: replay.Profile(**p) for name, p in json.loads(measured.read_text()).items()}
+            {
+                name: policy_replay.Profile(**p)
+                for name, p in json.loads(measured.read_text()).items()
+            }
         )
     return profiles
 
@@ -190,18 +193,18 @@ def replay_all(folder: Path) -> None:
     print(f"\nworst adaptive / best fixed: {worst:.3f}")
 
 
-def replay_rows(traces, pname: str, profile: replay.Profile, workloads) -> list[dict]:
+def replay_rows(traces, pname: str, profile: policy_replay.Profile, workloads) -> list[dict]:
     """One row per workload: the traces replayed in recorded order under ``profile``, one
     loaded model's policies carried across its requests, against the best fixed strategy."""
     ceiling, _ = profile.ceiling()
     session = {}
-    replayed = [(t, replay.replay(t, profile, session=session)) for t in traces]
+    replayed = [(t, policy_replay.replay(t, profile, session=session)) for t in traces]
     rows = []
     for w in workloads:
         ts = [t for t in traces if t.workload == w]
         runs = [r for t, r in replayed if t.workload == w]
         speedup = sum(r["plain_s"] for r in runs) / sum(r["time_s"] for r in runs)
-        fixed = replay.best_fixed(ts, profile)
+        fixed = policy_replay.best_fixed(ts, profile)
         rounds = {}
         for r in runs:
             for k, v in r["rounds"].items():
@@ -266,7 +269,7 @@ def acceptance_rows(traces, workloads) -> list[dict]:
         row = {"workload": w}
         for name, factor in (("prompt-lookup", None), ("suffix", SuffixDrafter().max_spec_factor)):
             counts = [
-                replay.fixed_acceptance(t, name, ACCEPTANCE_K, factor)
+                policy_replay.fixed_acceptance(t, name, ACCEPTANCE_K, factor)
                 for t in traces
                 if t.workload == w
             ]
