@@ -17,7 +17,11 @@ import pytest
 from localspec.api import SpeculativeModel
 from localspec.errors import EngineError
 from localspec.llama import engine as engine_module
+from localspec.llama.engine import chat, decode, kv_cache, model, vocabulary
 from localspec.llama.owner import LlamaThread
+
+# the engine package's modules, each of which looks ``llama_cpp`` up itself
+ENGINE_MODULES = (model, vocabulary, chat, decode, kv_cache)
 
 
 class _RecordingLlama:
@@ -42,7 +46,8 @@ class _RecordingLlama:
 @pytest.fixture
 def llama_calls(monkeypatch):
     calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(engine_module, "llama_cpp", _RecordingLlama(calls))
+    for module in ENGINE_MODULES:
+        monkeypatch.setattr(module, "llama_cpp", _RecordingLlama(calls))
     return calls
 
 

@@ -1,0 +1,92 @@
+"""One round: draft, verify in one target decode, accept, trim, and tell the policy, the
+statistics and the drafters; whether another round fits; the thinking budget's forced close
+drafted as forced tokens (:class:`RoundPhase`, a mixin of
+:class:`~localspec.decoding.loop.Generation`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from localspec.decoding.drafters import Draft, round_label
+from localspec.decoding.loop.run import _Run
+from localspec.decoding.reasoning import REASONING
+from localspec.decoding.rounds import EmittedToken, RoundOutcome
+from localspec.decoding.thinking import UNLIMITED
+
+
+class RoundPhase:
+    """A round and what decides it: the room left, the thinking budget's close."""
+
+    def _steer_thinking(self, run: _Run) -> None:
+        """Between rounds: once the thinking budget is spent, force the close as a grammar
+        (its forced tokens drafted by :meth:`_forced_draft`, verified like any draft, the
+        rest chosen by the target under the mask); drop it once the close is out."""
+        if run.budget is not None:
+            self.constraint = run.budget.steer(run.out, run.stats, self.constraint, run.context)
+
+    def _stop_reason(self) -> str | None:
+        """Why the generation must end before another round: "cancelled", "context" (no
+        free cell after the last token), or None."""
+        if self._cancelled:
+            return "cancelled"
+        return "context" if self._room() < 1 else None
+
+    def _room(self) -> int:
+        return (
+            self.target.n_ctx - len(self.target.cache_tokens) - 1
+        )  # free cells after the last token t
+
+    def _round(self, run: _Run) -> list[EmittedToken]:
+        """One round: draft, verify in one target decode, trim the rejected tokens from the
+        cache, tell the policy, the statistics and the drafters; the tokens it emits."""
+        target, context = self.target, run.context
+        run.round_no += 1
+        started, channel = time.perf_counter(), run.out.channel
+        self.policy.enter_channel(channel)  # the round is judged by its channel's estimates
+        k_cap = min(self.params.max_tokens - run.stats.generated_tokens - 1, self._room() - 1)
+        if self._forcing(run):
+            drafter, draft, draft_s = None, self._forced_draft(run, k_cap), 0.0
+        else:
+            if channel == REASONING:  # a round never runs past the thinking budget
+                k_cap = max(
+                    0, min(k_cap, (run.budget.left(run.stats) if run.budget else UNLIMITED) - 1)
+                )
+            drafter, draft, draft_s = self._propose(context, k_cap, run.draft_rng)
+        verify_before = target.decode_s
+        n_accepted, emitted = self._verify(
+            context[-1], draft, run.rng, drafter is not None and drafter.forces
+        )
+        target.trim(len(context) + n_accepted)
+        outcome = RoundOutcome(
+            verify_s=target.decode_s - verify_before,
+            verify_batch=target.last_batch_tokens,
+            drafter=drafter,
+            draft=draft,
+            n_accepted=n_accepted,
+            draft_s=draft_s,
+            emitted=tuple(t.token for t in emitted),
+        )
+        forcing = self._forcing(run) and bool(draft.tokens)
+        self.policy.observe(
+            replace(outcome, draft=Draft.empty(), n_accepted=0, emitted=()) if forcing else outcome
+        )
+        label = "grammar" if forcing else round_label(drafter, draft)
+        run.stats.record_round(len(draft.tokens), n_accepted, label, draft.forced)
+        if self._thinking is not None:
+            n_forced = sum((draft.forced or [])[:n_accepted])
+            run.stats.record_channel_round(
+                channel, len(draft.tokens), n_accepted, n_forced, time.perf_counter() - started
+            )
+        kept = context + draft.tokens[:n_accepted]
+        for d in self.drafters:
+            d.feedback(kept, len(draft.tokens), n_accepted)
+        return emitted
+
+    def _forcing(self, run: _Run) -> bool:
+        return run.budget is not None and run.budget.closing is not None
+
+    def _forced_draft(self, run: _Run, k_cap: int) -> Draft:
+        """The close's next tokens (up to ``k_cap``), as a draft of forced tokens."""
+        tokens = self._cut(Draft(run.budget.forced_tokens(run.context, k_cap))).tokens
+        return Draft(tokens=tokens, confidence=[1.0] * len(tokens), forced=[True] * len(tokens))
