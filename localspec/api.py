@@ -36,7 +36,7 @@ from localspec.errors import EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
 from localspec.llama.grammar_vocab import grammar_tokenizer
 from localspec.llama.owner import LlamaThread
-from localspec.models.hub import ProgressFn
+from localspec.models.cache import ProgressFn
 from localspec.pairs import (
     ResolvedPair,  # noqa: F401 (public here)
     auto_context_for,
