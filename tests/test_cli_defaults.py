@@ -9,7 +9,7 @@ import importlib.util
 
 import pytest
 
-from localspec.cli import commands
+from localspec.cli import commands, loading
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -68,7 +68,9 @@ def test_the_subcommands_are_the_ones_the_readme_shows():
 def test_serve_keeps_an_unset_max_tokens_for_the_requests_to_decide():
     args = commands._parser().parse_args(["serve"])
     assert args.max_tokens is None
-    assert "max_tokens" not in {k for k, v in commands._options(args).items() if v is not None}
+    assert "max_tokens" not in {
+        k for k, v in loading.generation_options(args).items() if v is not None
+    }
 
 
 @pytest.mark.parametrize(

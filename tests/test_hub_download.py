@@ -9,7 +9,7 @@ from huggingface_hub import constants
 from support.hub_server import FILE, PAYLOAD, REPO, entry_for
 
 from localspec.errors import DownloadCancelled, DownloadError, InvalidOptionError
-from localspec.models import hub
+from localspec.models import cache, hub
 from localspec.models.catalog import ModelEntry
 from localspec.models.discovery import model_ref
 
@@ -75,7 +75,7 @@ def test_corrupt_body_is_rejected_and_nothing_is_kept(fake_hub):
     ):
         hub.ensure_model(entry, progress=lambda d, t: None)
     assert cache_files() == []
-    assert hub.find_local(entry) is None
+    assert cache.find_local(entry) is None
 
 
 def test_uncatalogued_file_is_checked_against_the_hub_etag(fake_hub):

@@ -72,7 +72,7 @@ def test_per_layer_head_counts_and_bad_sizes(tmp_path):
 
 from support.hub_server import entry_for, hub_ref  # noqa: E402
 
-from localspec.models import hub  # noqa: E402
+from localspec.models import remote_header  # noqa: E402
 from localspec.models.discovery import ModelRef  # noqa: E402
 from localspec.models.memory import pair_memory_of_refs  # noqa: E402
 
@@ -160,12 +160,12 @@ def test_hostile_headers_and_servers_end_fast_without_the_weights(
     )
     wrong_size = ModelRef(name="t", entry=replace(other.entry, size=other.entry.size + 1))
     with pytest.raises(DownloadError, match="the catalogue says"):
-        hub.remote_gguf_header(wrong_size.entry)
-    monkeypatch.setattr(hub, "HEADER_DEADLINE_S", 1.0)
+        remote_header.remote_gguf_header(wrong_size.entry)
+    monkeypatch.setattr(remote_header, "HEADER_DEADLINE_S", 1.0)
     fake_hub.trickle_s = 0.2  # a KiB each 0.2 s: the 9 KB header would take 2 s
-    hub._remote_header.cache_clear()
+    remote_header._remote_header.cache_clear()
     with pytest.raises(DownloadError, match="took more than 1 s"):
-        hub.remote_gguf_header(other.entry)
+        remote_header.remote_gguf_header(other.entry)
 
 
 def test_a_header_value_of_the_wrong_type_is_a_model_file_error(tmp_path):

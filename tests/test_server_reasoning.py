@@ -22,7 +22,7 @@ import pytest
 from support.served import KEY, RunningServer
 
 from localspec.api import SpeculativeModel
-from localspec.cli import commands
+from localspec.cli import commands, loading
 from localspec.decoding.reasoning import REASONING
 from localspec.llama.synthetic import write_model
 from localspec.server.anthropic_messages import MessagesRequest, messages_request
@@ -524,7 +524,7 @@ def test_serve_passes_its_reasoning_flags_to_the_model(monkeypatch):
         loaded.update(kwargs)
         return SimpleNamespace(drafter=object())
 
-    monkeypatch.setattr(commands, "load", load)
+    monkeypatch.setattr(loading, "load", load)
     flags = [
         "--reasoning-budget",
         "0",
@@ -535,7 +535,7 @@ def test_serve_passes_its_reasoning_flags_to_the_model(monkeypatch):
     ]
     args = commands._parser().parse_args(["serve", *flags])
     commands.check_args(args)
-    commands._load(args)
+    loading.load_models(args)
     assert (loaded["reasoning_budget"], loaded["reasoning_format"], loaded["chat_template"]) == (
         0,
         "none",

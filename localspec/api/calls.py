@@ -11,7 +11,7 @@ from localspec.api.pairs import resolve_pair
 from localspec.decoding.grammar import response_format_grammar
 from localspec.decoding.loop import Generation
 from localspec.decoding.stats import GenerationResult
-from localspec.models.hub import ProgressFn
+from localspec.models.cache import ProgressFn
 
 
 def check_response_format(response_format) -> None:

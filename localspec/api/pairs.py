@@ -10,6 +10,7 @@ from pathlib import Path
 from localspec.decoding.params import LoadOptions
 from localspec.errors import IncompatibleDraftError
 from localspec.llama import backend
+from localspec.models.cache import ProgressFn
 from localspec.models.catalog import PairEntry, load_catalog
 from localspec.models.compat import check_compatibility
 from localspec.models.discovery import (
@@ -20,7 +21,6 @@ from localspec.models.discovery import (
     recommended_pair,
 )
 from localspec.models.gguf_info import check_gguf_file
-from localspec.models.hub import ProgressFn
 from localspec.models.memory import AutoContext, auto_context
 
 

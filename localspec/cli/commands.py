@@ -3,32 +3,26 @@
 
 User errors (:class:`~localspec.errors.LocalspecError`) print one line and exit 2;
 Ctrl-C exits 130.
+
+This module holds the parser, the checks of the options and the small commands (pull, models,
+serve, doctor, gui); run and chat are :mod:`localspec.cli.run`'s, the models loaded from the flags
+:mod:`localspec.cli.loading`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Sequence
 
-from localspec.api import load
 from localspec.cli.flags import add_generation_flags, add_model_flags, add_thinking_flags
+from localspec.cli.loading import generation_options, load_models
+from localspec.cli.run import cmd_chat, cmd_run
 from localspec.decoding.params import DraftParams, GenerationParams, check_reasoning_options
 from localspec.decoding.sampling import SamplingParams
-from localspec.decoding.stats import GenerationResult, TokenSource
-from localspec.errors import InvalidOptionError, LocalspecError
-
-_COLOURS = {
-    TokenSource.ACCEPTED: "\x1b[32m",
-    TokenSource.CORRECTION: "\x1b[33m",
-    TokenSource.FORCED: "\x1b[36m",
-}
-_RESET = "\x1b[0m"
-_DIM = "\x1b[2m"  # a reasoning model's thinking
+from localspec.errors import LocalspecError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,20 +40,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `localspec run ... | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
-
-@contextlib.contextmanager
-def _ctrl_c_deferred():
-    """Hold Ctrl-C while llama.cpp loads a model: its log callback would swallow the
-    KeyboardInterrupt.  The interrupt is raised as soon as loading ends."""
-    pressed = []
-    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
-        raise KeyboardInterrupt
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,7 +79,7 @@ def _add_run_parser(sub) -> None:
     add_model_flags(run)
     add_generation_flags(run)
     add_thinking_flags(run)
-    run.set_defaults(func=_cmd_run)
+    run.set_defaults(func=cmd_run)
 
 
 def _add_chat_parser(sub) -> None:
@@ -110,7 +90,7 @@ def _add_chat_parser(sub) -> None:
     add_model_flags(chat)
     add_generation_flags(chat)
     add_thinking_flags(chat)
-    chat.set_defaults(func=_cmd_chat)
+    chat.set_defaults(func=cmd_chat)
 
 
 def _add_serve_parser(sub) -> None:
@@ -245,7 +225,7 @@ def _cmd_models(args) -> int:
 def _cmd_serve(args) -> int:
     from localspec.cli.serve import serve
 
-    return serve(args, _load, _options(args))
+    return serve(args, load_models, generation_options(args))
 
 
 def _cmd_doctor(args) -> int:
@@ -309,198 +289,6 @@ def _check_generation_options(args) -> None:
         draft_min=args.draft_min or 0,
         strategy=args.draft,
     )
-
-
-def _load(args):
-    from localspec.llama.report import warn_gpu_once
-
-    warn_gpu_once()
-    no_draft_model = args.no_draft or args.draft in ("none", "prompt-lookup")
-    draft = None if no_draft_model else args.model_draft
-    kwargs = dict(
-        n_ctx=args.n_ctx,
-        n_gpu_layers=args.gpu_layers,
-        n_gpu_layers_draft=args.gpu_layers_draft,
-        n_threads=args.threads,
-        verbose=args.verbose,
-    )
-    if (
-        getattr(args, "parallel", None) is not None
-    ):  # serve's slots and prompt cache, its requests' thinking
-        kwargs.update(parallel=args.parallel, cache_ram_mib=args.cache_ram)
-        for key in ("reasoning_budget", "reasoning_format"):
-            if getattr(args, key, None) is not None:
-                kwargs[key] = getattr(args, key)
-    for key, value in (
-        ("draft_max", args.draft_max),
-        ("draft_min", args.draft_min),
-        ("p_min", args.draft_p_min),
-    ):
-        if value is not None:
-            kwargs[key] = value
-    kwargs["strategy"] = "none" if args.no_draft else args.draft
-    if getattr(args, "chat_template_file", None):  # run / chat / serve
-        kwargs["chat_template"] = args.chat_template_file
-    with _ctrl_c_deferred():
-        model = load(args.model, draft, **kwargs)
-    if model.drafter is None and not no_draft_model:
-        print(
-            "localspec: no compatible draft model found for this target; drafting by prompt "
-            "lookup only "
-            "(see `localspec models --drafts-for TARGET`, or pass --model-draft)",
-            file=sys.stderr,
-        )
-    return model
-
-
-def _options(args) -> dict:
-    return dict(
-        max_tokens=args.max_tokens,
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        seed=args.seed,
-        stop=args.stop,
-    )
-
-
-def _thinking_options(args) -> dict:
-    """run / chat's reasoning options (``--think`` / ``--no-think``, ``--reasoning-budget``,
-    ``--reasoning-format``), only those given."""
-    given = {
-        "enable_thinking": args.think,
-        "reasoning_budget": args.reasoning_budget,
-        "reasoning_format": args.reasoning_format,
-    }
-    return {key: value for key, value in given.items() if value is not None}
-
-
-def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> GenerationResult:
-    generation = model.chat(
-        messages, stream=True, **_options(args), **_thinking_options(args), **(extra or {})
-    )
-    thinking = False  # thinking text printed and not yet closed
-    for event in generation:
-        if event.reasoning:
-            opening = "" if thinking else ("" if colour else "<think>\n")
-            sys.stdout.write(
-                f"{_DIM}{event.reasoning}{_RESET}" if colour else opening + event.reasoning
-            )
-            thinking = True
-        if event.text:
-            if thinking:
-                sys.stdout.write("\n\n" if colour else "\n</think>\n\n")
-                thinking = False
-            code = _COLOURS.get(event.source) if colour else None
-            sys.stdout.write(f"{code}{event.text}{_RESET}" if code else event.text)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
-    return generation.result
-
-
-def _stats_line(result: GenerationResult, colour: bool) -> str:
-    legend = ""
-    if colour and result.stats.drafted_tokens:
-        forced = (
-            f", {_COLOURS[TokenSource.FORCED]}forced by the grammar{_RESET}"
-            if TokenSource.FORCED in result.sources
-            else ""
-        )
-        legend = (
-            f" [{_COLOURS[TokenSource.ACCEPTED]}accepted draft{_RESET}, "
-            f"{_COLOURS[TokenSource.CORRECTION]}target correction{_RESET}{forced}]"
-        )
-    return f"[{result.finish_reason}] {result.stats.summary()}{legend}"
-
-
-def _messages(args, text: str) -> list[dict]:
-    messages = [{"role": "system", "content": args.system}] if args.system else []
-    return messages + [{"role": "user", "content": text}]
-
-
-PREDICTION_MAX_BYTES = 4 * 1024 * 1024  # far beyond any context; bounds a mistaken /dev/zero
-
-
-def _prediction(path: str | None) -> dict:
-    if path is None:
-        return {}
-    if not os.path.isfile(path):
-        raise InvalidOptionError(f"the prediction file {path} is not a regular file")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(PREDICTION_MAX_BYTES + 1)
-        if len(data) > PREDICTION_MAX_BYTES:
-            raise InvalidOptionError(
-                f"the prediction file {path} is larger than {PREDICTION_MAX_BYTES} bytes"
-            )
-        return {"prediction": data.decode("utf-8")}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidOptionError(
-            f"cannot read the prediction file {path}: {getattr(exc, 'strerror', None) or exc}"
-        ) from None
-
-
-def _cmd_run(args) -> int:
-    prediction = _prediction(args.prediction)
-    with _load(args) as model:
-        if args.json:
-            result = model.chat(
-                _messages(args, args.prompt),
-                **_options(args),
-                **_thinking_options(args),
-                **prediction,
-            )
-            reasoning = {"reasoning": result.reasoning} if result.reasoning is not None else {}
-            print(
-                json.dumps(
-                    {
-                        "text": result.text,
-                        **reasoning,
-                        "finish_reason": result.finish_reason,
-                        "stats": result.stats.to_dict(),
-                    },
-                    indent=2,
-                )
-            )
-            return 0
-        colour = sys.stdout.isatty() and not args.no_color
-        result = _stream(model, _messages(args, args.prompt), args, colour, prediction)
-        print(_stats_line(result, sys.stderr.isatty() and not args.no_color), file=sys.stderr)
-    return 0
-
-
-def _cmd_chat(args) -> int:
-    colour = sys.stdout.isatty() and not args.no_color
-    with _load(args) as model:
-        messages = [{"role": "system", "content": args.system}] if args.system else []
-        print(
-            "localspec chat: Ctrl-C stops an answer; an empty line or Ctrl-D quits.",
-            file=sys.stderr,
-        )
-        while True:
-            try:
-                text = input(">>> ")
-            except EOFError:
-                break
-            if not text:
-                break
-            if not text.strip():
-                continue
-            messages.append({"role": "user", "content": text})
-            try:
-                result = _stream(model, messages, args, colour)
-            except LocalspecError as exc:
-                messages.pop()
-                print(f"localspec: error: {exc}", file=sys.stderr)
-                continue
-            except KeyboardInterrupt:  # cancel this answer, keep the session
-                messages.pop()
-                print("\n[cancelled]", file=sys.stderr)
-                continue
-            messages.append({"role": "assistant", "content": result.text})
-            print(_stats_line(result, colour), file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

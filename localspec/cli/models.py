@@ -8,6 +8,7 @@ import json
 import sys
 
 from localspec.errors import LocalspecError, ModelFileError
+from localspec.models.cache import delete_cached
 from localspec.models.catalog import format_params, load_catalog
 from localspec.models.discovery import (
     DraftCandidate,
@@ -17,7 +18,7 @@ from localspec.models.discovery import (
     list_models,
     model_ref,
 )
-from localspec.models.hub import delete_cached, remove_abandoned_downloads
+from localspec.models.mirror import remove_abandoned_downloads
 
 
 def pull(spec: str) -> int:

@@ -16,7 +16,7 @@ from localspec import machine
 from localspec.llama import amx_probe, backend
 from localspec.llama.engine import default_threads
 from localspec.llama.machine_store import MachineStore
-from localspec.models import hub
+from localspec.models import cache
 
 _warned = False
 
@@ -93,7 +93,7 @@ def report() -> dict:
     decision = amx_probe.amx_decision()
     pair = load_catalog().pair()
     on_disk = {
-        role: hub.find_local(entry)
+        role: cache.find_local(entry)
         for role, entry in (("target", pair.target), ("draft", pair.draft))
     }
     return {
@@ -124,7 +124,7 @@ def report() -> dict:
             "cpu_buffer_types": sorted(backend.cpu_extra_buffer_types()),
         },
         "caches": {
-            "models": str(hub.cache_dir()),
+            "models": str(cache.cache_dir()),
             "huggingface": str(constants.HF_HUB_CACHE),
             "amx_probe": str(amx_probe.cache_file()),
         },

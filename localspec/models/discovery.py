@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.errors import DownloadError, InvalidOptionError, ModelFileError
+from localspec.models.cache import ProgressFn, cache_dir, find_local
 from localspec.models.catalog import (
     ModelEntry,
     PairEntry,
@@ -27,14 +28,7 @@ from localspec.models.catalog import (
 )
 from localspec.models.compat import check_compatibility
 from localspec.models.gguf_info import GGUFInfo, cached_header
-from localspec.models.hub import (
-    ProgressFn,
-    cache_dir,
-    check_reachable,
-    ensure_model,
-    find_local,
-    hub_error_message,
-)
+from localspec.models.hub import check_reachable, ensure_model, hub_error_message
 
 DRAFT_SIZE_RATIO = (
     0.3  # "about 1/4": a draft above this share of the target's parameters is not picked

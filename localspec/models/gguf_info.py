@@ -135,8 +135,8 @@ def _cached_header(path: str, size: int, mtime_ns: int) -> GGUFInfo:
 
 def read_gguf_header(f: BinaryIO, path: str | Path, size: int) -> GGUFInfo:
     """Read a GGUF header from ``f``, any binary file object that reads and seeks forward
-    (a file on disk, or :func:`localspec.models.hub.remote_gguf_header`'s ranged reader), whose
-    whole length is ``size`` bytes; ``path`` names it in the info and in errors.
+    (a file on disk, or :func:`localspec.models.remote_header.remote_gguf_header`'s ranged reader),
+    whose whole length is ``size`` bytes; ``path`` names it in the info and in errors.
 
     Raises :class:`~localspec.errors.ModelFileError` as :func:`check_gguf_file` does;
     OSError from ``f`` itself passes through."""

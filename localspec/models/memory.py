@@ -178,7 +178,7 @@ def pair_memory_of_refs(
 ) -> PairMemory:
     """:func:`pair_memory` for :class:`~localspec.models.discovery.ModelRef` s.  A model on disk is
     read from its header; one not downloaded yet from its header on the Hub, read with
-    range requests (:func:`localspec.models.hub.remote_gguf_header`, about 6 MB for a
+    range requests (:func:`localspec.models.remote_header.remote_gguf_header`, about 6 MB for a
     152k-token vocabulary; network, so call it off the GUI thread).  When that fails (offline,
     gated, unreachable) the model counts its catalogue file size only, the estimate is ``partial``
     and ``notes`` says why."""
@@ -205,7 +205,7 @@ def pair_memory_of_refs(
 
 
 def _remote_model_memory(ref, n_ctx: int, cache_type: str) -> ModelMemory:
-    from localspec.models.hub import remote_gguf_header
+    from localspec.models.remote_header import remote_gguf_header
 
     info, size = remote_gguf_header(ref.entry)
     return replace(model_memory(info, n_ctx, cache_type, weights=size), name=ref.name)
