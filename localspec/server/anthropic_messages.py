@@ -30,7 +30,7 @@ max_tokens, stop_sequence, tool_use, model_context_window_exceeded), "stop_seque
 "output_tokens"}}`` plus llama.cpp's ``timings``.  As Anthropic counts them, ``input_tokens``
 are the prompt tokens read, ``cache_read_input_tokens`` those reused from the prompt cache
 (their sum is the prompt), ``cache_creation_input_tokens`` 0.  A stream sends ``ping`` events
-every :data:`~localspec.server.state.KEEPALIVE_S` while the prompt is read.  A stream:
+every :data:`~localspec.server.answering.KEEPALIVE_S` while the prompt is read.  A stream:
 ``message_start``, ``ping``, per block
 ``content_block_start`` / ``content_block_delta`` (``thinking_delta`` then one
 ``signature_delta``, ``text_delta``, ``input_json_delta``) / ``content_block_stop``, then
