@@ -15,7 +15,7 @@ import pytest
 from support.served import KEY, RunningServer, answer_batches
 
 from localspec.api import SpeculativeModel
-from localspec.server import state as server_state
+from localspec.server import answering
 from localspec.server.access_log import LineFormatter
 from localspec.server.anthropic_messages import MessagesRequest, messages_request
 from localspec.server.openai_chat import chat_request
@@ -231,7 +231,7 @@ class SlowStart:
 
 @pytest.fixture
 def slow_server(target_gguf, monkeypatch, caplog):
-    monkeypatch.setattr(server_state, "KEEPALIVE_S", 0.2)
+    monkeypatch.setattr(answering, "KEEPALIVE_S", 0.2)
     caplog.set_level(logging.INFO, logger="localspec.server.requests")
     with SpeculativeModel(target_gguf, None, n_ctx=1024) as model:
         running = RunningServer(SlowStart(model, 1.2), api_key=KEY)

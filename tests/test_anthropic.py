@@ -450,7 +450,7 @@ def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
 
     from localspec.decoding.stats import GenerationResult, GenerationStats
     from localspec.decoding.tool_calls import ToolFormat
-    from localspec.server.anthropic_messages import MessagesShape
+    from localspec.server.messages_shape import MessagesShape
 
     text = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     shape = MessagesShape("pair", [], lambda t: b"")
@@ -499,7 +499,7 @@ def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
 )
 def test_a_cut_answer_names_its_stop_reason(finish, reason):
     from localspec.decoding.stats import GenerationResult, GenerationStats
-    from localspec.server.anthropic_messages import MessagesShape
+    from localspec.server.messages_shape import MessagesShape
 
     shape = MessagesShape("pair", ["D"], {1: b"ab"}.get)
     assert (
@@ -511,7 +511,7 @@ def test_stop_reasons_and_text_held_back_for_a_tool_call_that_never_came():
 
     from localspec.decoding.stats import GenerationResult, GenerationStats
     from localspec.decoding.tool_calls import ToolFormat
-    from localspec.server.anthropic_messages import MessagesShape
+    from localspec.server.messages_shape import MessagesShape
 
     pieces = {1: b"ab", 2: b"cEN", 3: b"D and more"}
     shape = MessagesShape("pair", ["D", "END"], pieces.get)

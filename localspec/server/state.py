@@ -1,42 +1,33 @@
 """The server's state and plumbing shared by every protocol: :class:`ServerConfig`,
 :class:`ServerState` (the model, its worker, the key and ``Host`` checks, reading a body,
-validating a :class:`~localspec.server.request.GenerationRequest` and answering it in a
-protocol's shape, whole or streamed)."""
+validating a :class:`~localspec.server.request.GenerationRequest`; answering it in a
+protocol's shape, whole or streamed, is :class:`~localspec.server.answering.Answering`'s)."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 import ipaddress
-import json
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
-from localspec.errors import LocalspecError
-from localspec.server import sse
 from localspec.server.access_log import RequestRecord, log_request
-from localspec.server.errors import APIError, from_localspec_error, from_validation_error
+from localspec.server.answering import Answering
+from localspec.server.errors import APIError, from_validation_error
 from localspec.server.metrics import Metrics
 from localspec.server.reasoning_fields import ReasoningKeys
-from localspec.server.request import GenerationRequest, Limits, model_options, start_generation
-from localspec.server.worker import DEFAULT_QUEUE, Job, ModelWorker
+from localspec.server.request import GenerationRequest, Limits, model_options
+from localspec.server.worker import DEFAULT_QUEUE, ModelWorker
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 BODY_TIMEOUT_S = 60.0  # a body announced but never sent does not hold a connection forever
-_POLL_S = 0.1  # how often a waiting handler checks that its client is still there
-KEEPALIVE_S = 10.0  # a stream sends its protocol's keep-alive after this long with nothing sent
-CANCEL_LOG_WAIT_S = (
-    30.0  # a cancelled request's log line waits this long for its generation's counts
-)
-_WAITING = object()  # _next's answer when nothing came within its wait
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -79,7 +70,7 @@ def host_allowed(host_header: str) -> bool:
     return True
 
 
-class ServerState:
+class ServerState(Answering):
     """One served model: ``model`` (a :class:`~localspec.api.SpeculativeModel`), ``config``,
     ``worker`` (its :class:`ModelWorker`), ``metrics``, ``tool_format`` (the chat template's
     tool-call format, None: none), ``fim_tokens`` and ``keys`` (this server's
@@ -226,208 +217,6 @@ class ServerState:
 
         return Route(path, endpoint, methods=list(methods))
 
-    # --- answering --------------------------------------------------------------------------
-
-    async def run(
-        self,
-        http: Request,
-        request: GenerationRequest,
-        options: dict,
-        shape,
-        on_start: Callable | None = None,
-    ) -> Response:
-        """Queue ``request`` (with its :meth:`options`) and answer in ``shape``'s protocol: a
-        stream of its events when ``request.stream``, else its whole response.  ``shape``
-        gives ``stream_start()``, ``stream_events(events)``, ``stream_end(result,
-        include_usage)``, ``stream_error(message)`` (lists of SSE text), ``whole(pieces,
-        result)`` (a JSON body) and optionally ``keep_alive(progress)`` (default: an SSE
-        comment).  ``on_start(generation)`` is called on the model's thread once the prompt
-        is rendered.  A stream starts once the prompt is rendered, or after
-        :data:`KEEPALIVE_S` in the queue; from then on it carries a keep-alive whenever
-        nothing else was sent for KEEPALIVE_S (the prompt is being read)."""
-
-        def start(model):
-            generation = start_generation(model, request, options)
-            if on_start is not None:
-                on_start(generation)
-            return generation
-
-        record = _record(http)
-        record.protocol = request.protocol
-        job = Job(start, asyncio.get_running_loop(), logprobs=options.get("logprobs"))
-        self.worker.submit(job)
-        first = await _next(job, http, KEEPALIVE_S if request.stream else None)
-        if first is None:  # the client left while the request waited or started
-            record.cancelled = True
-            if not self.worker.withdraw(job):
-                self._log_once_stopped(job, record)
-            return Response(status_code=499)
-        if first is not _WAITING:
-            _raise_for_start(first, request)
-        if request.stream:
-            record.log_later = True
-            return StreamingResponse(
-                self._sse(http, job, shape, request, record),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        response = await _whole(http, job, shape, record)
-        if record.cancelled:
-            self._log_once_stopped(job, record)
-        return response
-
-    def _log_once_stopped(self, job: Job, record: RequestRecord) -> None:
-        """A cancelled request's log line, written once its generation has stopped (within one
-        round, at most ``CANCEL_LOG_WAIT_S``), so that it says how long the prompt was and how
-        much of it was cached; at once when the job had already ended."""
-        record.log_later = True
-        if job.finished:
-            log_request(record)
-            return
-        task = asyncio.get_running_loop().create_task(_log_when_done(job, record))
-        self._lines_waiting.add(task)
-        task.add_done_callback(self._lines_waiting.discard)
-
-    async def _sse(
-        self, http: Request, job: Job, shape, request: GenerationRequest, record
-    ) -> AsyncIterator[str]:
-        """The stream's texts; a keep-alive whenever nothing went out for KEEPALIVE_S: while
-        the prompt is read, or while the answer's text is held back (it may be a tool call)."""
-        quiet = _Quiet()
-        try:
-            for text in shape.stream_start():
-                yield text
-            async for batch in _batches(job, http, quiet.left_s):
-                if batch is None:
-                    texts = _keep_alive(shape, job.prompt_progress()) if not quiet.answering else []
-                else:
-                    texts, quiet.answering = _stream_texts(shape, batch, request, record), True
-                if not texts and quiet.due():
-                    texts = _idle_keep_alive(shape)
-                for text in texts:
-                    yield text
-                quiet.sent(texts)
-        finally:
-            job.cancel()  # the client left mid-stream (or the stream ended): stop within one round
-            record.cancelled = record.cancelled or not job.finished
-            self._log_once_stopped(job, record)
-
-
-def _record(http: Request) -> RequestRecord:
-    record = getattr(http.state, "localspec_record", None)
-    if record is None:  # a handler called without ServerState.handle (tests)
-        record = http.state.localspec_record = RequestRecord(http.method, http.url.path)
-    return record
-
-
-class _Quiet:
-    """How long a stream has sent nothing; ``answering`` once the answer's events began."""
-
-    def __init__(self):
-        self.at, self.answering = time.monotonic(), False
-
-    def left_s(self) -> float:
-        return max(_POLL_S, KEEPALIVE_S - (time.monotonic() - self.at))
-
-    def due(self) -> bool:
-        return time.monotonic() - self.at >= KEEPALIVE_S
-
-    def sent(self, texts: list[str]) -> None:
-        if texts:
-            self.at = time.monotonic()
-
-
-async def _batches(job: Job, http: Request, wait_s: Callable[[], float]) -> AsyncIterator[list]:
-    """The job's items, one batch per round or so, up to its end; None after ``wait_s()``
-    of nothing; stops when the client is gone."""
-    while True:
-        item = await _next(job, http, wait_s())
-        if item is _WAITING:
-            yield None
-            continue
-        if item is None or await http.is_disconnected():
-            return
-        batch = [item]
-        while not job.events.empty() and batch[-1][0] == "event":
-            batch.append(job.events.get_nowait())
-        yield batch
-        if batch[-1][0] in ("done", "error", "skipped"):
-            return
-
-
-def _stream_texts(shape, batch: list, request: GenerationRequest, record) -> list[str]:
-    """A batch of job items as the stream's texts: events, then the end (or an error event)."""
-    events = [v for k, v in batch if k == "event"]
-    out = shape.stream_events(events) if events else []
-    kind, value = batch[-1]
-    if kind == "done":
-        record.observe(value)
-        return out + shape.stream_end(value, request.include_usage)
-    if kind in ("error", "skipped"):
-        error = _start_error(batch[-1], request)
-        record.error = error.message
-        return out + shape.stream_error(error.message)
-    return out
-
-
-def _keep_alive(shape, progress: dict | None) -> list[str]:
-    keep_alive = getattr(shape, "keep_alive", None)
-    if keep_alive is not None:
-        return keep_alive(progress)
-    return [
-        sse.comment("keep-alive" + (f" prompt_progress={json.dumps(progress)}" if progress else ""))
-    ]
-
-
-def _idle_keep_alive(shape) -> list[str]:
-    """While the answer is held back: the protocol's own (Anthropic's ``ping``), else an SSE
-    comment, which every client skips."""
-    idle = getattr(shape, "idle_keep_alive", None)
-    return idle() if idle is not None else [sse.comment("keep-alive")]
-
-
-def _internal() -> APIError:
-    return APIError(500, "internal server error", type="server_error", retry=True)
-
-
-def _start_error(item: tuple, request: GenerationRequest) -> APIError | None:
-    """The error a job's item means for the request (None: not an error)."""
-    kind, value = item
-    if kind == "error":
-        return (
-            from_localspec_error(value, request.paths.prompt)
-            if isinstance(value, LocalspecError)
-            else _internal()
-        )
-    if kind == "skipped":
-        return APIError(503, "the server is shutting down", type="server_error", retry=True)
-    return None
-
-
-def _raise_for_start(first: tuple, request: GenerationRequest) -> None:
-    """The job's first item: an error before any token is the request's answer."""
-    error = _start_error(first, request)
-    if error is not None:
-        raise error
-
-
-async def _whole(http: Request, job: Job, shape, record) -> Response:
-    """The whole answer; a client that leaves first cancels the job (499)."""
-    pieces: list = []
-    while True:
-        item = await _next(job, http)
-        if item is None:
-            record.cancelled = True
-            return Response(status_code=499)
-        kind, value = item
-        if kind == "event":
-            pieces.append(value)
-        elif kind == "done":
-            record.observe(value)
-            return JSONResponse(shape.whole(pieces, value))
-        elif kind == "error":
-            raise _internal()
-
 
 async def _read(request: Request, limit: int) -> bytes:
     chunks, size = [], 0
@@ -439,35 +228,3 @@ async def _read(request: Request, limit: int) -> bytes:
             )
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-async def _log_when_done(job: Job, record: RequestRecord) -> None:
-    async def take_counts() -> None:
-        while True:
-            kind, value = await job.events.get()
-            if kind == "done":
-                record.observe(value)
-            if kind in ("done", "error", "skipped"):
-                return
-
-    try:
-        await asyncio.wait_for(take_counts(), CANCEL_LOG_WAIT_S)
-    except asyncio.TimeoutError:
-        pass
-    log_request(record)
-
-
-async def _next(job: Job, request: Request, wait_s: float | None = None):
-    """The job's next item; None (and the job cancelled) once the client is gone;
-    ``_WAITING`` when ``wait_s`` passed with no item."""
-    waited = 0.0
-    while True:
-        try:
-            return await asyncio.wait_for(job.events.get(), _POLL_S)
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
-                job.cancel()
-                return None
-            waited += _POLL_S
-            if wait_s is not None and waited >= wait_s:
-                return _WAITING
