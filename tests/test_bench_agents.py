@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.bench import MACHINE_RECORD, bench_args
 
 from localspec.bench import agent_replay, agents
 from localspec.bench.agent_replay import (
@@ -19,22 +20,9 @@ from localspec.bench.agent_replay import (
 )
 from localspec.errors import InvalidOptionError
 
-RECORD = {
-    "cpu": "AMD EPYC",
-    "threads": 2,
-    "logical_cpus": 2,
-    "memory_bytes": 24 << 30,
-    "backend": "CPU",
-    "llama_cpp_python": "0.3.36",
-    "llama_cpp_commit": "0c1e570",
-    "amx": "not in this build",
-}
-
 
 def _args(*argv):
-    from localspec.cli import commands
-
-    return commands._parser().parse_args(["bench", "agents", *argv])
+    return bench_args("agents", *argv)
 
 
 def test_the_default_sessions_load_in_order_without_the_probe():
@@ -161,7 +149,9 @@ def test_session_walls_add_the_turns_and_compare_with_llama_server():
         rows[1]["servers"]["llama-server"]["all_2xx"] is False
         and "over_llama_server" not in rows[1]
     )
-    text = agents.markdown({"machine": RECORD, "max_tokens": 16, "summary": rows, "turns": turns})
+    text = agents.markdown(
+        {"machine": MACHINE_RECORD, "max_tokens": 16, "summary": rows, "turns": turns}
+    )
     assert "| a | 32 (×0.67) | 48 |" in text and "| b | 5 | 0 (refused) |" in text
     assert "| llama-server | a | 2 | 200 | 920 / 0 | 4.0 | 20.0 | 8.0 |" in text
     assert "| llama-server | b | 1 | 400 |  /  |  |  | 0.1 |" in text

@@ -8,33 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
+from support.bench import MACHINE_RECORD, bench_args
 
 from localspec.bench import first_answer, fresh_clients, prefill
 from localspec.bench.results import Results
 from localspec.errors import InvalidOptionError
 
-RECORD = {
-    "cpu": "AMD EPYC",
-    "threads": 2,
-    "logical_cpus": 2,
-    "memory_bytes": 24 << 30,
-    "backend": "CPU",
-    "llama_cpp_python": "0.3.36",
-    "llama_cpp_commit": "0c1e570",
-    "amx": "not in this build",
-}
-
-
-def _args(*argv):
-    from localspec.cli import commands
-
-    return commands._parser().parse_args(["bench", *argv])
-
 
 def test_the_new_benchmarks_parse_their_options():
     from localspec.bench.cli import _chosen, check
 
-    args = _args(
+    args = bench_args(
         "concurrency",
         "--fresh",
         "--seed",
@@ -51,7 +35,7 @@ def test_the_new_benchmarks_parse_their_options():
         and args.max_tokens is None
     )
     check(args)
-    args = _args("first-answer")
+    args = bench_args("first-answer")
     assert _chosen(args) is first_answer and (
         args.pairs,
         args.max_tokens,
@@ -63,7 +47,7 @@ def test_the_new_benchmarks_parse_their_options():
         None,
         False,
     )
-    args = _args("prefill", "--smoke")
+    args = bench_args("prefill", "--smoke")
     assert (
         _chosen(args) is prefill
         and args.reps == 5
@@ -87,7 +71,7 @@ def test_the_new_benchmarks_refuse_bad_options(argv, says):
     from localspec.bench.cli import check
 
     with pytest.raises(InvalidOptionError, match=says):
-        check(_args(*argv))
+        check(bench_args(*argv))
 
 
 def test_greedy_equality_counts_answers_and_names_the_first_differing_character():
@@ -127,7 +111,7 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
         and rows[1]["default_over_llama_server_plain"] == 0.75
     )
     assert rows[1]["equality"]["equal"] == 1 and rows[1]["equality"]["differ"][0]["position"] == 1
-    out = Results(tmp_path, fresh_clients.KIND, RECORD, smoke=True, benchmark="concurrency")
+    out = Results(tmp_path, fresh_clients.KIND, MACHINE_RECORD, smoke=True, benchmark="concurrency")
     result = {
         "seed": 5,
         "max_tokens": 64,
@@ -182,7 +166,7 @@ def test_first_answer_ratios_mean_median_worst_and_interleaved_order(tmp_path):
     )
     assert first_answer.ratios([pair(5, 0)])["mean"] is None
     runs = {"readme": {"warm": [pair(20, 20)], "cold": [pair(19, 20)]}}
-    out = Results(tmp_path, first_answer.KIND, RECORD, smoke=True)
+    out = Results(tmp_path, first_answer.KIND, MACHINE_RECORD, smoke=True)
     result = {
         "pairs": 1,
         "max_tokens": 16,
@@ -228,7 +212,7 @@ def test_prefill_medians_and_ratios_to_llama_cpp_python(tmp_path):
     assert row["library_over_llama_cpp_python"] == pytest.approx(66 / 62)
     assert row["server_over_llama_cpp_python_per_rep"] == pytest.approx([50 / 60, 55 / 64, 52 / 62])
     assert [prefill.rotated(r)[0] for r in range(3)] == list(prefill.READERS)
-    out = Results(tmp_path, prefill.KIND, RECORD, smoke=True)
+    out = Results(tmp_path, prefill.KIND, MACHINE_RECORD, smoke=True)
     result = {"reps": 3, "runs": got, "summary": [row]}
     out.write(result, prefill.markdown({**out.header(), **result}))
     assert (
