@@ -12,7 +12,13 @@ class LocalspecError(Exception):
 
 
 class InvalidOptionError(LocalspecError, ValueError):
-    """A generation or load option is out of range (e.g. ``draft_min > draft_max``)."""
+    """A generation or load option is out of range (e.g. ``draft_min > draft_max``).
+    ``param``: the option's field path, dotted (``"tools.0.function.parameters"``), where the
+    check knows it; a server names it in its error."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class ModelFileError(LocalspecError):

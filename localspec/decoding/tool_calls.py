@@ -181,9 +181,8 @@ def _check_parameters(index: int, function: dict) -> None:
             raise InvalidOptionError("parameters must be a JSON Schema object")
         json_schema_grammar(parameters or None)
     except InvalidOptionError as exc:
-        error = InvalidOptionError(f"tool {function['name']}: {exc}")
-        error.param = f"tools.{index}.function.parameters"
-        raise error from None
+        path = f"tools.{index}.function.parameters"
+        raise InvalidOptionError(f"tool {function['name']}: {exc}", param=path) from None
 
 
 def call_grammar(fmt: ToolFormat, tools: list[dict], tool_choice, parallel: bool) -> str:

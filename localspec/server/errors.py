@@ -10,7 +10,7 @@ import re
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
-from localspec.errors import ContextOverflowError, LocalspecError
+from localspec.errors import ContextOverflowError, InvalidOptionError, LocalspecError
 
 FieldPath = tuple[str | int, ...]
 
@@ -89,7 +89,8 @@ def from_localspec_error(
     an error that carries its own ``param`` names that; any other names no field."""
     if isinstance(exc, ContextOverflowError):
         return RequestError(str(exc), prompt_path, code="context_length_exceeded")
-    return RequestError(str(exc), path_of(getattr(exc, "param", None)), code="invalid_value")
+    param = exc.param if isinstance(exc, InvalidOptionError) else None
+    return RequestError(str(exc), path_of(param), code="invalid_value")
 
 
 _TYPE_NAMES = {"str", "int", "float", "bool", "list", "dict", "none"}

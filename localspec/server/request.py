@@ -264,9 +264,9 @@ def check_tool_list(tools: list[dict], choice: str | dict) -> None:
     ``tool_choice`` for a choice that names none of them."""
     try:
         check_tools(tools, "auto")
-    except LocalspecError as exc:
+    except InvalidOptionError as exc:
         raise RequestError(
-            str(exc), path_of(getattr(exc, "param", None)) or ("tools",), code="invalid_value"
+            str(exc), path_of(exc.param) or ("tools",), code="invalid_value"
         ) from None
     if choice == "auto":
         return
