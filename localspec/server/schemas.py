@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from localspec.decoding.params import STRATEGIES
 from localspec.server.request import Speculative, given
 
 
@@ -150,9 +151,7 @@ class SpeculativeOptions(BaseModel):
     n_max: int | Literal["auto"] | None = None
     n_min: int | None = Field(None, ge=0)
     p_min: float | None = Field(None, ge=0.0, le=1.0)
-    strategy: (
-        Literal["auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none"] | None
-    ) = None
+    strategy: Literal[STRATEGIES] | None = None  # the library's names, listed once
 
     @field_validator("n_max")
     @classmethod
