@@ -13,7 +13,7 @@ from localspec.api.pairs import auto_context_for, check_pair
 from localspec.decoding.fim import engine_fim_prompt
 from localspec.decoding.grammar import Constraint, response_format_grammar
 from localspec.decoding.learned import LearnedState, kind_name
-from localspec.decoding.loop import Generation
+from localspec.decoding.loop import Generation, RequestPlan
 from localspec.decoding.params import (
     CallOptions,
     DraftParams,
@@ -327,6 +327,14 @@ class SpeculativeModel:
             if tool_grammar
             else self._constraint(grammar)
         )
+        plan = RequestPlan(
+            constraint=constraint,
+            prediction=tuple(predicted),
+            tool_format=tool_grammar.format if tool_grammar else None,
+            parse=parse_as.model_validate_json if parse_as is not None else None,
+            thinking=thinking,
+            prompt_truncated=prompt_truncated,
+        )
         kind = (params.draft, params.sampling.greedy, bool(predicted), constraint is not None)
         self.slots.slots[0].policy(*kind)  # InvalidOptionError before waiting for a slot
         slot = self.slots.acquire(tokens, call.prompt_cache_key)
@@ -337,19 +345,11 @@ class SpeculativeModel:
                 tokens,
                 params,
                 started_at=started,
-                constraint=constraint,
-                parse=parse_as.model_validate_json if parse_as is not None else None,
-                tool_format=tool_grammar.format if tool_grammar else None,
-                prompt_truncated=prompt_truncated,
-                thinking=thinking,
+                plan=plan,
             )
         except BaseException:
             self.slots.unreserve(slot)
             raise
-        slot.prediction.set_prediction(predicted, len(tokens))
-        slot.grammar.set_constraint(constraint)
-        if slot.drafter is not None:
-            slot.drafter.constraint = constraint
         return generation if stream else generation.run()
 
     def _generation_in(

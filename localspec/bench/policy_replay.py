@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.decoding.drafters import Draft, Drafter, round_label
+from localspec.decoding.drafters import Draft, Drafter, DrafterInputs, round_label
 from localspec.decoding.policy import BATCH_SIZES, AdaptivePolicy, CostAverage, CostModel
 from localspec.decoding.rounds import RoundOutcome
 from localspec.decoding.sampling import SamplingParams
@@ -125,10 +125,10 @@ def record(
         "suffix": suffix if suffix is not None else model.suffix,
     }
     if prediction:
-        model.prediction.set_prediction(prediction, len(prompt_tokens))
         drafters["prediction"] = model.prediction
+    inputs = DrafterInputs(prediction=tuple(prediction or ()))
     for d in drafters.values():
-        d.begin(prompt_tokens)
+        d.begin(prompt_tokens, inputs)
     context = list(prompt_tokens) + [answer[0]]
     for name_ in drafters:
         trace.free[name_] = [([], [], [])]  # position 0 comes from prompt eval, never drafted
@@ -141,7 +141,7 @@ def record(
         context.append(answer[j])
     for d in drafters.values():
         d.end(context, len(prompt_tokens))
-    model.prediction.set_prediction([], 0)
+    model.prediction.begin([])  # no prediction: off until a request brings one
     if model.drafter is not None:
         trace.draft_next, trace.draft_conf = _draft_model_view(model, prompt_tokens, answer)
     return trace

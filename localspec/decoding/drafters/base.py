@@ -12,11 +12,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from localspec.decoding.sampling import Candidates, SamplingParams
+
+
+@dataclass(frozen=True)
+class DrafterInputs:
+    """What one request gives its drafters when its generation starts: ``constraint``, the
+    grammar every token must satisfy (a :class:`~localspec.decoding.grammar.Constraint`;
+    None: free text), and ``prediction``, the predicted output's tokens (Predicted Outputs;
+    empty: none)."""
+
+    constraint: Any = None
+    prediction: tuple[int, ...] = ()
+
+
+NO_INPUTS = DrafterInputs()
 
 
 @dataclass
@@ -104,8 +118,9 @@ class Drafter(Protocol):
         None  # a first guess of its seconds per draft token (None: half a target step)
     )
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        """A generation starts from ``prompt`` (token ids)."""
+    def begin(self, prompt: Sequence[int], inputs: DrafterInputs = NO_INPUTS) -> None:
+        """A generation starts from ``prompt`` (token ids), with what its request gives the
+        drafters (``inputs``: its grammar, its predicted output)."""
 
     def end(self, context: Sequence[int], n_prompt: int) -> None:
         """The generation finished: ``context`` is its prompt (``n_prompt`` tokens) and output."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.decoding.drafters.base import Draft, Drafter
+from localspec.decoding.drafters.base import NO_INPUTS, Draft, Drafter, DrafterInputs
 from localspec.decoding.sampling import Candidates, row_candidates, top_probability
 from localspec.llama.engine import Engine
 
@@ -29,9 +29,7 @@ class DraftModelDrafter(Drafter):
         self.n_vocab_target = n_vocab_target
         self.is_eog = is_eog
         self.catch_up_s = 0.0
-        self.constraint = (
-            None  # the current generation's grammar (localspec.decoding.grammar.Constraint)
-        )
+        self.constraint = None  # the current generation's grammar (given at begin)
 
     @property
     def decode_s(self) -> float:
@@ -97,7 +95,8 @@ class DraftModelDrafter(Drafter):
             with self._shared_decodes():
                 self._catch_up(prompt)
 
-    def begin(self, prompt) -> None:
+    def begin(self, prompt, inputs: DrafterInputs = NO_INPUTS) -> None:
+        self.constraint = inputs.constraint
         # Keep only what the new prompt shares with the cache (a continued conversation),
         # so lag() counts what must really be read, not a previous request's tokens.
         self.engine.reuse_prefix(prompt)

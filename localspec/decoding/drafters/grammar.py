@@ -5,12 +5,12 @@ joined to the other drafters' guesses in the same round (:func:`chained`)."""
 
 from __future__ import annotations
 
-from localspec.decoding.drafters.base import Draft, ModelFreeDrafter
+from localspec.decoding.drafters.base import NO_INPUTS, Draft, DrafterInputs, ModelFreeDrafter
 
 
 class GrammarDrafter(ModelFreeDrafter):
     """Proposes :meth:`~localspec.decoding.grammar.Constraint.forced` tokens of the current
-    generation's constraint (``set_constraint``; None turns it off)."""
+    generation's constraint (given at :meth:`begin`; none turns it off)."""
 
     name = "grammar"
     forces = True  # its kept tokens are TokenSource.FORCED
@@ -20,8 +20,8 @@ class GrammarDrafter(ModelFreeDrafter):
     def __init__(self):
         self.constraint = None
 
-    def set_constraint(self, constraint) -> None:
-        self.constraint = constraint
+    def begin(self, prompt, inputs: DrafterInputs = NO_INPUTS) -> None:
+        self.constraint = inputs.constraint
 
     def propose(self, context, max_tokens, params, p_min, rng) -> Draft:
         if self.constraint is None or max_tokens <= 0:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.decoding.drafters.base import Draft, ModelFreeDrafter
+from localspec.decoding.drafters.base import NO_INPUTS, Draft, DrafterInputs, ModelFreeDrafter
 
 
 class PredictionDrafter(ModelFreeDrafter):
@@ -20,8 +20,8 @@ class PredictionDrafter(ModelFreeDrafter):
     as prompt lookup does over the prompt.  How many tokens a round drafts is the
     policy's choice, as for any drafter.  No probabilities (one-hot q when sampling).
 
-    ``set_prediction(tokens, n_prompt)`` starts a generation: ``n_prompt`` context
-    tokens precede the output.  Empty tokens turn the drafter off.
+    :meth:`begin` starts a generation with the request's predicted tokens after its prompt;
+    no prediction turns the drafter off.
     """
 
     name = "prediction"
@@ -32,9 +32,12 @@ class PredictionDrafter(ModelFreeDrafter):
     def __init__(self, max_ngram: int = 8, min_ngram: int = 2):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self.set_prediction([], 0)
+        self.begin([])
 
-    def set_prediction(self, tokens: Sequence[int], n_prompt: int) -> None:
+    def begin(self, prompt, inputs: DrafterInputs = NO_INPUTS) -> None:
+        self._predict(inputs.prediction, len(prompt))
+
+    def _predict(self, tokens: Sequence[int], n_prompt: int) -> None:
         self.tokens = np.asarray(tokens, dtype=np.int64)
         self.n_prompt = n_prompt
         self.pos: int | None = 0  # index of the prediction token expected next

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from localspec.decoding.drafters.base import Draft, ModelFreeDrafter, context_slice, match_length
+from localspec.decoding.drafters.base import (
+    NO_INPUTS,
+    Draft,
+    DrafterInputs,
+    ModelFreeDrafter,
+    context_slice,
+    match_length,
+)
 
 
 class PromptLookupDrafter(ModelFreeDrafter):
@@ -48,7 +55,7 @@ class PromptLookupDrafter(ModelFreeDrafter):
         self._latest = {n: {} for n in range(self.min_ngram, self.max_ngram + 1)}
         self._ngrams = (self.min_ngram, self.max_ngram)  # what the index was built for
 
-    def begin(self, prompt) -> None:
+    def begin(self, prompt, inputs: DrafterInputs = NO_INPUTS) -> None:
         self._sync(prompt)
 
     def _sync(self, context) -> None:

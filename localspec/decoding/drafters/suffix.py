@@ -6,7 +6,13 @@ from __future__ import annotations
 import math
 import threading
 
-from localspec.decoding.drafters.base import Draft, ModelFreeDrafter, context_slice
+from localspec.decoding.drafters.base import (
+    NO_INPUTS,
+    Draft,
+    DrafterInputs,
+    ModelFreeDrafter,
+    context_slice,
+)
 from localspec.decoding.drafters.suffix_index import KEYS, SuffixIndex
 from localspec.errors import InvalidOptionError
 
@@ -63,7 +69,7 @@ class SuffixDrafter(ModelFreeDrafter):
         self.request = SuffixIndex()
         self._indexed: list[int] = []  # what the request index holds, in order
 
-    def begin(self, prompt) -> None:
+    def begin(self, prompt, inputs: DrafterInputs = NO_INPUTS) -> None:
         prompt = list(prompt)
         n = len(self._indexed)
         if n > len(prompt) or prompt[:n] != self._indexed:  # not a continuation: a new text

@@ -14,9 +14,11 @@ side: iteration, cancel, supersede) and takes its steps from one module per phas
 :mod:`.prompt` (prompt eval, the first token), :mod:`.round` (a round: draft, verify, accept,
 trim; the thinking budget's forced close), :mod:`.drafting` (asking the drafters),
 :mod:`.verify` (the target's verdict on a draft) and :mod:`.emit` (tokens handed out as
-events, the result); :mod:`.run` holds what the steps of one generation share.
+events, the result); :mod:`.run` holds what the steps of one generation share, :mod:`.plan`
+what its request brings (:class:`RequestPlan`, given when it is built).
 """
 
 from localspec.decoding.loop.generation import Generation
+from localspec.decoding.loop.plan import RequestPlan
 
-__all__ = ["Generation"]
+__all__ = ["Generation", "RequestPlan"]

@@ -8,14 +8,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 
 from localspec.decoding.drafters import Drafter
-from localspec.decoding.grammar import Constraint
 from localspec.decoding.loop.drafting import Drafting
 from localspec.decoding.loop.emit import Emitting
+from localspec.decoding.loop.plan import NO_PLAN, RequestPlan
 from localspec.decoding.loop.prompt import PromptPhase
 from localspec.decoding.loop.round import RoundPhase
 from localspec.decoding.loop.run import _Run
@@ -24,8 +23,7 @@ from localspec.decoding.params import GenerationParams
 from localspec.decoding.policy import Policy
 from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent
 from localspec.decoding.text import ChannelAssembler, TextAssembler
-from localspec.decoding.thinking import ThinkingBudget, ThinkingPlan
-from localspec.decoding.tool_calls import ToolFormat
+from localspec.decoding.thinking import ThinkingBudget
 from localspec.decoding.tool_parser import ToolCallParser
 from localspec.errors import ContextOverflowError, EngineError, InvalidOptionError
 from localspec.llama.engine import Engine
@@ -64,13 +62,9 @@ class Generation(PromptPhase, RoundPhase, Drafting, Verifying, Emitting):
         started_at: float | None = None,
         lock: threading.Lock | None = None,
         owner: LlamaThread | None = None,
-        constraint: Constraint | None = None,
-        parse: Callable[[str], Any] | None = None,
-        tool_format: ToolFormat | None = None,
+        plan: RequestPlan = NO_PLAN,
         batcher=None,
         on_end: Callable[[Generation], None] | None = None,
-        prompt_truncated: bool = False,
-        thinking: ThinkingPlan | None = None,
     ):
         if len(prompt_tokens) == 0:
             raise InvalidOptionError("the prompt is empty")
@@ -90,19 +84,21 @@ class Generation(PromptPhase, RoundPhase, Drafting, Verifying, Emitting):
         self._superseded = False
         self._step_lock = lock if lock is not None else threading.Lock()
         self._owner = owner or target.owner
-        self.constraint = constraint  # a grammar every emitted token satisfies (None: free text)
-        self._parse = parse  # turns a finished answer into result.parsed
+        self.plan = plan  # what the request brings beside the prompt; never changed
+        # the grammar every emitted token satisfies now (None: free text); the thinking
+        # budget's forced close replaces it while it forces
+        self.constraint = plan.constraint
+        self._parse = plan.parse  # turns a finished answer into result.parsed
         # reads the answer's tool calls as they are written
-        self._calls = ToolCallParser(tool_format) if tool_format else None
+        self._calls = ToolCallParser(plan.tool_format) if plan.tool_format else None
         self._batcher = (
             batcher  # shares the target's decodes with other sequences (scheduler.Batcher)
         )
         self._on_end = on_end  # told once when the generation ends (its slot is free again)
-        self._prompt_truncated = prompt_truncated  # the caller cut the prompt to fit (a FIM prompt)
-        self._thinking = (
-            thinking  # how the output splits into thinking and answer (None: all answer)
-        )
-        if thinking is not None and constraint is not None and thinking.budget >= 0:
+        self._prompt_truncated = plan.prompt_truncated  # the caller cut the prompt (FIM)
+        self._thinking = plan.thinking  # how the output splits into thinking and answer
+        thinking = plan.thinking
+        if thinking is not None and plan.constraint is not None and thinking.budget >= 0:
             raise InvalidOptionError(
                 "a thinking budget cannot be combined with response_format or tools"
             )
@@ -194,8 +190,9 @@ class Generation(PromptPhase, RoundPhase, Drafting, Verifying, Emitting):
     def _start(self) -> _Run:
         """A new generation: the policy and the drafters told, the random streams seeded."""
         self.policy.new_generation()
+        inputs = self.plan.drafter_inputs()
         for d in self.drafters:
-            d.begin(self.prompt_tokens)
+            d.begin(self.prompt_tokens, inputs)
         seeds = np.random.SeedSequence(self.params.seed).spawn(2)
         return _Run(
             context=list(self.prompt_tokens),
