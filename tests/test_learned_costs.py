@@ -109,6 +109,7 @@ def test_a_second_load_on_a_busy_machine_keeps_the_stored_costs(target_gguf, cou
     )  # no stall written down
     quietest = _quietest_costs(target_gguf)
     _rewrite_stored_verify(lambda v: quietest)
+    _rewrite_stored_draft(lambda d: {**d, "per_token": quietest["1"]})  # the same GGUF
     with _every_core_busy():
         for _ in range(3):
             with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as model:
@@ -350,13 +351,21 @@ def test_a_bigger_batch_measured_cheaper_does_not_make_a_useless_draft_look_free
     assert policy.costs.verify_s(2) == pytest.approx(0.030)
 
 
-def _rewrite_stored_verify(change) -> None:
-    """Rewrite every stored record's verify costs with ``change(dict) -> dict``."""
+def _rewrite_stored(part: str, change) -> None:
+    """Rewrite every stored record's ``part`` of its costs with ``change(dict) -> dict``."""
     for path in MachineStore().directory.glob("*.json"):
         data = json.loads(path.read_text())
         if "record" in data:
-            data["record"]["costs"]["verify"] = change(data["record"]["costs"]["verify"])
+            data["record"]["costs"][part] = change(data["record"]["costs"][part])
             path.write_text(json.dumps(data))
+
+
+def _rewrite_stored_verify(change) -> None:
+    _rewrite_stored("verify", change)
+
+
+def _rewrite_stored_draft(change) -> None:
+    _rewrite_stored("draft", change)
 
 
 @pytest.mark.parametrize(

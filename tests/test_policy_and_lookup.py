@@ -341,6 +341,17 @@ def test_calibration_of_a_draft_model_keeps_the_faster_run_too():
         assert policy.costs.prefill[d.name] == pytest.approx(0.003)
 
 
+def test_a_draft_step_stalled_over_both_runs_is_measured_again():
+    """A draft token dearer than a target token is no machine's cost: read again."""
+    d = FakeDrafter("draft-model", 0.7)
+    warm = _warm_up_decodes(lambda b: 0.003 * b)
+    draft = ClockedEngine(lambda b: 0.003 * b, stall_at={warm + 1, warm + 2}, stall_s=0.5)
+    policy = AdaptivePolicy([d], caps={d.name: 8})
+    policy.costs.measure(ClockedEngine(cpu_like), {d.name: draft})
+    assert policy.costs.draft[d.name].value == pytest.approx(0.003)
+    assert policy.costs.prefill[d.name] == pytest.approx(0.003)
+
+
 def test_calibration_drops_readings_that_are_not_times():
     """A clock that jumps back once gives one negative reading: the other run is kept.
     A clock that reads NaN gives nothing: the prior stays, and calibration is retried."""

@@ -183,6 +183,12 @@ class CostModel:
             return
         warm_up(engine, token)
         step = fastest_of_two(engine, [token], [0])
+        c1 = self.verify[1].value if 1 in self.verify and self.verify[1].weight > 0 else None
+        for _ in range(MEASURE_RETRIES):  # a draft token dearer than a target one is a stall
+            if step is None or c1 is None or implausible_costs({"1": c1}, step) is None:
+                break
+            again = fastest_of_two(engine, [token], [0])
+            step = step if again is None else min(step, again)
         prefill = fastest_of_two(engine, [token] * 17, [16])
         if step is not None:
             self.draft[name] = CostAverage(step, weight=1.0)
