@@ -308,6 +308,14 @@ def workload_group(workload: str) -> str:
     return "mtbench" if workload.startswith("mtbench") else workload
 
 
+def _grouped(rows: list[dict]) -> list[tuple[tuple, list[dict]]]:
+    """The rows by (workload, temperature, strategy), in workload and temperature order."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["workload"], r["temperature"], r["strategy"]), []).append(r)
+    return sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1]))
+
+
 def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
     """Median speed-up over plain (paired by prompt, temperature and repetition) per
     workload, temperature and strategy, plus medians of the other figures but acceptance,
@@ -332,13 +340,8 @@ def summarize(rows: list[dict], ceiling: float | None = None) -> list[dict]:
         key = "decode_tokens_per_s" if r["decode_tokens_per_s"] else "tokens_per_s"
         return r[key] / base[key] if base[key] else None
 
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["workload"], r["temperature"], r["strategy"]), []).append(r)
     out = []
-    for (workload, temp, strategy), rs in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1])
-    ):
+    for (workload, temp, strategy), rs in _grouped(rows):
         speedups = [x for x in map(speedup, rs) if x is not None]
 
         def med(key, rs=rs):

@@ -58,6 +58,16 @@ def examples(base: str, model_name: str, api_key: str | None) -> str:
     )
 
 
+def _warn_if_reachable(args, loopback_hosts) -> None:
+    """A warning when other machines can reach the server (and no key guards it)."""
+    if args.host not in loopback_hosts:
+        print(
+            f"localspec: warning: serving on {args.host}: other machines can reach this server"
+            + ("" if args.api_key else "; set --api-key so only your clients can use it"),
+            file=sys.stderr,
+        )
+
+
 def serve(args, load, defaults: dict) -> int:
     """Run the server for parsed CLI ``args``; ``load(args)`` loads the model pair and
     ``defaults`` are the generation options for fields a request leaves out."""
@@ -69,12 +79,7 @@ def serve(args, load, defaults: dict) -> int:
     access_log.configure(getattr(args, "log_format", "text"))
     check_port_free(args.host, args.port)
     _Server = _server_class()
-    if args.host not in LOOPBACK_HOSTS:
-        print(
-            f"localspec: warning: serving on {args.host}: other machines can reach this server"
-            + ("" if args.api_key else "; set --api-key so only your clients can use it"),
-            file=sys.stderr,
-        )
+    _warn_if_reachable(args, LOOPBACK_HOSTS)
     defaults = {k: v for k, v in defaults.items() if v not in (None, [])}
     with load(args) as model:
         name = model.target_path.stem + (f"+{model.draft_path.stem}" if model.draft_path else "")

@@ -28,7 +28,6 @@ each with ``type`` and ``sequence_number`` (:class:`~.responses_shape.ResponseSh
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,10 +36,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localspec.server.content import need, text_of
-from localspec.server.errors import APIError, FieldPath, RequestError, dotted
+from localspec.server.errors import FieldPath, RequestError, dotted
 from localspec.server.reasoning_fields import ReasoningKeys, effort_reasoning
 from localspec.server.request import FieldPaths, GenerationRequest, Sampling
 from localspec.server.responses_shape import ResponseShape
+from localspec.server.responses_store import ResponseStore
 from localspec.server.responses_tools import Toolset, call_arguments, toolset
 from localspec.server.schemas import SpeculativeOptions
 
@@ -389,28 +389,12 @@ def routes(state) -> list[Route]:
     """``POST /v1/responses`` and ``GET`` / ``DELETE /v1/responses/{id}`` on a :class:`ServerState`.
     ``store``: response id -> (response object, the conversation it ends as chat messages,
     instructions excluded), the last :data:`STORE_SIZE`."""
-    store: OrderedDict[str, tuple[dict, list[dict]]] = OrderedDict()
-
-    def stored(response_id: str, param: str | None = None) -> tuple[dict, list[dict]]:
-        """APIError 404 (``param`` named) for an id not (or no longer) stored."""
-        if response_id not in store:
-            previous = param == "previous_response_id"
-            message = (
-                f"{'Previous response' if previous else 'Response'} with id "
-                f"'{response_id}' not found."
-            )
-            raise APIError(
-                404,
-                message,
-                param=param,
-                code="previous_response_not_found" if previous else "not_found",
-            )
-        return store[response_id]
+    store = ResponseStore(STORE_SIZE)
 
     async def answer(http: Request) -> Response:
         body = await state.read_body(http, ResponsesRequest)
         history = (
-            stored(body.previous_response_id, "previous_response_id")[1]
+            store.lookup(body.previous_response_id, "previous_response_id")[1]
             if body.previous_response_id
             else []
         )
@@ -422,9 +406,7 @@ def routes(state) -> list[Route]:
         def done(response: dict) -> None:
             if body.store is not False:
                 answer = assistant_message(response["output"], tools, shape.reasoning)
-                store[response["id"]] = (response, conversation + [answer])
-                while len(store) > STORE_SIZE:
-                    store.popitem(last=False)
+                store.keep(response, conversation + [answer])
 
         include = tuple(body.include or ())
         shape = ResponseShape(_echo(state, body, options), done, tools, state.keys, include)
@@ -432,9 +414,9 @@ def routes(state) -> list[Route]:
 
     async def look_up(http: Request) -> Response:
         response_id = http.path_params["response_id"]
-        response = stored(response_id)[0]
+        response = store.lookup(response_id)[0]
         if http.method == "DELETE":
-            del store[response_id]
+            store.delete(response_id)
             return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
         return JSONResponse(response)
 
