@@ -318,16 +318,16 @@ def test_beside_a_prompt_being_read_a_draft_pays_only_for_its_own_rows():
 
 
 def test_a_draft_model_not_expected_to_draft_reads_no_prompt(target_gguf, other_gguf):
-    """The adaptive policy prefills no draft model up front: one that a learnt prior says
-    never pays is not chosen, so it decodes nothing, prompt included (its catch-up is
-    charged when it is chosen: test_a_draft_models_catch_up_is_charged_over_the_tokens_left)."""
+    """A draft model that a learnt prior says never pays is not chosen, so it decodes nothing,
+    prompt included (when one is expected to pay, it reads the prompt with the target:
+    tests/test_catch_up.py)."""
     with SpeculativeModel(target_gguf, other_gguf, n_ctx=512) as model:
         policy = model._policy(model.default_draft, greedy=True, predicted=False)
-        assert policy.prefill_drafters == ()
         policy.start_from({"draft-model": {"successes": 0.0, "trials": 1000.0}})
         # a second a token: the synthetic pair's microsecond decodes, stalled on a busy
         # machine, could otherwise make a near-free one-token bet win by a hair
         policy.costs.draft[model.drafter.name] = CostAverage(1.0, weight=1.0)
+        assert policy.prefill_drafters(7, 15) == []
         before = model.draft_engine.decode_s
         result = model.generate("one two three four five six seven", max_tokens=16, temperature=0.0)
         assert result.stats.generated_tokens == 16

@@ -217,7 +217,7 @@ def test_a_fixed_policy_plans_the_same_whatever_the_rounds_showed():
     d = FakeDrafter("draft-model", 0.7)
     fixed = FixedPolicy(d, 4)
     assert isinstance(fixed, Policy) and isinstance(AdaptivePolicy([d]), Policy)
-    assert fixed.prefill_drafters == [d] and fixed.free_drafters == ()  # reads the prompt
+    assert fixed.prefill_drafters(100, 64) == [d] and fixed.free_drafters == ()  # reads the prompt
     for accepted in (0, 4, 0):
         fixed.observe(RoundOutcome(0.03, 5, d, Draft([0] * 4), n_accepted=accepted, draft_s=0.01))
     assert fixed.plan(8) == (d, 4) and fixed.plan(2) == (d, 2)

@@ -232,7 +232,8 @@ def test_a_draft_models_prefill_is_charged_before_it_is_chosen():
 
 
 def test_a_draft_models_catch_up_is_charged_over_the_tokens_left():
-    """200 tokens of prefill (0.4 s) pay back over 400 tokens still to come, not over 10."""
+    """200 tokens of prefill (0.4 s) pay back over an answer expected to run 128 tokens, not
+    over the 10 tokens the generation may still write (longer answers: tests/test_catch_up.py)."""
     cheap = lambda b: 0.030 * (1 + 0.02 * (b - 1))  # noqa: E731
     m = model_drafter(lag=200)
     policy = policy_for([m], cheap)

@@ -11,6 +11,9 @@ writes back what its policies learn:
   of its own), each drafter's acceptance over all texts (:meth:`AdaptivePolicy.learnt_priors`),
   which a new policy starts from (:meth:`AdaptivePolicy.start_from`) instead of the
   drafter's fixed prior;
+- ``answers``: per kind, how many tokens its answers run (``{"mean_tokens", "answers"}``,
+  :class:`~localspec.decoding.policy.estimates.AnswerLength`), over which the policy prices a
+  draft model's catch-up;
 - ``pair``: the two GGUFs' file names, for ``localspec doctor``.
 
 Writes happen when a generation ends, at most once every ``SAVE_EVERY_S`` seconds per
@@ -122,10 +125,8 @@ class LearnedState:
         if policy in self._seeded:
             return
         self._seeded.add(policy)
-        priors = self.record.get("priors")
-        stored = priors.get(kind) if isinstance(priors, dict) else None
-        if isinstance(stored, dict):
-            policy.start_from(stored)
+        stored = _dict(_dict(self.record.get("priors")).get(kind))
+        policy.start_from(stored, _dict(self.record.get("answers")).get(kind))
 
     def save_slots(self, slots: Sequence, force: bool = False) -> bool:
         """:meth:`save` what the adaptive policies of these :class:`~localspec.decoding.slots.Slot`
@@ -165,7 +166,11 @@ class LearnedState:
     def _current(self, costs: CostModel, policies) -> dict:
         target, draft_path = self._pair[0], self._pair[1]
         priors: dict = {}
+        answers: dict = {}
         for kind, policy in list(policies):
+            answer = policy.answer.record()  # several slots: the one of most answers wins
+            if kind not in answers or answer["answers"] > answers[kind]["answers"]:
+                answers[kind] = answer
             mine = priors.setdefault(kind, {})
             for (
                 name,
@@ -177,6 +182,7 @@ class LearnedState:
             "pair": {"target": target.name, "draft": draft_path.name if draft_path else None},
             "costs": costs.record(),
             "priors": {k: v for k, v in priors.items() if v},
+            "answers": answers,
         }
 
 
@@ -191,7 +197,8 @@ def _merged(old: dict, new: dict) -> dict:
         kind: {**_dict(old_priors.get(kind)), **_dict(new["priors"].get(kind))}
         for kind in {*old_priors, *new["priors"]}
     }
-    return {**old, "pair": new["pair"], "costs": costs, "priors": priors}
+    answers = {**_dict(old.get("answers")), **new["answers"]}
+    return {**old, "pair": new["pair"], "costs": costs, "priors": priors, "answers": answers}
 
 
 def _dict(x) -> dict:

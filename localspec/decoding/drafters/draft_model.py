@@ -93,7 +93,7 @@ class DraftModelDrafter(Drafter):
         """Read ``prompt`` now (during prompt eval), so the first draft does not pay for it."""
         if prompt:
             with self._shared_decodes():
-                self._catch_up(prompt)
+                self._catch_up(prompt, lagging=False)
 
     def begin(self, prompt, inputs: DrafterInputs = NO_INPUTS) -> None:
         self.constraint = inputs.constraint
@@ -101,9 +101,10 @@ class DraftModelDrafter(Drafter):
         # so lag() counts what must really be read, not a previous request's tokens.
         self.engine.reuse_prefix(prompt)
 
-    def _catch_up(self, context: Sequence[int]) -> np.ndarray | None:
+    def _catch_up(self, context: Sequence[int], lagging: bool = True) -> np.ndarray | None:
         """Decode what the cache lacks; the logits after the last token, or None when a
-        lacking token is one only the target has (ids >= this model's vocabulary)."""
+        lacking token is one only the target has (ids >= this model's vocabulary).  Its time
+        counts in ``catch_up_s`` when ``lagging`` (mid-answer, not as the prompt is read)."""
         n = self.engine.reuse_prefix(context)
         if n == len(context):  # need the logits after the last token: decode it again
             n -= 1
@@ -116,7 +117,7 @@ class DraftModelDrafter(Drafter):
         # Drafting every round leaves at most two tokens to decode here (the last draft
         # token and the target's correction or bonus): that is the drafter's own cost.
         # More is lag from rounds it sat out, which the policy must not charge per token.
-        if len(pending) > 2:
+        if lagging and len(pending) > 2:
             self.catch_up_s += (self.engine.decode_s - start) * (len(pending) - 2) / len(pending)
         return self._fit(logits)
 

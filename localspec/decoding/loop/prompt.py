@@ -31,7 +31,8 @@ class PromptPhase:
         if logits is None:
             return None
         if not self._cancelled:
-            for d in self.policy.prefill_drafters:
+            k_cap = min(self.params.max_tokens - 1, self._room() - 1)
+            for d in self.policy.prefill_drafters(len(context), k_cap):
                 before = d.decode_s
                 d.prefill(context)
                 stats.prompt_eval_s += d.decode_s - before

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from localspec.decoding.drafters import Draft, Drafter
 from localspec.decoding.policy.costs import STALL_CLIP, CostModel
 from localspec.decoding.policy.estimates import (
+    AnswerLength,
     Calibration,
     DrafterAcceptance,
     DrafterRecord,
@@ -62,14 +63,23 @@ class AdaptivePolicy:
         }
         self._forcer = next((r for r in self.records.values() if r.drafter.forces), None)
         self._others = (0, 0)  # (tokens, sequences) the round's verify shares with others
+        self.answer = AnswerLength()
         for d in drafters:
             self.costs.draft_cost(d)  # its prior, until measured
 
-    @property
-    def prefill_drafters(self) -> tuple:
-        """None: a draft model may never start on a text; its prefill is charged when first
-        chosen (:meth:`_best_blind`)."""
-        return ()
+    def prefill_drafters(self, n_prompt: int, k_cap: int) -> list:
+        """The drafters not free to ask (a draft model) expected to pay on this text even
+        after reading its ``n_prompt`` tokens (``k_cap``: the most tokens it may write): they
+        read the prompt during prompt eval, not in a stall mid-answer.  The others read what
+        they lack when first chosen, if ever (:meth:`_best_blind` charges it)."""
+        price = self.pricing()
+        plain_rate = price.rate(1.0, 0.0, 0)
+        return [
+            r.drafter
+            for r in self.records.values()
+            if not r.drafter.free
+            and self._best_blind(price, r, min(k_cap, r.cap), n_prompt, k_cap)[1] > plain_rate
+        ]
 
     @property
     def free_drafters(self) -> list:
@@ -96,6 +106,7 @@ class AdaptivePolicy:
         drafter that did well on the last text starts with short, cheap drafts here."""
         for record in self.records.values():
             record.start_text(_NEW_TEXT_KEEP)
+        self.answer.finish()
 
     def learnt_priors(self) -> dict:
         """``{drafter name: {"successes", "trials"}}``: each judged drafter's acceptance over
@@ -107,14 +118,18 @@ class AdaptivePolicy:
             if r.learnt.trials > 0
         }
 
-    def start_from(self, priors: Mapping) -> None:
+    def start_from(self, priors: Mapping, answer: Mapping | None = None) -> None:
         """Start from what an earlier process learnt (:meth:`learnt_priors`; unknown names and
         malformed entries skipped): each drafter's acceptance, and the prior each new text
-        is pulled back to, become the learnt one (its fixed prior worth two trials)."""
+        is pulled back to, become the learnt one (its fixed prior worth two trials); and the
+        answers' length (``answer``: :meth:`AnswerLength.record`), when given and well formed."""
         for name, record in self.records.items():
             learnt = LearntAcceptance.from_record(priors.get(name))
             if learnt is not None:
                 record.start_from(learnt)
+        length = AnswerLength.from_record(answer)
+        if length is not None:
+            self.answer = length
 
     def pricing(self) -> RoundPricing:
         """The round being planned priced as the costs stand now (a policy sharing them
@@ -232,15 +247,18 @@ class AdaptivePolicy:
         self, price, record, limit: int, n_context: int, k_cap: int
     ) -> tuple[int, float]:
         """Length and rate for a drafter not yet asked, from its acceptance estimate; a
-        draft model's catch-up (its prefill of the context) is charged over the tokens it
-        could still serve (``k_cap``, the tokens the generation may still produce)."""
+        draft model's catch-up (its read of the context it lacks) is charged over the tokens
+        it could still serve: those the answer is expected still to run
+        (:meth:`AnswerLength.expected_left`), at most ``k_cap`` (what the generation may still
+        produce)."""
         d = record.drafter
         alpha, cost = record.acceptance.alpha, self.costs.draft_cost(d).value
         lag_s = self.costs.lag_s(d, n_context)
+        horizon = max(1.0, min(k_cap, self.answer.expected_left()))
         best_k, best_rate = 0, 0.0
         for k in range(1, limit + 1):
             expected = expected_tokens(alpha, k)
-            rate = price.rate(expected, k * cost + lag_s * expected / max(1, k_cap), k)
+            rate = price.rate(expected, k * cost + lag_s * expected / horizon, k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k, best_rate
@@ -266,6 +284,7 @@ class AdaptivePolicy:
         show otherwise, and a draft model whose drafts are always cut would be chosen
         again and again)."""
         drafter, draft, n_drafted = outcome.drafter, outcome.draft, outcome.n_drafted
+        self.answer.count(len(outcome.emitted))
         self.costs.learn_verify(outcome.verify_batch, outcome.verify_s)
         record = self.records[drafter.name] if drafter is not None else None
         if record is not None and record.proposal is not None and not drafter.free:

@@ -40,9 +40,8 @@ class ChannelPolicy:
     def free_drafters(self) -> Sequence[Drafter]:
         return self.current.free_drafters
 
-    @property
-    def prefill_drafters(self) -> Sequence[Drafter]:
-        return self.current.prefill_drafters
+    def prefill_drafters(self, n_prompt: int, k_cap: int) -> Sequence[Drafter]:
+        return self.current.prefill_drafters(n_prompt, k_cap)
 
     def new_generation(self) -> None:
         """Each channel's policy starts a new text; the answer's is current."""

@@ -1,7 +1,8 @@
 """What the adaptive policy learns about each drafter: its acceptance on this text
 (:class:`DrafterAcceptance`) and over all texts (:class:`LearntAcceptance`), what its
 confidences are worth (:class:`Calibration`) and how far that holds on the current text
-(:class:`TextTrust`), gathered in one :class:`DrafterRecord` per drafter of a policy."""
+(:class:`TextTrust`), gathered in one :class:`DrafterRecord` per drafter of a policy; and how
+long a kind's answers run (:class:`AnswerLength`), over which a draft model's catch-up is paid."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from localspec.decoding.drafters import Draft, Drafter
 from localspec.decoding.policy.costs import DECAY
 
 TRUST_PRIOR = 2.0  # tokens' worth of belief in the calibration at the start of a text
+# an answer's length in tokens until some are seen: a tool call or a short reply (an agent's
+# first tool call ran 61 tokens, a chat answer a few hundred), worth two answers
+ANSWER_PRIOR_TOKENS, ANSWER_PRIOR_WEIGHT = 128.0, 2.0
 
 
 @dataclass
@@ -214,3 +218,57 @@ class DrafterRecord:
         else:
             self.acceptance.observe_judged(n_judged, n_accepted)
         self.learnt.observe(n_judged, n_accepted)
+
+
+@dataclass
+class AnswerLength:
+    """How many tokens one kind's answers run: a decayed mean over the finished ones (the prior
+    ``ANSWER_PRIOR_TOKENS`` worth ``ANSWER_PRIOR_WEIGHT`` answers) and the current answer's count
+    so far.  A draft model that must first read what it has not seen (a long prompt, rounds it
+    sat out) is paid back only over the tokens still to come (:meth:`expected_left`), not over
+    the ``max_tokens`` a client allows (an agent allows 32,000 and writes 61)."""
+
+    total: float = ANSWER_PRIOR_TOKENS * ANSWER_PRIOR_WEIGHT
+    answers: float = ANSWER_PRIOR_WEIGHT
+    current: int = 0
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.answers
+
+    def count(self, n_tokens: int) -> None:
+        self.current += n_tokens
+
+    def expected_left(self) -> float:
+        """Tokens the current answer is expected still to run: the mean less what ran, but at
+        least what ran (an answer past the mean is a long one; expect about as much again)."""
+        return max(self.mean - self.current, float(self.current), 1.0)
+
+    def finish(self) -> None:
+        """The current answer ended: it joins the mean (an empty one, a channel the answer
+        never entered, does not)."""
+        self.total, self.answers = self.finished()
+        self.current = 0
+
+    def finished(self) -> tuple[float, float]:
+        """(total, answers) with the current answer counted as finished."""
+        if self.current == 0:
+            return self.total, self.answers
+        return DECAY * self.total + self.current, DECAY * self.answers + 1.0
+
+    def record(self) -> dict:
+        """``{"mean_tokens", "answers"}``, the current answer counted (for the store)."""
+        total, answers = self.finished()
+        return {"mean_tokens": total / answers, "answers": answers}
+
+    @classmethod
+    def from_record(cls, entry) -> AnswerLength | None:
+        """A stored :meth:`record`; None unless 1 <= mean_tokens <= 1e6 and 0 < answers <= 1e6."""
+        if not isinstance(entry, Mapping):
+            return None
+        mean, answers = entry.get("mean_tokens"), entry.get("answers")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (mean, answers)):
+            return None
+        if not (1.0 <= mean <= 1e6 and 0.0 < answers <= 1e6):
+            return None
+        return cls(total=float(mean) * float(answers), answers=float(answers))

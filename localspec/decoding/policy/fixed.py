@@ -10,7 +10,7 @@ from localspec.decoding.rounds import RoundOutcome
 
 class FixedPolicy:
     """One drafter, ``draft_max`` tokens every round (clamped by the loop).  A draft model
-    reads the prompt during prompt eval (:attr:`prefill_drafters`), as llama.cpp's server
+    reads the prompt during prompt eval (:meth:`prefill_drafters`), as llama.cpp's server
     does, since it drafts from the first round on.
 
     A drafter with a ``max_spec_factor`` (the suffix drafter) has each draft cut to that
@@ -24,8 +24,7 @@ class FixedPolicy:
         self.drafter = drafter
         self.draft_max = draft_max
 
-    @property
-    def prefill_drafters(self) -> list:
+    def prefill_drafters(self, n_prompt: int, k_cap: int) -> list:
         d = self.drafter
         return [d] if d is not None and not d.free and self.draft_max > 0 else []
 

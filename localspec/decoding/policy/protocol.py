@@ -14,7 +14,7 @@ from localspec.decoding.rounds import RoundOutcome
 class Policy(Protocol):
     """What the loop (:class:`~localspec.decoding.loop.Generation`) asks of a policy.
 
-    Per generation: :meth:`new_generation`, then :attr:`prefill_drafters` read the prompt
+    Per generation: :meth:`new_generation`, then :meth:`prefill_drafters` read the prompt
     during prompt eval.  Per round: each of :attr:`free_drafters` drafts up to
     ``min(k_cap, cap(d))`` tokens, :meth:`plan` picks (drafter, k) given those drafts,
     a drafter not yet asked drafts k and :meth:`length` says how much of it to verify,
@@ -23,8 +23,10 @@ class Policy(Protocol):
     @property
     def free_drafters(self) -> Sequence[Drafter]: ...
 
-    @property
-    def prefill_drafters(self) -> Sequence[Drafter]: ...
+    def prefill_drafters(self, n_prompt: int, k_cap: int) -> Sequence[Drafter]:
+        """The drafters that read the prompt (``n_prompt`` tokens) during prompt eval, for a
+        generation of at most ``k_cap`` more tokens."""
+        ...
 
     def new_generation(self) -> None: ...
 
