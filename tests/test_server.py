@@ -55,6 +55,16 @@ def test_chat_equals_the_library_call_and_reports_statistics(server, real_model,
         == r.usage.completion_tokens + (r.choices[0].finish_reason == "stop") - 1
     )
     assert timings["predicted_per_second"] > 0 and timings["prompt_ms"] > 0
+    against = timings["against_plain"]  # in milliseconds, as llama.cpp's timings
+    assert against["rejected_tokens"] == timings["draft_n"] - timings["draft_n_accepted"]
+    assert against["net_ms"] == pytest.approx(
+        against["won_ms"]
+        - against["lost_ms"]
+        - against["catch_up_ms"]
+        - against["draft_prompt_ms"]
+        - against["policy_ms"]
+        - against["batch_wait_ms"]
+    )
     # the same conversation again: its prompt comes from the KV cache
     again = server.client().chat.completions.create(
         model="x", messages=messages, max_tokens=8, temperature=0

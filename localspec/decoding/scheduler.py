@@ -121,6 +121,7 @@ class Batcher:
 
     def decode(self, view, tokens, rows) -> np.ndarray:
         request = _Request(view, list(tokens), list(rows))
+        queued, before = time.perf_counter(), view.decode_s
         with self._cond:
             self._pending.append(request)
             self._computing -= 1
@@ -134,6 +135,7 @@ class Batcher:
             with self._cond:
                 while not request.done:
                     self._cond.wait()
+        view.wait_s += max(0.0, time.perf_counter() - queued - (view.decode_s - before))
         if request.error is not None:
             raise request.error
         return request.logits

@@ -123,7 +123,7 @@ class Slot:
             "prediction": [self.prediction],
         }.get(dp.strategy, every)
         if not dp.adaptive:
-            return FixedPolicy(chosen[0], dp.draft_max)
+            return FixedPolicy(chosen[0], dp.draft_max, self.costs)
         key = (dp.strategy, greedy, predicted, constrained)
         if not channels:
             return self._adaptive(key, chosen)

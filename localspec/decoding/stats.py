@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from localspec.decoding.attribution import TimeAccount
+
 if TYPE_CHECKING:
     from localspec.decoding.tool_parser import CallDelta, ToolCall
 
@@ -134,6 +136,8 @@ class GenerationStats(_Acceptance):
     (generated_tokens - 1) / (total_s - ttft_s).  With a reasoning format, ``channels``
     holds a :class:`ChannelStats` for ``"reasoning"`` and ``"content"`` and
     ``marker_tokens`` counts the tokens of the format's tags; both are empty / 0 without one.
+    ``against_plain``: where the time went against plain decoding
+    (:class:`~localspec.decoding.attribution.TimeAccount`).
     """
 
     prompt_tokens: int = 0
@@ -157,6 +161,7 @@ class GenerationStats(_Acceptance):
     total_s: float = 0.0
     channels: dict[str, ChannelStats] = field(default_factory=dict)
     marker_tokens: int = 0
+    against_plain: TimeAccount = field(default_factory=TimeAccount)
 
     @property
     def prompt_eval_tokens(self) -> int:
@@ -228,6 +233,7 @@ class GenerationStats(_Acceptance):
             "overhead_ms_per_round": self.overhead_ms_per_round,
             "tokens_per_s": self.tokens_per_s,
             "channels": {name: ch.to_dict() for name, ch in self.channels.items()},
+            "against_plain": self.against_plain.to_dict(),
         }
 
     def record_channel_round(
@@ -280,6 +286,8 @@ class GenerationStats(_Acceptance):
             f"verify {self.verify_s:.2f} s, overhead {self.overhead_s:.2f} s "
             f"({self.overhead_ms_per_round:.2f} ms per round)"
         )
+        if self.drafted_tokens or self.against_plain.spent_s:
+            line += f" | against plain: {self.against_plain.summary()}"
         by_channel = self.channel_summary()
         return line + (f" | {by_channel}" if by_channel else "")
 

@@ -27,7 +27,8 @@ class EngineSequence:
     those only the other busy sequences hold (idle ones are freed on demand; a cell shared
     with this one counts as its own).  ``decode_s``
     counts the seconds of every decode this sequence took part in (a shared batch
-    counts whole); ``last_batch_tokens`` is the size of the latest such batch."""
+    counts whole), ``wait_s`` the seconds its decodes waited for the other sequences';
+    ``last_batch_tokens`` is the size of the latest such batch."""
 
     def __init__(self, engine, seq: int, batcher=None, sharing=None):
         self.engine = engine
@@ -36,6 +37,7 @@ class EngineSequence:
         # shares other sequences' cells of the same prefix (decoding.slots.PrefixSharing)
         self.sharing = sharing
         self.decode_s = 0.0
+        self.wait_s = 0.0
         self.last_batch_tokens = 0
 
     def __getattr__(self, name: str):

@@ -39,7 +39,9 @@ def timings(result: GenerationResult) -> dict:
     """llama.cpp server's ``timings`` (milliseconds); ``draft_n`` / ``draft_n_accepted``
     count draft tokens of every drafter; ``channels``: a reasoning model's speculation per
     channel (``reasoning`` / ``content``: tokens, rounds, drafted / accepted / forced tokens,
-    time_s, acceptance_rate, mean_accepted_length, tokens_per_s; {} without one)."""
+    time_s, acceptance_rate, mean_accepted_length, tokens_per_s; {} without one);
+    ``against_plain``: where the time went against plain decoding, in milliseconds
+    (:class:`~localspec.decoding.attribution.TimeAccount`)."""
     s = result.stats
     predicted_ms = max(0.0, s.total_s - s.ttft_s) * 1000
     prompt_ms = s.prompt_eval_s * 1000
@@ -58,6 +60,7 @@ def timings(result: GenerationResult) -> dict:
         "draft_n_by_drafter": dict(s.drafted_by_drafter),
         "draft_n_accepted_by_drafter": dict(s.accepted_by_drafter),
         "channels": channel_timings(result),
+        "against_plain": s.against_plain.in_ms(),
     }
 
 

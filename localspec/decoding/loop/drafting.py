@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from localspec.decoding.attribution import TimeAccount
 from localspec.decoding.drafters import Draft, Drafter
 from localspec.decoding.drafters.grammar import chained
 
@@ -15,18 +16,25 @@ from localspec.decoding.drafters.grammar import chained
 class Drafting:
     """Ask the drafters for a round's draft."""
 
-    def _propose(self, context: list[int], k_cap: int, draft_rng: np.random.Generator) -> tuple:
+    def _propose(
+        self, context: list[int], k_cap: int, draft_rng: np.random.Generator, account: TimeAccount
+    ) -> tuple:
         """Ask the free drafters for drafts, the policy for (drafter, k), then draft if
         that drafter was not asked yet.  Every draft ends at its first end-of-generation
         token (a copy from the prompt runs into the chat template's ``<|im_end|>``; the
         tokens after it can never be emitted, and verifying them costs).  Returns
         (drafter, draft, cost in seconds of drafting, catching up on skipped tokens
-        excluded); drafts shorter than ``draft_min`` are dropped."""
+        excluded); drafts shorter than ``draft_min`` are dropped.  ``account`` is charged the
+        policy's own time and the free drafts not verified."""
         draft_min = max(1, self.params.draft.draft_min)
         proposals, costs = self._free_drafts(context, k_cap, draft_rng)
         others = self._batcher.outlook(self.target.seq) if self._batcher is not None else (0, 0)
+        started = time.perf_counter()
         drafter, k = self.policy.plan(k_cap, proposals, len(context), others)
-        if drafter is None or k < draft_min:
+        account.policy_s += time.perf_counter() - started
+        chosen = drafter.name if drafter is not None and k >= draft_min else None
+        account.policy_s += sum(s for name, s in costs.items() if name != chosen)
+        if chosen is None:
             return None, Draft.empty(), 0.0
         if drafter.name in proposals:
             draft, cost_s = proposals[drafter.name], costs[drafter.name]
@@ -34,7 +42,9 @@ class Drafting:
             start, lag = time.perf_counter(), drafter.catch_up_s
             draft = self._cut(self._ask(drafter, context, k, draft_rng))
             cost_s = time.perf_counter() - start - (drafter.catch_up_s - lag)
+            started = time.perf_counter()
             k = self.policy.length(drafter, draft, k)
+            account.policy_s += time.perf_counter() - started
         draft = draft.truncated(k)
         return drafter, (draft if len(draft.tokens) >= draft_min else Draft.empty()), cost_s
 

@@ -52,6 +52,9 @@ class Emitting:
             d.end(context, len(self.prompt_tokens))
         stats.draft_s = sum(d.decode_s for d in self.drafters) - run.draft_start_s
         stats.verify_s = self.target.decode_s - run.verify_start_s
+        account = stats.against_plain
+        account.catch_up_s = sum(d.catch_up_s for d in self.drafters) - run.catch_up_start_s
+        account.batch_wait_s = self.target.wait_s - run.wait_start_s
         stats.total_s = time.perf_counter() - self._started_at
         text = run.out.finish()
         reasoning = run.out.take_reasoning()

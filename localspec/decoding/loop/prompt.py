@@ -36,12 +36,15 @@ class PromptPhase:
                 before = d.decode_s
                 d.prefill(context)
                 stats.prompt_eval_s += d.decode_s - before
+                stats.against_plain.draft_prompt_s += d.decode_s - before
         token, p_token = self._choose(logits[0], run.rng)
         if self.constraint is not None:
             self.constraint.settle(None, [token])
         stats.ttft_s = time.perf_counter() - self._started_at
         run.verify_start_s = target.decode_s
         run.draft_start_s = sum(d.decode_s for d in self.drafters)
+        run.catch_up_start_s = sum(d.catch_up_s for d in self.drafters)
+        run.wait_start_s = target.wait_s
         return EmittedToken(
             token, TokenSource.TARGET, p_token, None, *self._logprobs(logits, 0, token)
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from localspec.decoding.attribution import TimeAccount
 from localspec.decoding.drafters import Draft, round_label
 from localspec.decoding.loop.run import _Run
 from localspec.decoding.reasoning import REASONING
@@ -52,7 +53,9 @@ class RoundPhase:
                 k_cap = max(
                     0, min(k_cap, (run.budget.left(run.stats) if run.budget else UNLIMITED) - 1)
                 )
-            drafter, draft, draft_s = self._propose(context, k_cap, run.draft_rng)
+            drafter, draft, draft_s = self._propose(
+                context, k_cap, run.draft_rng, run.stats.against_plain
+            )
         verify_before = target.decode_s
         n_accepted, emitted = self._verify(
             context[-1], draft, run.rng, drafter is not None and drafter.forces
@@ -68,8 +71,9 @@ class RoundPhase:
             emitted=tuple(t.token for t in emitted),
         )
         forcing = self._forcing(run) and bool(draft.tokens)
-        self.policy.observe(
-            replace(outcome, draft=Draft.empty(), n_accepted=0, emitted=()) if forcing else outcome
+        self._observe(
+            replace(outcome, draft=Draft.empty(), n_accepted=0, emitted=()) if forcing else outcome,
+            run.stats.against_plain,
         )
         label = "grammar" if forcing else round_label(drafter, draft)
         run.stats.record_round(len(draft.tokens), n_accepted, label, draft.forced)
@@ -82,6 +86,21 @@ class RoundPhase:
         for d in self.drafters:
             d.feedback(kept, len(draft.tokens), n_accepted)
         return emitted
+
+    def _observe(self, outcome: RoundOutcome, account: TimeAccount) -> None:
+        """The policy learns from the round (its time charged to ``account``), which is judged
+        against plain decoding."""
+        started = time.perf_counter()
+        self.policy.observe(outcome)
+        account.policy_s += time.perf_counter() - started
+        account.add_round(
+            len(outcome.emitted),
+            outcome.n_drafted,
+            outcome.n_accepted,
+            outcome.draft_s,
+            outcome.verify_s,
+            self.policy.step_s(),
+        )
 
     def _forcing(self, run: _Run) -> bool:
         return run.budget is not None and run.budget.closing is not None

@@ -15,7 +15,7 @@ from localspec.decoding.thinking import ThinkingBudget
 class _Run:
     """What the steps of one generation share: the context so far (prompt and emitted
     tokens), its statistics and text, the random streams of acceptance and drafting, the
-    round number and the decode clocks as prompt eval ended."""
+    round number and the decode, catch-up and batch-wait clocks as prompt eval ended."""
 
     context: list[int]
     stats: GenerationStats
@@ -25,6 +25,8 @@ class _Run:
     round_no: int = 0
     verify_start_s: float = 0.0
     draft_start_s: float = 0.0
+    catch_up_start_s: float = 0.0
+    wait_start_s: float = 0.0
     budget: ThinkingBudget | None = (
         None  # the thinking budget (None: no reasoning format or no budget)
     )

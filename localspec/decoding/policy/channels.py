@@ -70,6 +70,9 @@ class ChannelPolicy:
     def observe(self, outcome: RoundOutcome) -> None:
         self.current.observe(outcome)
 
+    def step_s(self) -> float | None:
+        return self.current.step_s()
+
 
 def adaptive_parts(policy: Policy) -> list[tuple[str, AdaptivePolicy]]:
     """(channel, adaptive policy) of each channel ``policy`` keeps estimates for: one

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from localspec.decoding.drafters import Drafter
+from localspec.decoding.policy.costs import CostModel
 from localspec.decoding.rounds import RoundOutcome
 
 
@@ -20,9 +21,10 @@ class FixedPolicy:
 
     free_drafters: tuple = ()
 
-    def __init__(self, drafter: Drafter | None, draft_max: int):
+    def __init__(self, drafter: Drafter | None, draft_max: int, costs: CostModel | None = None):
         self.drafter = drafter
         self.draft_max = draft_max
+        self.costs = costs  # the pair's, read only: its rounds are judged by c(1) when known
 
     def prefill_drafters(self, n_prompt: int, k_cap: int) -> list:
         d = self.drafter
@@ -52,6 +54,9 @@ class FixedPolicy:
 
     def observe(self, outcome: RoundOutcome) -> None:
         pass
+
+    def step_s(self) -> float | None:
+        return self.costs.verify_s(1) if self.costs is not None and self.costs.measured else None
 
     def enter_channel(self, channel: str) -> None:
         pass

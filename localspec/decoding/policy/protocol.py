@@ -51,6 +51,11 @@ class Policy(Protocol):
 
     def observe(self, outcome: RoundOutcome) -> None: ...
 
+    def step_s(self) -> float | None:
+        """The target's one-token step as this policy prices it, seconds (None: not known);
+        what a round is judged against (:class:`~localspec.decoding.attribution.TimeAccount`)."""
+        ...
+
     def enter_channel(self, channel: str) -> None:
         """The next round starts in ``channel``: ``reasoning``, or ``content`` (always, without
         thinking)."""

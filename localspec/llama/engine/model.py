@@ -170,6 +170,7 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache):
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}
         self.decode_s = 0.0  # seconds spent inside llama_decode since load
+        self.wait_s = 0.0  # for other sequences' decodes: a whole engine waits for none
         self.last_batch_tokens = 0  # tokens of the latest llama_decode call (all sequences)
 
     def _cpu_placement(self, mparams) -> backend.NoAmxPlacement | None:
