@@ -5,6 +5,7 @@ the arithmetic of their ratios and equality counts, and the shapes of the files 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -147,19 +148,36 @@ def test_fresh_prompts_are_real_alternate_prose_and_code_and_change_with_the_see
 
 
 def test_first_answer_ratios_mean_median_worst_and_interleaved_order(tmp_path):
-    def pair(d, p, same=True):
+    def pair(d, p, same=True, lost=0.0):
+        account = {k: 0.0 for k in first_answer.ACCOUNT} | {"lost_s": lost, "net_s": -lost}
         return {
-            "default": {"decode_tps": d, "text": "t"},
-            "plain": {"decode_tps": p, "text": "t" if same else "u"},
+            "default": {
+                "decode_tps": d,
+                "text": "t",
+                "decode_s": 16 / d,
+                "against_plain": account,
+            },
+            "plain": {
+                "decode_tps": p,
+                "text": "t" if same else "u",
+                "decode_s": 16 / p if p else 0,
+            },
         }
 
-    got = first_answer.ratios([pair(20, 20), pair(18, 20), pair(30, 25, same=False)])
+    got = first_answer.ratios([pair(20, 20), pair(18, 20, lost=0.04), pair(30, 25, same=False)])
     assert got["ratios"] == [1.0, 0.9, 1.2] and got["median"] == 1.0 and got["worst"] == 0.9
     assert (
         got["mean"] == pytest.approx(31 / 30)
         and got["same_text"] == 2
         and got["plain_tps_range"] == [20, 25]
     )
+    half = 4.303 * statistics.stdev([1.0, 0.9, 1.2]) / 3**0.5  # Student's t, 2 dof
+    assert got["interval"] == pytest.approx([31 / 30 - half, 31 / 30 + half])
+    account = got["attribution"]
+    assert account["lost_s"] == pytest.approx(0.04 / 3)
+    slower = ((16 / 20 - 16 / 20) + (16 / 18 - 16 / 20) + (16 / 30 - 16 / 25)) / 3
+    assert account["slower_s"] == pytest.approx(slower)
+    assert account["unexplained_s"] == pytest.approx(slower - 0.04 / 3)
     assert first_answer.order(0, 0) == ("default", "plain") and first_answer.order(0, 1) == (
         "plain",
         "default",
@@ -181,9 +199,10 @@ def test_first_answer_ratios_mean_median_worst_and_interleaved_order(tmp_path):
         ("readme", "warm"),
         ("readme", "cold"),
     ]
-    assert (
-        "| readme | cold | 0.95 | 0.95 | 0.95 | 1 | 1 | 20.0–20.0 |"
-        in (tmp_path / "first-answer-smoke.md").read_text()
+    table = (tmp_path / "first-answer-smoke.md").read_text()
+    assert "| readme | cold | 0.95 | 0.95 | 0.95 | 1 | 1 | 20.0–20.0 |" in table
+    assert "| readme | cold | +0.00 | +0.00 | +0.00 | +0.00 | +0.00 | +0.00 | +0.04 | +0.04 |" in (
+        table
     )
 
 

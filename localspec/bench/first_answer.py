@@ -22,7 +22,12 @@ directory for each process (costs measured again at load, acceptance from no pri
 
 Pairs are interleaved: pair by pair, prompt by prompt, store by store, default and plain
 back to back, their order swapped every other time.  Per prompt and store: each pair's
-ratio default / plain, and their mean, median and worst; whether default's text was plain's.
+ratio default / plain, their mean with its 95 % interval (:mod:`localspec.bench.ratios`),
+median and worst; whether default's text was plain's.  And where default's time went against
+plain's (:class:`~localspec.decoding.attribution.TimeAccount`, mean seconds per answer): its
+rounds won and lost, the draft model's prompt read and catch-up, the policy's own time, and
+what is left of the difference in decode seconds (the target's step with the draft model
+loaded, and noise).
 
 Written to ``first-answer-<machine>-<date>-<commit>.{json,md,png}`` in ``--out``
 (``first-answer-smoke.*`` for ``--smoke``: no plot), rewritten after each pair.
@@ -40,6 +45,7 @@ import tempfile
 import time
 
 from localspec.bench.cli import add_out, add_smoke, positive
+from localspec.bench.ratios import interval_text, mean_interval
 from localspec.bench.results import Results
 
 NAME = "first-answer"
@@ -96,6 +102,8 @@ def child(spec: dict) -> dict:
         "load_s": load_s,
         "drafted": s.drafted_tokens,
         "accepted": s.accepted_tokens,
+        "decode_s": s.total_s - s.ttft_s,
+        "against_plain": s.against_plain.to_dict(),
         "text": result.text,
     }
 
@@ -147,9 +155,11 @@ def ratios(pairs: list[dict]) -> dict:
     ]
     if not values:
         return {"ratios": [], "mean": None, "median": None, "worst": None, "same_text": 0}
+    interval = mean_interval(values)
     return {
         "ratios": values,
-        "mean": statistics.fmean(values),
+        "mean": interval["mean"],
+        "interval": [interval["low"], interval["high"]],
         "median": statistics.median(values),
         "worst": min(values),
         "same_text": sum(p["default"]["text"] == p["plain"]["text"] for p in pairs),
@@ -157,7 +167,27 @@ def ratios(pairs: list[dict]) -> dict:
             min(p["plain"]["decode_tps"] for p in pairs),
             max(p["plain"]["decode_tps"] for p in pairs),
         ],
+        "attribution": attribution(pairs),
     }
+
+
+ACCOUNT = ("won_s", "lost_s", "catch_up_s", "draft_prompt_s", "policy_s", "net_s")
+
+
+def attribution(pairs: list[dict]) -> dict:
+    """Mean seconds per answer of default's :class:`~localspec.decoding.attribution.TimeAccount`
+    parts, its decode seconds less plain's (``slower_s``), and what the account leaves of that
+    (``unexplained_s`` = slower_s + net_s: the target's own step with the draft model loaded,
+    and noise)."""
+    got = [p["default"].get("against_plain") for p in pairs]
+    if not pairs or any(a is None for a in got):
+        return {}
+    out = {k: statistics.fmean(a[k] for a in got) for k in ACCOUNT}
+    out["slower_s"] = statistics.fmean(
+        p["default"]["decode_s"] - p["plain"]["decode_s"] for p in pairs
+    )
+    out["unexplained_s"] = out["slower_s"] + out["net_s"]
+    return out
 
 
 def order(pair: int, slot: int) -> tuple[str, ...]:
@@ -175,8 +205,8 @@ def markdown(result: dict) -> str:
         "and store; "
         f"warm store {result['warm_store']}.",
         "",
-        "| prompt | store | default ÷ plain, mean | median | worst | pairs | same text | plain "
-        "t/s, range |",
+        "| prompt | store | default ÷ plain, mean [95 % interval] | median | worst | pairs | same "
+        "text | plain t/s, range |",
         "|---|---|---|---|---|---|---|---|",
     ]
 
@@ -186,12 +216,34 @@ def markdown(result: dict) -> str:
     for row in result["summary"]:
         span = row.get("plain_tps_range")
         plain = f"{span[0]:.1f}–{span[1]:.1f}" if span else ""
+        low, high = row.get("interval") or (None, None)
+        mean = interval_text({"mean": row["mean"], "low": low, "high": high})
         lines.append(
-            f"| {row['prompt']} | {row['store']} | {f(row['mean'])} | {f(row['median'])} | "
+            f"| {row['prompt']} | {row['store']} | {mean} | {f(row['median'])} | "
             f"{f(row['worst'])} "
             f"| {len(row['ratios'])} | {row['same_text']} | {plain} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + attribution_table(result["summary"])) + "\n"
+
+
+def attribution_table(rows: list[dict]) -> list[str]:
+    """Where default's time went against plain's, per prompt and store (mean seconds)."""
+    lines = [
+        "",
+        "Where default's time went against plain's, mean seconds per answer (decode only; "
+        "net: won − lost − catch-up − draft prompt − policy; unexplained: default's decode "
+        "seconds less plain's, plus net):",
+        "",
+        "| prompt | store | won | lost | catch-up | draft prompt | policy | net | slower by "
+        "| unexplained |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        a = row.get("attribution")
+        if a:
+            cells = " | ".join(f"{a[k]:+.2f}" for k in (*ACCOUNT, "slower_s", "unexplained_s"))
+            lines.append(f"| {row['prompt']} | {row['store']} | {cells} |")
+    return lines
 
 
 def summary(runs: dict) -> list[dict]:
