@@ -140,9 +140,11 @@ def test_session_walls_add_the_turns_and_compare_with_llama_server():
     a = rows[0]
     assert a["servers"]["default"] == {
         "wall_s": 32.0,
+        "run_walls": [32.0],
         "read_tokens": 940,
         "cached_tokens": 880,
         "all_2xx": True,
+        "against_plain": None,
     }
     assert a["over_llama_server"] == {"default": 32.0 / 48.0, "llama-server": 1.0}
     assert (
@@ -206,3 +208,55 @@ def test_llama_cpps_timings_give_the_decode_speed_of_a_whole_answer():
         "chat", {"usage": {"completion_tokens": 5}, "timings": {"predicted_per_second": 11.8}}, got
     )
     assert (got.decode_tps, got.output_tokens) == (11.8, 5)
+
+
+def _account(net_ms):
+    return {"won_ms": 10.0, "lost_ms": 10.0 - net_ms, "catch_up_ms": 0.0, "draft_prompt_ms": 0.0,
+            "policy_ms": 0.0, "batch_wait_ms": 0.0, "net_ms": net_ms, "won_rounds": 1}  # fmt: skip
+
+
+def test_runs_give_default_over_plain_with_its_interval_and_where_the_time_went():
+    """Three fresh runs of each server on one first turn: the ratio per run of the walls, its
+    mean and 95 % interval, and default's account against plain in seconds per run."""
+    default = [(100.0, -2000.0), (102.0, -1000.0), (98.0, 0.0)]
+    turns = {
+        "default": [
+            _record("codex", 1, 200, s, 8588, 0) | {"run": r, "against_plain": _account(net)}
+            for r, (s, net) in enumerate(default)
+        ],
+        "plain": [
+            _record("codex", 1, 200, s, 8588, 0) | {"run": r} for r, s in enumerate((100, 100, 100))
+        ],
+    }
+    (row,) = agents.summary(turns)
+    assert row["servers"]["default"]["run_walls"] == [100.0, 102.0, 98.0]
+    assert row["servers"]["default"]["wall_s"] == pytest.approx(100.0)
+    ratio = row["default_over_plain"]
+    assert ratio["n"] == 3 and ratio["mean"] == pytest.approx(1.0)
+    assert ratio["low"] == pytest.approx(1.0 - 4.303 * 0.02 / 3**0.5)
+    account = row["servers"]["default"]["against_plain"]
+    assert account["net_s"] == pytest.approx(-1.0) and account["won_s"] == pytest.approx(0.01)
+    assert "won_rounds" not in account  # counts are not seconds
+    text = agents.markdown(
+        {"machine": MACHINE_RECORD, "max_tokens": 32000, "summary": [row], "turns": turns}
+    )
+    assert "| codex | 3 | 1.00 [0.95, 1.05] | +0.01 | +1.01 | +0.00 | +0.00 | +0.00 | -1.00 |" in (
+        text
+    )
+
+
+def test_a_responses_streams_timings_come_in_its_completed_event():
+    got = TurnResult("s", 1, "responses", 200, 3.0)
+    completed = {
+        "type": "response.completed",
+        "response": {"timings": {"predicted_per_second": 9.5, "against_plain": _account(-5.0)}},
+    }
+    agent_replay.take_counts("responses", completed, got)
+    assert got.decode_tps == 9.5 and got.against_plain["net_ms"] == -5.0
+
+
+def test_first_turn_and_runs_parse_and_bad_runs_are_refused():
+    args = _args("--first-turn", "--runs", "3")
+    assert args.first_turn and args.runs == 3
+    with pytest.raises(InvalidOptionError, match="--runs"):
+        agents.check(_args("--runs", "0"))

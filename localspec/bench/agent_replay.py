@@ -49,8 +49,9 @@ class TurnResult:
     """What one request cost: seconds from sending (``ttft_s`` to the first generated event,
     ``duration_s`` to the last byte), tokens as the answer reports them (None where it says
     nothing), the decode t/s (llama.cpp's ``timings`` where the answer has them, else
-    :func:`wire_decode_tps`), the HTTP status (0: no answer) and, for a refusal or a
-    failure, the first 300 characters of its body or error."""
+    :func:`wire_decode_tps`), the HTTP status (0: no answer), for a refusal or a failure
+    the first 300 characters of its body or error, and where localspec answered, where its
+    time went against plain decoding (``against_plain``, its ``timings``' milliseconds)."""
 
     session: str
     turn: int
@@ -63,6 +64,7 @@ class TurnResult:
     output_tokens: int | None = None
     decode_tps: float | None = None
     error: str | None = None
+    against_plain: dict | None = None
 
     @property
     def read_tokens(self) -> int | None:
@@ -151,10 +153,14 @@ def wire_decode_tps(result: TurnResult) -> float | None:
 
 def _take_timings(obj: dict, result: TurnResult) -> None:
     """The decode t/s from llama.cpp's ``timings`` where an answer or event has them (the
-    server's own clock: a stream may hold text back, so the wire cannot always tell)."""
-    tps = (obj.get("timings") or {}).get("predicted_per_second")
+    server's own clock: a stream may hold text back, so the wire cannot always tell), at the
+    top or in a Responses event's ``response``; localspec's ``against_plain`` beside."""
+    timings = obj.get("timings") or (obj.get("response") or {}).get("timings") or {}
+    tps = timings.get("predicted_per_second")
     if tps:
         result.decode_tps = tps
+    if timings.get("against_plain"):
+        result.against_plain = timings["against_plain"]
 
 
 def _read_stream(answer, protocol: str, start: float, result: TurnResult) -> None:

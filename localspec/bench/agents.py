@@ -6,12 +6,18 @@ request, to ``localspec serve`` (adaptive and plain) and to llama-server on the 
     localspec bench agents --sessions aider-0.86.2 -n 64    # one session, 64 tokens per turn
     localspec bench agents --smoke                          # aider's session, 16 tokens, default
     only
+    localspec bench agents --sessions codex-0.171.0-default --first-turn --runs 3 \
+        --servers default,plain -n 32000                    # an agent's first request, as sent
 
 Sessions (``--sessions``, names of ``tests/data/agents``, see its README): the requests Claude
 Code, Codex CLI, opencode and aider sent while creating ``hello.py`` in an empty folder,
 captured from their own releases (:mod:`localspec.bench.agent_replay`).  Every body is sent
 as the agent sent it (its path, query, headers and stream flag), made greedy and capped at
 ``--max-tokens`` generated tokens, so each server answers the same prompts.
+
+``--first-turn`` sends only each session's first request (its long system prompt read on a
+fresh server: where a draft model's catch-up would cost most); ``--runs R`` measures every
+server R times, fresh each time, the servers' order reversed every other run.
 
 Servers (``--servers``), each a fresh process with a ``-c 16384`` context, every session
 replayed on it in order (so a session's second turn may find its first turn's prefix cached):
@@ -23,8 +29,11 @@ same with ``-md DRAFT``: llama.cpp's own draft-model speculation); the llama-ser
 
 Reported per server and turn: HTTP status, prompt tokens read and cached (from the answer's
 usage, or llama.cpp's ``timings``), time to the first generated event, decode t/s, seconds;
-per session the wall time (the sum of its turns' seconds) and, for every server, its wall
-÷ llama-server's.  A refused request (non-2xx) is recorded with its body, not retried.
+per session the wall time (the sum of its turns' seconds, the mean over runs) and, for every
+server, its wall ÷ llama-server's; with ``default`` and ``plain`` both run, default's wall ÷
+plain's per run, their mean and 95 % interval, and where default's time went against plain
+decoding (its answers' ``timings.against_plain``, mean seconds per run).  A refused request
+(non-2xx) is recorded with its body, not retried.
 
 Written to ``agents-<machine>-<date>-<commit>.{json,md}`` in ``--out`` (``agents-smoke.*``
 for ``--smoke``), rewritten after each server.
@@ -32,11 +41,13 @@ for ``--smoke``), rewritten after each server.
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 from localspec.bench.cli import add_out, add_peers, add_smoke, positive
+from localspec.bench.ratios import interval_text, mean_interval
 
 NAME = "agents"
 HELP = (
@@ -99,18 +110,45 @@ def _turn_line(got) -> str:
 
 
 def session_walls(turns: list[dict]) -> dict[str, dict]:
-    """Per session of ``turns`` (records of one server): wall seconds (sum of its turns'),
-    tokens read and cached over its turns, and whether every turn was answered 2xx."""
+    """Per session of ``turns`` (records of one server): wall seconds (sum of its turns', the
+    mean over runs; ``run_walls`` each run's), tokens read and cached over its turns (the first
+    run's), whether every turn was answered 2xx, and ``against_plain``: the mean over runs of
+    its turns' ``timings.against_plain`` summed, in seconds (None where a turn had none)."""
     out: dict[str, dict] = {}
     for t in turns:
         row = out.setdefault(
-            t["session"], {"wall_s": 0.0, "read_tokens": 0, "cached_tokens": 0, "all_2xx": True}
+            t["session"],
+            {"runs": {}, "read_tokens": 0, "cached_tokens": 0, "all_2xx": True},
         )
-        row["wall_s"] += t["duration_s"]
-        row["read_tokens"] += t["read_tokens"] or 0
-        row["cached_tokens"] += t["cached_tokens"] or 0
+        run = row["runs"].setdefault(t.get("run", 0), {"wall_s": 0.0, "accounts": []})
+        run["wall_s"] += t["duration_s"]
+        run["accounts"].append(t.get("against_plain"))
+        if t.get("run", 0) == 0:
+            row["read_tokens"] += t["read_tokens"] or 0
+            row["cached_tokens"] += t["cached_tokens"] or 0
         row["all_2xx"] = row["all_2xx"] and 200 <= t["status"] < 300
-    return out
+    return {session: _walls(row) for session, row in out.items()}
+
+
+def _walls(row: dict) -> dict:
+    runs = [row["runs"][r] for r in sorted(row["runs"])]
+    walls = [r["wall_s"] for r in runs]
+    accounts = [a for r in runs for a in r["accounts"]]
+    account = None
+    if accounts and all(a is not None for a in accounts):
+        account = {
+            key[:-3] + "_s": sum(a[key] for a in accounts) / 1000 / len(runs)
+            for key in accounts[0]
+            if key.endswith("_ms")
+        }
+    return {
+        "wall_s": statistics.fmean(walls),
+        "run_walls": walls,
+        "read_tokens": row["read_tokens"],
+        "cached_tokens": row["cached_tokens"],
+        "all_2xx": row["all_2xx"],
+        "against_plain": account,
+    }
 
 
 def summary(turns_by_server: dict[str, list[dict]]) -> list[dict]:
@@ -129,6 +167,10 @@ def summary(turns_by_server: dict[str, list[dict]]) -> list[dict]:
             row["over_llama_server"] = {
                 k: v["wall_s"] / peer["wall_s"] for k, v in row["servers"].items()
             }
+        default, plain = row["servers"].get("default"), row["servers"].get("plain")
+        if default and plain and default["all_2xx"] and plain["all_2xx"]:
+            pairs = zip(default["run_walls"], plain["run_walls"])
+            row["default_over_plain"] = mean_interval([d / p for d, p in pairs if p > 0])
         rows.append(row)
     return rows
 
@@ -146,6 +188,7 @@ def markdown(result: dict) -> str:
                 "server, the sessions in order.  Session wall seconds (÷ llama-server's):",
                 "",
                 session_table(result),
+                *against_plain_table(result),
                 "",
                 "Per turn: status, prompt tokens read / cached, TTFT s, decode t/s, seconds.",
                 "",
@@ -181,6 +224,29 @@ def session_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def against_plain_table(result: dict) -> list[str]:
+    """Per session: default's wall ÷ plain's (mean [95 % interval] over runs) and where
+    default's time went against plain decoding (mean seconds per run); nothing without both."""
+    rows = [r for r in result["summary"] if r.get("default_over_plain")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Default against plain: wall ÷ plain's wall, mean [95 % interval] over runs; where "
+        "default's time went (its `timings.against_plain`, seconds per run: rounds won and "
+        "lost, the draft model's catch-up and prompt read, the policy's own time, net):",
+        "",
+        "| session | runs | default ÷ plain | won | lost | catch-up | draft prompt | policy | net |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    keys = ("won_s", "lost_s", "catch_up_s", "draft_prompt_s", "policy_s", "net_s")
+    for row in rows:
+        ratio, account = row["default_over_plain"], row["servers"]["default"]["against_plain"]
+        cells = " | ".join(f"{account[k]:+.2f}" if account else "" for k in keys)
+        lines.append(f"| {row['session']} | {ratio['n']} | {interval_text(ratio)} | {cells} |")
+    return lines
+
+
 def _turn_row(server: str, t: dict) -> str:
     def f(x, fmt):
         return "" if x is None else format(x, fmt)
@@ -207,6 +273,12 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--servers", default=",".join(SERVERS), help=f"comma-separated, of {', '.join(SERVERS)}"
     )
+    parser.add_argument(
+        "--first-turn", action="store_true", help="send only each session's first request"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=1, help="fresh runs of every server, interleaved (default 1)"
+    )
     add_peers(parser)
     add_smoke(parser, f"{SMOKE_SESSION}'s session, {SMOKE_TOKENS} tokens, default only")
     add_out(parser)
@@ -220,6 +292,7 @@ def check(args) -> None:
     from localspec.errors import InvalidOptionError
 
     positive("--max-tokens", args.max_tokens)
+    positive("--runs", args.runs)
     unknown = [name for name in _names(args.servers) if name not in SERVERS]
     if unknown or not _names(args.servers):
         raise InvalidOptionError(
@@ -241,6 +314,8 @@ def main(args) -> int:
     names = [SMOKE_SESSION] if args.smoke else _names(args.sessions)
     try:
         sessions = {name: load_session(name, args.sessions_dir or SESSIONS_DIR) for name in names}
+        if args.first_turn:
+            sessions = {name: turns[:1] for name, turns in sessions.items()}
     except FileNotFoundError as missing:
         raise InvalidOptionError(f"--sessions: {missing}") from None
     wanted = ["default"] if args.smoke else _names(args.servers)
@@ -256,12 +331,15 @@ def main(args) -> int:
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
     results = Results(args.out, KIND, record, smoke=args.smoke)
-    result: dict = {"max_tokens": max_tokens, "sessions": names, "turns": {}}
-    for server, start in chosen.items():
-        with start() as base:
-            result["turns"][server] = replay(base, sessions, max_tokens, server)
-        result["summary"] = summary(result["turns"])
-        results.write(result, markdown({**results.header(), **result}))
+    runs = 1 if args.smoke else args.runs
+    result: dict = {"max_tokens": max_tokens, "sessions": names, "runs": runs, "turns": {}}
+    for run in range(runs):
+        for server, start in list(chosen.items())[:: -1 if run % 2 else 1]:
+            with start() as base:
+                got = replay(base, sessions, max_tokens, server)
+            result["turns"].setdefault(server, []).extend({**t, "run": run} for t in got)
+            result["summary"] = summary(result["turns"])
+            results.write(result, markdown({**results.header(), **result}))
     print(markdown({**results.header(), **result}))
     results.done()
     failed = [
