@@ -73,6 +73,12 @@ class EngineSequence:
     def trim(self, n_keep: int) -> None:
         self.engine.trim(n_keep, self.seq)
 
+    def prepare_rollback(self, depth: int, decodes: int = 1) -> None:
+        self.engine.prepare_rollback(depth, self.seq, decodes)
+
+    def rollback_time(self) -> float:
+        return self.engine.rollback_time(self.seq)
+
     def reuse_prefix(self, tokens: Sequence[int]) -> int:
         """Keep the longest prefix of ``tokens`` this sequence holds, first taking over (sharing)
         a longer one another sequence holds or is reading, when ``sharing`` is set."""

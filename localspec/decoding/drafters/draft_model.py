@@ -52,6 +52,7 @@ class DraftModelDrafter(Drafter):
         logits = self._catch_up(context)
         if logits is None:
             return Draft.empty()
+        self.engine.prepare_rollback(max_tokens, decodes=max_tokens)  # a recurrent draft model
         tokens: list[int] = []
         rows: list[Candidates] = []
         confidence: list[float] = []

@@ -56,13 +56,14 @@ class RoundPhase:
             drafter, draft, draft_s = self._propose(
                 context, k_cap, run.draft_rng, run.stats.against_plain
             )
-        verify_before = target.decode_s
+        verify_before = target.decode_s + target.rollback_time()
+        target.prepare_rollback(len(draft.tokens))
         n_accepted, emitted = self._verify(
             context[-1], draft, run.rng, drafter is not None and drafter.forces
         )
-        target.trim(len(context) + n_accepted)
+        target.trim(len(context) + n_accepted)  # a recurrent state's way back counts as verify
         outcome = RoundOutcome(
-            verify_s=target.decode_s - verify_before,
+            verify_s=target.decode_s + target.rollback_time() - verify_before,
             verify_batch=target.last_batch_tokens,
             drafter=drafter,
             draft=draft,

@@ -115,6 +115,7 @@ class Decoding:
             rows = self._output_rows([len(rows) for *_, (_, rows) in call], views)
             for _, _, seq, (tokens, _) in call:
                 self._note_held(seq, tokens)
+                self._note_decoded(seq, len(tokens))
         except BaseException:
             # An error or Ctrl-C may land after llama_decode stored the tokens but before
             # the lists know of them: drop whatever a list does not account for.

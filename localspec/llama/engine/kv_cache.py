@@ -49,7 +49,7 @@ class KvCache:
         source = self._caches[src][:n]
         keep = common_prefix(self._caches[dst], source)
         self.trim(keep, dst)
-        if len(source) > keep:
+        if len(source) > keep and not self.recurrent:  # a recurrent state is not shared by prefix
             llama_cpp.llama_memory_seq_cp(self._memory, src, dst, keep, len(source))
             self._caches[dst].extend(source[keep:])
             self._cells.copy(src, dst, keep, len(source))
@@ -58,9 +58,13 @@ class KvCache:
     @owned
     def trim(self, n_keep: int, seq: int = 0) -> None:
         """Remove every cached position >= ``n_keep`` of sequence ``seq``
-        (``llama_memory_seq_rm``)."""
+        (``llama_memory_seq_rm``; a recurrent state goes back as
+        :mod:`~localspec.llama.engine.rollback` says)."""
         cache = self._caches[seq]
         if n_keep >= len(cache):
+            return
+        if self.recurrent:
+            self._trim_recurrent(n_keep, seq)
             return
         if not llama_cpp.llama_memory_seq_rm(self._memory, seq, n_keep, -1):
             raise UnsupportedModelError(

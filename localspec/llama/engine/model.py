@@ -11,11 +11,12 @@ from pathlib import Path
 
 import llama_cpp
 
-from localspec.errors import EngineError, ModelFileError, UnsupportedModelError
+from localspec.errors import EngineError, ModelFileError
 from localspec.llama import amx_probe, backend
 from localspec.llama.engine.chat import ChatTemplate
 from localspec.llama.engine.decode import Decoding
 from localspec.llama.engine.kv_cache import KvCache
+from localspec.llama.engine.rollback import SNAPSHOTS, Rollback
 from localspec.llama.engine.vocabulary import Vocabulary
 from localspec.llama.engine_config import (
     EngineConfig,
@@ -38,12 +39,12 @@ def _say_placement_once(text: str) -> None:
         print(f"localspec: {text}", file=sys.stderr)
 
 
-class Engine(Vocabulary, ChatTemplate, Decoding, KvCache):
+class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
     """One loaded model: tokenize, token bytes, decode with chosen logits rows, trim the cache.
 
-    Raises :class:`ModelFileError` for a missing, non-GGUF or truncated file and
-    :class:`UnsupportedModelError` for a model whose KV cache cannot be trimmed
-    (recurrent or hybrid architectures such as Mamba, LFM2, Falcon-H1).
+    Raises :class:`ModelFileError` for a missing, non-GGUF or truncated file.  A model that
+    keeps a recurrent state (hybrid or recurrent architectures such as Qwen3.5, LFM2, Mamba2)
+    goes back to an earlier position as :mod:`~localspec.llama.engine.rollback` says.
     With ``config.n_seq_max`` > 1 the context holds that many sequences (seq ids 0 to
     n_seq_max - 1) in one unified KV cache of ``n_ctx`` cells shared by all of them; the
     methods that touch the cache take a ``seq`` id (0 by default), and
@@ -112,15 +113,6 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache):
             raise ModelFileError(
                 f"llama.cpp could not load {self.path} (see its log with --verbose)"
             )
-        if llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(
-            self._model
-        ):
-            raise UnsupportedModelError(
-                f"{self.path.name}: architecture {self.info.architecture!r} keeps a recurrent "
-                "state "
-                "that cannot be rolled back token by token, so it cannot be used for speculative "
-                "decoding"
-            )
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
 
@@ -134,6 +126,11 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache):
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.n_seq_max = self.config.n_seq_max
+        recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(self._model)
+            or llama_cpp.llama_model_is_hybrid(self._model)
+        )
+        cparams.n_rs_seq = SNAPSHOTS if recurrent else 0  # clamped to 0 where not supported
         cparams.kv_unified = (
             self.config.n_seq_max > 1
         )  # one pool of cells: a long conversation may use all of it
@@ -155,6 +152,7 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache):
             int(llama_cpp.llama_n_batch(self._ctx)), int(llama_cpp.llama_n_ubatch(self._ctx))
         )
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._init_rollback(recurrent)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._caches: list[list[int]] = [
             [] for _ in range(self.config.n_seq_max)
