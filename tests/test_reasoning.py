@@ -382,6 +382,19 @@ def test_the_forced_close_text(name, tail, forced):
 
 
 @pytest.mark.parametrize(
+    "name, tail, forced",
+    [
+        (QWEN3, "so it is 4", "\nTime is up.\n</think>\n\n"),
+        (R1_DISTILL, "so it is 4\n", "Time is up.\n</think>\n\n"),
+        (GPT_OSS, "", "Time is up." + HARMONY_CLOSE),
+        (QWEN25_CODER, "x", ""),
+    ],
+)
+def test_a_budget_message_comes_before_the_close_on_a_line_of_its_own(name, tail, forced):
+    assert forced_close(fmt_of(name), tail, message="Time is up.\n") == forced
+
+
+@pytest.mark.parametrize(
     "name, start, pieces, forced",
     [
         (QWEN3, EITHER, ["<think>", "\n", "abc"], "\n</think>\n\n"),

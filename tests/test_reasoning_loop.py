@@ -158,6 +158,33 @@ def test_the_budget_forces_the_close_in_one_verify(r1_model, budget):
     assert "thinking:" in result.stats.summary() and "forced" in result.stats.summary()
 
 
+def test_a_budget_message_is_forced_before_the_close_then_the_model_answers(thinking_pair):
+    """The message ends the thinking, forced like the close (one verify), per call or as the
+    load option's default."""
+    message = "Time is up, the answer now."
+    with SpeculativeModel(
+        thinking_pair[0], n_ctx=512, chat_template=R1_DISTILL, reasoning_budget_message=message
+    ) as model:
+        for result in (
+            model.chat(QUESTION, max_tokens=40, reasoning_budget=5),
+            model.chat(QUESTION, max_tokens=40, reasoning_budget=5, reasoning_budget_message=""),
+        ):
+            thinking = result.stats.channels[REASONING]
+            assert thinking.tokens >= 5 and result.text
+            assert result.stats.rounds_by_drafter["grammar"] == 1
+        said, silent = (
+            model.chat(QUESTION, max_tokens=40, reasoning_budget=5, reasoning_budget_message=m)
+            for m in (None, "")
+        )
+        assert said.reasoning.endswith(message) and not silent.reasoning.endswith(message)
+        assert (
+            said.stats.channels[REASONING].forced_tokens
+            > silent.stats.channels[REASONING].forced_tokens
+        )
+    with pytest.raises(InvalidOptionError, match="reasoning_budget_message"):
+        SpeculativeModel(thinking_pair[0], n_ctx=512, reasoning_budget_message=3)
+
+
 def test_the_budget_is_a_load_option_and_enable_thinking_false_means_zero(thinking_pair):
     with SpeculativeModel(
         thinking_pair[0], n_ctx=512, chat_template=R1_DISTILL, reasoning_budget=2

@@ -92,8 +92,12 @@ class SpeculativeModel:
         self.owner = LlamaThread()
         self.target, self.draft_engine = self._load_engines(load_progress)
         self.target.chat_template_override = chat_template
+        options = self.load_options
         self.reasoning = ChatReasoning(
-            self.target, self.load_options.reasoning_format, self.load_options.reasoning_budget
+            self.target,
+            options.reasoning_format,
+            options.reasoning_budget,
+            options.reasoning_budget_message,
         )
         self.parallel = self.load_options.parallel
         self.slots = SlotPool(

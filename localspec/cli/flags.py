@@ -133,6 +133,13 @@ def add_thinking_flags(p: argparse.ArgumentParser, think: bool = True) -> None:
         help="most thinking tokens before the close is forced (-1 = unlimited, 0 = none)",
     )
     g.add_argument(
+        "--reasoning-budget-message",
+        default=None,
+        metavar="TEXT",
+        help="text forced before the close when the budget ends the thinking, so the model "
+        'goes on to answer (e.g. "Time is up, I answer now.")',
+    )
+    g.add_argument(
         "--reasoning-format",
         choices=("auto", "none"),
         default=None,

@@ -42,7 +42,7 @@ def load_models(args):
         getattr(args, "parallel", None) is not None
     ):  # serve's slots and prompt cache, its requests' thinking
         kwargs.update(parallel=args.parallel, cache_ram_mib=args.cache_ram)
-        for key in ("reasoning_budget", "reasoning_format"):
+        for key in ("reasoning_budget", "reasoning_budget_message", "reasoning_format"):
             if getattr(args, key, None) is not None:
                 kwargs[key] = getattr(args, key)
     for key, value in (

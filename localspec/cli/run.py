@@ -24,10 +24,11 @@ _DIM = "\x1b[2m"  # a reasoning model's thinking
 
 def _thinking_options(args) -> dict:
     """run / chat's reasoning options (``--think`` / ``--no-think``, ``--reasoning-budget``,
-    ``--reasoning-format``), only those given."""
+    ``--reasoning-budget-message``, ``--reasoning-format``), only those given."""
     given = {
         "enable_thinking": args.think,
         "reasoning_budget": args.reasoning_budget,
+        "reasoning_budget_message": args.reasoning_budget_message,
         "reasoning_format": args.reasoning_format,
     }
     return {key: value for key, value in given.items() if value is not None}

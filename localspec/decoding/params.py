@@ -73,8 +73,10 @@ class LoadOptions:
     reasoning_format: "auto" (split the thinking from the answer when the template has a reasoning
     format) or "none" (everything is answer text; llama-server's ``--reasoning-format``).
     reasoning_budget: every chat call's default thinking budget in tokens (-1 = unlimited, 0 = no
-    thinking; llama-server's ``--reasoning-budget``). Raises InvalidOptionError when out of
-    range."""
+    thinking; llama-server's ``--reasoning-budget``). reasoning_budget_message: text forced before
+    the end of the thinking when the budget ends it (llama-server's
+    ``--reasoning-budget-message``), so the model goes on to its answer.  Raises
+    InvalidOptionError when out of range."""
 
     n_ctx: int | str = 4096
     n_gpu_layers: int = -1
@@ -91,6 +93,7 @@ class LoadOptions:
     chat_template: str | None = None
     reasoning_format: str = "auto"
     reasoning_budget: int = -1
+    reasoning_budget_message: str = ""
     draft: DraftParams = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -100,7 +103,9 @@ class LoadOptions:
             require_int("n_threads", self.n_threads, 1, 512)
         require_int("parallel", self.parallel, 1, 64)
         require_int("cache_ram_mib", self.cache_ram_mib, 0, unit=" (MiB; 0 = off)")
-        check_reasoning_options(self.reasoning_format, self.reasoning_budget)
+        check_reasoning_options(
+            self.reasoning_format, self.reasoning_budget, self.reasoning_budget_message
+        )
         if self.chat_template is not None and not isinstance(self.chat_template, str):
             raise InvalidOptionError(
                 f"chat_template must be a string (a template or a path), got {self.chat_template!r}"
@@ -167,6 +172,7 @@ class CallOptions:
     tool_choice: object = None
     parallel_tool_calls: bool = True
     reasoning_budget: int | None = None
+    reasoning_budget_message: str | None = None
     reasoning_format: str | None = None
     enable_thinking: bool | None = None
     chat_template_kwargs: dict | None = None
@@ -187,7 +193,8 @@ GENERATION_OPTIONS = frozenset(
 )
 TOOL_OPTIONS = frozenset("tools tool_choice parallel_tool_calls".split())
 REASONING_OPTIONS = frozenset(
-    "reasoning_budget reasoning_format enable_thinking chat_template_kwargs".split()
+    "reasoning_budget reasoning_budget_message reasoning_format enable_thinking"
+    " chat_template_kwargs".split()
 )
 KNOWN_OPTIONS = (
     GENERATION_OPTIONS
@@ -198,9 +205,15 @@ KNOWN_OPTIONS = (
 REASONING_FORMATS = ("auto", "none")
 
 
-def check_reasoning_options(reasoning_format: str | None, budget: int | None) -> None:
-    """InvalidOptionError unless ``reasoning_format`` is "auto" / "none" / None and
-    ``budget`` an integer >= -1 or None."""
+def check_reasoning_options(
+    reasoning_format: str | None, budget: int | None, message: str | None = None
+) -> None:
+    """InvalidOptionError unless ``reasoning_format`` is "auto" / "none" / None, ``budget``
+    an integer >= -1 or None and ``message`` a string or None."""
+    if message is not None and not isinstance(message, str):
+        raise InvalidOptionError(
+            f"reasoning_budget_message must be a string, got {type(message).__name__}"
+        )
     if reasoning_format is not None and reasoning_format not in REASONING_FORMATS:
         raise InvalidOptionError(
             f"reasoning_format must be 'auto' or 'none', got {reasoning_format!r}"
@@ -237,7 +250,11 @@ def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> Ca
         raise InvalidOptionError(
             f"chat_template_kwargs must be a dict with string keys, got {kwargs!r}"
         )
-    check_reasoning_options(options.get("reasoning_format"), options.get("reasoning_budget"))
+    check_reasoning_options(
+        options.get("reasoning_format"),
+        options.get("reasoning_budget"),
+        options.get("reasoning_budget_message"),
+    )
     key = options.get("prompt_cache_key")
     if key is not None and not isinstance(key, str):
         raise InvalidOptionError(f"prompt_cache_key must be a string, got {type(key).__name__}")
@@ -251,6 +268,7 @@ def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> Ca
         tool_choice=options.get("tool_choice"),
         parallel_tool_calls=options.get("parallel_tool_calls", True),
         reasoning_budget=options.get("reasoning_budget"),
+        reasoning_budget_message=options.get("reasoning_budget_message"),
         reasoning_format=options.get("reasoning_format"),
         enable_thinking=thinking,
         chat_template_kwargs=dict(kwargs) if kwargs is not None else None,

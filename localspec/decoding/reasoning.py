@@ -141,15 +141,20 @@ def prompt_start(fmt: ReasoningFormat, prompt: str) -> str:
     return EITHER
 
 
-def forced_close(fmt: ReasoningFormat, tail: str = "") -> str:
+def forced_close(fmt: ReasoningFormat, tail: str = "", message: str = "") -> str:
     """The text that ends the thinking and starts the answer, for a budget that is spent:
     think-tags ``"\\n</think>\\n\\n"`` (no leading newline when the thinking's text ``tail``
     already ends with one: the template writes ``'\\n</think>\\n\\n'``); harmony
-    ``"<|end|><|start|>assistant<|channel|>final<|message|>"``; "" without a format."""
+    ``"<|end|><|start|>assistant<|channel|>final<|message|>"``; "" without a format.
+    ``message`` (llama.cpp's ``--reasoning-budget-message``) is written first, on a line of its
+    own in think-tags, so the model reads why its thinking ends and goes on to its answer."""
     if fmt.kind is None:
         return ""
+    if message and fmt.kind == THINK_TAGS:
+        lead = "" if tail.endswith("\n") or not tail else "\n"
+        return lead + message.strip("\n") + "\n" + fmt.close + fmt.separator
     lead = "\n" if fmt.kind == THINK_TAGS and not tail.endswith("\n") else ""
-    return lead + fmt.close + fmt.separator
+    return lead + message.strip("\n") + fmt.close + fmt.separator
 
 
 def close_grammar(forced: str, special: Collection[str] = (), answer: str = r"/(.|\n)*/") -> str:
@@ -240,9 +245,10 @@ class ChannelSplitter:
             self._held = ""
         return self._out
 
-    def forced_close(self) -> str:
+    def forced_close(self, message: str = "") -> str:
         """The text to force now to end the thinking ("" when not inside it): completes a
-        close already begun in the held-back text, else :func:`forced_close`."""
+        close already begun in the held-back text, else :func:`forced_close` (with
+        ``message`` before the close)."""
         return ""
 
     def _step(self, buf: str) -> str:
@@ -303,14 +309,14 @@ class _ThinkTags(ChannelSplitter):
     def channel(self) -> str:
         return REASONING if self._state in (_OPENED, _THINKING) else CONTENT
 
-    def forced_close(self) -> str:
+    def forced_close(self, message: str = "") -> str:
         if self._state not in (_OPENED, _THINKING):
             return ""
         begun = _partial(self._held, self.fmt.close)
-        if begun:
+        if begun:  # too late for a message: the close has begun
             return self.fmt.close[begun:] + self.fmt.separator
         # the reasoning text handed out never ends with a newline: trailing ones are held
-        return forced_close(self.fmt, self._held)
+        return forced_close(self.fmt, self._held or " ", message)
 
     def _step(self, buf: str) -> str:
         if self._state == _ANSWER:
@@ -377,8 +383,8 @@ class _Harmony(ChannelSplitter):
     def channel(self) -> str:
         return self._body or self._last
 
-    def forced_close(self) -> str:
-        return forced_close(self.fmt) if self._body == REASONING else ""
+    def forced_close(self, message: str = "") -> str:
+        return forced_close(self.fmt, message=message) if self._body == REASONING else ""
 
     def _step(self, buf: str) -> str:
         if self._plain:

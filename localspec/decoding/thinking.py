@@ -38,7 +38,8 @@ class ThinkingPlan:
     the :class:`~localspec.decoding.grammar.Constraint` of
     :func:`~localspec.decoding.reasoning.close_grammar` for ``text`` (called when the budget
     is spent).  ``tokenize(text)``: the close's tokens as the vocabulary spells them (special
-    tokens parsed), drafted as the close's forced tokens."""
+    tokens parsed), drafted as the close's forced tokens.  ``message``: text forced before the
+    close (llama.cpp's ``--reasoning-budget-message``), so the model goes on to answer."""
 
     fmt: ReasoningFormat
     start: str = EITHER
@@ -46,6 +47,7 @@ class ThinkingPlan:
     budget: int = -1
     compile_close: Callable[[str], object] | None = None
     tokenize: Callable[[str], Sequence[int]] | None = None
+    message: str = ""
 
     def splitter(self) -> ChannelSplitter:
         return channel_splitter(self.fmt, self.start, self.marker_tokens)
@@ -80,7 +82,7 @@ class ThinkingBudget:
                 return None
             return constraint
         if out.channel == REASONING and self.left(stats) <= 0:
-            forced = out.splitter.forced_close()
+            forced = out.splitter.forced_close(self.plan.message)
             if forced and self.plan.compile_close is not None:
                 self.closing = self.plan.compile_close(forced)
                 self._planned = list(self.plan.tokenize(forced)) if self.plan.tokenize else []
@@ -147,6 +149,7 @@ def plan_thinking(
     budget: int,
     compile_close: Callable[[str], object],
     tokenize: Callable[[str], Sequence[int]] | None = None,
+    message: str = "",
 ) -> ThinkingPlan | None:
     """The :class:`ThinkingPlan` of a chat call whose rendered prompt ends with
     ``prompt_tail``; None without a reasoning format.  ``compile_close(grammar_text)``
@@ -156,7 +159,7 @@ def plan_thinking(
     special = tuple(marker_tokens.values())
     start = prompt_start(fmt, prompt_tail)
     close = (lambda text: compile_close(close_grammar(text, special))) if budget >= 0 else None
-    return ThinkingPlan(fmt, start, dict(marker_tokens), budget, close, tokenize)
+    return ThinkingPlan(fmt, start, dict(marker_tokens), budget, close, tokenize, message)
 
 
 def check_thinking(plan: ThinkingPlan | None, constrained: bool, tools: bool) -> None:
@@ -180,13 +183,17 @@ def check_thinking(plan: ThinkingPlan | None, constrained: bool, tools: bool) ->
 
 class ChatReasoning:
     """A model's reasoning format (read from the chat template in use, once) and how a chat
-    call renders its prompt for it.  ``load_format`` / ``load_budget``: the load options
-    ``reasoning_format`` and ``reasoning_budget``, each call's defaults."""
+    call renders its prompt for it.  ``load_format`` / ``load_budget`` / ``load_message``: the
+    load options ``reasoning_format``, ``reasoning_budget`` and ``reasoning_budget_message``,
+    each call's defaults."""
 
-    def __init__(self, engine, load_format: str = "auto", load_budget: int = -1):
+    def __init__(
+        self, engine, load_format: str = "auto", load_budget: int = -1, load_message: str = ""
+    ):
         self.engine = engine
         self.load_format = load_format
         self.load_budget = load_budget
+        self.load_message = load_message
         self._read: tuple[ReasoningFormat, dict[int, str]] | None = None
 
     @property
@@ -221,6 +228,8 @@ class ChatReasoning:
         )
         # noqa: E731
         tokenize = lambda text: self.engine.tokenize(text, add_special=False, parse_special=True)
-        plan = plan_thinking(fmt, tail, markers, budget, compile_close, tokenize)
+        message = call.reasoning_budget_message
+        message = self.load_message if message is None else message
+        plan = plan_thinking(fmt, tail, markers, budget, compile_close, tokenize, message)
         check_thinking(plan, call.response_format is not None, tools is not None)
         return tokens, plan

@@ -79,6 +79,7 @@ def chat_request(body: ChatRequest) -> GenerationRequest:
             body.chat_template_kwargs,
             body.reasoning_effort,
             body.reasoning_budget,
+            body.reasoning_budget_message,
         ),
         **_common(body, prediction),
     )

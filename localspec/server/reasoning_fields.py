@@ -88,17 +88,20 @@ def chat_reasoning(
     template_kwargs: dict | None,
     effort: str | None,
     budget: int | None,
+    budget_message: str | None = None,
 ) -> Reasoning:
     """OpenAI chat's (llama-server's) fields: ``reasoning_format`` ("none": thinking left in
     the content; "deepseek" / "auto": apart, in ``reasoning_content``), ``chat_template_kwargs``
     (its ``enable_thinking`` also turns the budget off, whatever the template), then
-    ``reasoning_effort``, then our ``reasoning_budget`` (tokens) over the effort's."""
+    ``reasoning_effort``, then our ``reasoning_budget`` (tokens) over the effort's, and
+    ``reasoning_budget_message`` (llama-server's flag, per request)."""
     base = effort_reasoning(effort)
     kwargs = {**(base.template_kwargs or {}), **(template_kwargs or {})} or None
     enable = (template_kwargs or {}).get("enable_thinking")
     enable = enable if isinstance(enable, bool) else base.enable_thinking
     return Reasoning(
         budget=budget if budget is not None else base.budget,
+        budget_message=budget_message,
         enable_thinking=enable,
         reasoning_format=None
         if reasoning_format is None

@@ -73,10 +73,12 @@ class Reasoning:
     """What a request asks of a reasoning model's thinking, under the library's names
     (None: the server's default, ``--reasoning-budget``): ``budget`` thinking tokens (-1
     unlimited, 0 none), ``enable_thinking`` (False: thinking off), ``reasoning_format``
-    ("auto": thinking apart from the answer, "none": all of it answer) and
-    ``template_kwargs`` (more chat-template variables).  See docs/reasoning.md."""
+    ("auto": thinking apart from the answer, "none": all of it answer), ``template_kwargs``
+    (more chat-template variables) and ``budget_message`` (text forced before the close when
+    the budget ends the thinking).  See docs/reasoning.md."""
 
     budget: int | None = None
+    budget_message: str | None = None
     enable_thinking: bool | None = None
     reasoning_format: str | None = None
     template_kwargs: dict | None = None
@@ -85,6 +87,7 @@ class Reasoning:
         """The :meth:`SpeculativeModel.chat` options set (``reasoning_budget``, ...)."""
         return given(
             reasoning_budget=self.budget,
+            reasoning_budget_message=self.budget_message,
             enable_thinking=self.enable_thinking,
             reasoning_format=self.reasoning_format,
             chat_template_kwargs=self.template_kwargs,

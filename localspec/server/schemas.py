@@ -293,6 +293,7 @@ class ChatRequest(CommonRequest):
     chat_template_kwargs: dict | None = None
     reasoning_effort: str | None = None
     reasoning_budget: int | None = Field(None, ge=-1)
+    reasoning_budget_message: str | None = None  # llama-server's --reasoning-budget-message
     prompt_cache_key: str | None = None  # OpenAI's conversation key: the slot hint
 
 
