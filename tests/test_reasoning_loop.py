@@ -351,3 +351,13 @@ def test_cli_run_prints_the_thinking_apart_and_the_stats_per_channel(
     assert commands.main(argv + ["--json"]) == 0
     assert '"reasoning"' in capsys.readouterr().out
     assert commands.main(argv[:-5] + ["--reasoning-budget", "-5"]) == 2
+
+
+@pytest.mark.real_pair
+def test_real_pair_goes_on_to_answer_after_the_budget_message(thinking_real):
+    message = "Time is up: I stop thinking and write the answer now."
+    messages = [{"role": "user", "content": "Write a Python function that reverses a string."}]
+    result = thinking_real.chat(
+        messages, max_tokens=96, reasoning_budget=48, reasoning_budget_message=message
+    )
+    assert result.reasoning.endswith(message) and "def " in result.text
