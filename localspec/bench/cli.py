@@ -37,6 +37,7 @@ SUBCOMMANDS = (
     "ablation",
     "engine",
     "verify_cost",
+    "rollback",
     "loop_cost",
     "vs_llama_cpp",
     "report",

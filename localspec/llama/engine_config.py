@@ -24,7 +24,9 @@ class EngineConfig:
     (llama.cpp's choice, except without AMX where :func:`localspec.llama.amx_probe.amx_decision`
     says AMX crashes here), "default" (llama.cpp's choice, always), "no-amx" (the fallback:
     no AMX buffer, CPU_REPACK kept), "no-extra" (no extra buffer types at all, as
-    llama.cpp's ``--no-repack``).
+    llama.cpp's ``--no-repack``).  rs_snapshots: recurrent-state snapshots per sequence for a
+    model that keeps a recurrent state (None: :data:`~localspec.llama.engine.rollback.SNAPSHOTS`;
+    0: none, every rollback from a saved state; :mod:`~localspec.llama.engine.rollback`).
     """
 
     n_ctx: int = 4096
@@ -34,9 +36,12 @@ class EngineConfig:
     flash_attn: bool | None = None
     cpu_buffers: str = "auto"
     n_seq_max: int = 1
+    rs_snapshots: int | None = None
 
     def __post_init__(self) -> None:
         require_int("parallel", self.n_seq_max, 1, 64)
+        if self.rs_snapshots is not None:
+            require_int("rs_snapshots", self.rs_snapshots, 0, 64)
         if self.cpu_buffers not in CPU_BUFFERS:
             raise InvalidOptionError(
                 f"cpu_buffers must be one of {', '.join(CPU_BUFFERS)}, got {self.cpu_buffers!r}"

@@ -7,6 +7,7 @@ those of :mod:`localspec.llama.synthetic`.  Same seed, same weights."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,21 +25,54 @@ TEMPLATE = (
 )
 
 
-def write_hybrid_model(path: Path, seed: int, architecture: str = "lfm2") -> Path:
-    """Write a tiny ``lfm2`` (hybrid) or ``mamba2`` (recurrent) model; returns ``path``."""
+@dataclass(frozen=True)
+class HybridShape:
+    """An LFM2's dimensions: ``layers`` ("conv" or "attention" each), hidden and feed-forward
+    sizes, attention heads (``n_head_kv`` for grouped-query attention), words added to the
+    vocabulary, and the weights' float type."""
+
+    layers: tuple[str, ...] = HYBRID_LAYERS
+    n_embd: int = N_EMBD
+    n_ff: int = N_FF
+    n_head: int = N_HEAD
+    n_head_kv: int = N_HEAD
+    extra_words: int = 0
+    dtype: type = np.float32
+
+
+TINY = HybridShape()
+# LFM2-350M's dimensions (its config.json: 16 layers, attention at 2, 5, 8, 10, 12, 14; hidden
+# 1024, feed-forward 4608 as llama.cpp reads it, 16 heads, 8 KV heads, a 65,536-token vocabulary)
+LFM2_350M = HybridShape(
+    layers=tuple("attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)),
+    n_embd=1024,
+    n_ff=4608,
+    n_head=16,
+    n_head_kv=8,
+    extra_words=65536 - 322,
+    dtype=np.float16,
+)
+
+
+def write_hybrid_model(
+    path: Path, seed: int, architecture: str = "lfm2", shape: HybridShape = TINY
+) -> Path:
+    """Write a ``lfm2`` (hybrid, of ``shape``) or a tiny ``mamba2`` (recurrent) model; returns
+    ``path``."""
     writers = {"lfm2": _lfm2, "mamba2": _mamba2}
     if architecture not in writers:
         raise ValueError(f"no synthetic {architecture!r}; one of {', '.join(writers)}")
-    tokens, scores, types = vocabulary()
+    tokens, scores, types = vocabulary(shape.extra_words)
     writer = GGUFWriter(str(path), architecture)
     writer.add_name(f"synthetic-{architecture}-{seed}")
     writer.add_size_label("1M")
     writer.add_context_length(N_CTX_TRAIN)
-    writer.add_embedding_length(N_EMBD)
+    writer.add_embedding_length(shape.n_embd if architecture == "lfm2" else N_EMBD)
     _add_tokenizer(writer, "llama", (tokens, scores, types), 1)
     writer.add_chat_template(TEMPLATE)
     rng = np.random.default_rng(seed)
-    writers[architecture](writer, lambda *shape, std=0.15: _w(rng, shape, std), len(tokens))
+    w = lambda *dims, std=0.15: _w(rng, dims, std, shape.dtype)  # noqa: E731
+    writers[architecture](writer, w, len(tokens), shape)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -46,51 +80,52 @@ def write_hybrid_model(path: Path, seed: int, architecture: str = "lfm2") -> Pat
     return path
 
 
-def _w(rng, shape, std) -> np.ndarray:
-    return (rng.standard_normal(shape) * std).astype(np.float32)
+def _w(rng, dims, std, dtype) -> np.ndarray:
+    return (rng.standard_normal(dims, dtype=np.float32) * std).astype(dtype)
 
 
 def _ones(n: int) -> np.ndarray:
     return np.ones(n, dtype=np.float32)
 
 
-def _output(writer: GGUFWriter, w, n_vocab: int, norm_name: str) -> None:
-    writer.add_tensor(norm_name, _ones(N_EMBD))
-    output = w(n_vocab, N_EMBD, std=1.0)
+def _output(writer: GGUFWriter, w, n_vocab: int, norm_name: str, n_embd: int = N_EMBD) -> None:
+    writer.add_tensor(norm_name, _ones(n_embd))
+    output = w(n_vocab, n_embd, std=1.0)
     output[2] = 0.0  # the EOS logit stays 0 while the best is far above: greedy never stops early
     writer.add_tensor("output.weight", output)
 
 
-def _lfm2(writer: GGUFWriter, w, n_vocab: int) -> None:
-    n_layer = len(HYBRID_LAYERS)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv([N_HEAD if kind == "attention" else 0 for kind in HYBRID_LAYERS])
+def _lfm2(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
+    d, head = shape.n_embd, shape.n_embd // shape.n_head
+    writer.add_block_count(len(shape.layers))
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv([shape.n_head_kv if k == "attention" else 0 for k in shape.layers])
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_rope_dimension_count(head)
     writer.add_uint32(f"{writer.arch}.shortconv.l_cache", L_CACHE)
-    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, std=1.0))
-    for i, kind in enumerate(HYBRID_LAYERS):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", _ones(N_EMBD))
+    writer.add_tensor("token_embd.weight", w(n_vocab, d, std=1.0))
+    for i, kind in enumerate(shape.layers):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", _ones(d))
         if kind == "attention":
-            head = N_EMBD // N_HEAD
             writer.add_tensor(f"blk.{i}.attn_q_norm.weight", _ones(head))
             writer.add_tensor(f"blk.{i}.attn_k_norm.weight", _ones(head))
-            for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-                writer.add_tensor(f"blk.{i}.{name}.weight", w(N_EMBD, N_EMBD))
+            writer.add_tensor(f"blk.{i}.attn_q.weight", w(d, d))
+            writer.add_tensor(f"blk.{i}.attn_k.weight", w(shape.n_head_kv * head, d))
+            writer.add_tensor(f"blk.{i}.attn_v.weight", w(shape.n_head_kv * head, d))
+            writer.add_tensor(f"blk.{i}.attn_output.weight", w(d, d))
         else:
-            writer.add_tensor(f"blk.{i}.shortconv.conv.weight", w(N_EMBD, L_CACHE, std=0.5))
-            writer.add_tensor(f"blk.{i}.shortconv.in_proj.weight", w(3 * N_EMBD, N_EMBD))
-            writer.add_tensor(f"blk.{i}.shortconv.out_proj.weight", w(N_EMBD, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", _ones(N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(N_EMBD, N_FF))
-    _output(writer, w, n_vocab, "token_embd_norm.weight")
+            writer.add_tensor(f"blk.{i}.shortconv.conv.weight", w(d, L_CACHE, std=0.5))
+            writer.add_tensor(f"blk.{i}.shortconv.in_proj.weight", w(3 * d, d))
+            writer.add_tensor(f"blk.{i}.shortconv.out_proj.weight", w(d, d))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", _ones(d))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(shape.n_ff, d))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(shape.n_ff, d))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(d, shape.n_ff))
+    _output(writer, w, n_vocab, "token_embd_norm.weight", d)
 
 
-def _mamba2(writer: GGUFWriter, w, n_vocab: int) -> None:
+def _mamba2(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
     d_inner = 2 * N_EMBD
     n_head = d_inner // HEAD_DIM
     writer.add_block_count(MAMBA_LAYERS)

@@ -130,7 +130,8 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
             llama_cpp.llama_model_is_recurrent(self._model)
             or llama_cpp.llama_model_is_hybrid(self._model)
         )
-        cparams.n_rs_seq = SNAPSHOTS if recurrent else 0  # clamped to 0 where not supported
+        snapshots = SNAPSHOTS if self.config.rs_snapshots is None else self.config.rs_snapshots
+        cparams.n_rs_seq = snapshots if recurrent else 0  # clamped to 0 where not supported
         cparams.kv_unified = (
             self.config.n_seq_max > 1
         )  # one pool of cells: a long conversation may use all of it
