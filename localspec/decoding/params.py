@@ -11,7 +11,7 @@ from localspec.decoding.sampling import SamplingParams
 from localspec.errors import InvalidOptionError, require_int
 from localspec.llama.engine_config import EngineConfig
 
-STRATEGIES = ("auto", "draft-model", "prompt-lookup", "suffix", "prediction", "none")
+STRATEGIES = ("auto", "draft-model", "mtp", "prompt-lookup", "suffix", "prediction", "none")
 MAX_N_CTX = 1 << 20
 
 
@@ -120,8 +120,13 @@ class LoadOptions:
     def engine_config(self, role: str) -> EngineConfig:
         """How to load the "target" or the "draft" model."""
         layers = self.n_gpu_layers if role == "target" else self.n_gpu_layers_draft
+        mtp = role == "target" and self.parallel == 1 and self.strategy in ("auto", "mtp")
         return EngineConfig(
-            n_ctx=self.n_ctx, n_gpu_layers=layers, n_threads=self.n_threads, n_seq_max=self.parallel
+            n_ctx=self.n_ctx,
+            n_gpu_layers=layers,
+            n_threads=self.n_threads,
+            n_seq_max=self.parallel,
+            load_mtp=mtp,
         )
 
 

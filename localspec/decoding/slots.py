@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from localspec.decoding.drafters import (
     DraftModelDrafter,
     GrammarDrafter,
+    MtpDrafter,
     PredictionDrafter,
     PromptLookupDrafter,
     SuffixDrafter,
@@ -68,6 +69,8 @@ class Slot:
                 else draft_engine
             )
             self.drafter = DraftModelDrafter(engine, target.n_vocab, target.is_eog)
+        mtp = getattr(target, "mtp", None) if not many else None
+        self.mtp = MtpDrafter(mtp, target.is_eog) if mtp is not None else None
         self.lookup = PromptLookupDrafter()
         self.suffix = SuffixDrafter(**suffix)
         self.prediction = PredictionDrafter()
@@ -85,7 +88,14 @@ class Slot:
     def drafters(self) -> list:
         return [
             d
-            for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar)
+            for d in (
+                self.drafter,
+                self.mtp,
+                self.lookup,
+                self.suffix,
+                self.prediction,
+                self.grammar,
+            )
             if d is not None
         ]
 
@@ -105,6 +115,10 @@ class Slot:
         with ``"reasoning"``)."""
         if dp.strategy == "draft-model" and self.drafter is None:
             raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
+        if dp.strategy == "mtp" and self.mtp is None:
+            raise InvalidOptionError(
+                "strategy 'mtp' needs a target with an MTP (NextN) block, loaded with parallel 1"
+            )
         if dp.strategy == "prediction" and not predicted:
             raise InvalidOptionError(
                 "strategy 'prediction' needs a prediction (the expected output text)"
@@ -114,10 +128,11 @@ class Slot:
         every = (
             ([self.grammar] if constrained else [])
             + ([self.prediction] if predicted else [])
-            + [d for d in (self.drafter, self.suffix, self.lookup) if d is not None]
+            + [d for d in (self.drafter, self.mtp, self.suffix, self.lookup) if d is not None]
         )
         chosen = {
             "draft-model": [self.drafter],
+            "mtp": [self.mtp],
             "prompt-lookup": [self.lookup],
             "suffix": [self.suffix],
             "prediction": [self.prediction],

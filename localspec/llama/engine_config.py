@@ -27,6 +27,8 @@ class EngineConfig:
     llama.cpp's ``--no-repack``).  rs_snapshots: recurrent-state snapshots per sequence for a
     model that keeps a recurrent state (None: :data:`~localspec.llama.engine.rollback.SNAPSHOTS`;
     0: none, every rollback from a saved state; :mod:`~localspec.llama.engine.rollback`).
+    load_mtp: load the model's MTP (NextN) blocks, if it has any, and keep its MTP context in
+    step (``Engine.mtp``, :class:`~localspec.llama.mtp.MtpHead`; one sequence only).
     """
 
     n_ctx: int = 4096
@@ -37,6 +39,7 @@ class EngineConfig:
     cpu_buffers: str = "auto"
     n_seq_max: int = 1
     rs_snapshots: int | None = None
+    load_mtp: bool = False
 
     def __post_init__(self) -> None:
         require_int("parallel", self.n_seq_max, 1, 64)

@@ -57,9 +57,9 @@ LFM2_350M = HybridShape(
 def write_hybrid_model(
     path: Path, seed: int, architecture: str = "lfm2", shape: HybridShape = TINY
 ) -> Path:
-    """Write a ``lfm2`` (hybrid, of ``shape``) or a tiny ``mamba2`` (recurrent) model; returns
-    ``path``."""
-    writers = {"lfm2": _lfm2, "mamba2": _mamba2}
+    """Write a ``lfm2`` (hybrid, of ``shape``), a tiny ``mamba2`` (recurrent) or a tiny
+    ``qwen35`` (hybrid, with one MTP block) model; returns ``path``."""
+    writers = {"lfm2": _lfm2, "mamba2": _mamba2, "qwen35": _qwen35}
     if architecture not in writers:
         raise ValueError(f"no synthetic {architecture!r}; one of {', '.join(writers)}")
     tokens, scores, types = vocabulary(shape.extra_words)
@@ -151,3 +151,66 @@ def _mamba2(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
         writer.add_tensor(f"blk.{i}.ssm_norm.weight", _ones(d_inner).reshape(N_GROUP, -1))
         writer.add_tensor(f"blk.{i}.ssm_out.weight", w(N_EMBD, d_inner))
     _output(writer, w, n_vocab, "output_norm.weight")
+
+
+QWEN35_LAYERS, QWEN35_HEAD, QWEN35_HEAD_KV = 4, 4, 2  # the 4th layer attention, then MTP
+GDN_STATE, GDN_K_HEADS, GDN_V_HEADS = 16, 2, 4  # Gated DeltaNet: head size, key / value heads
+
+
+def _qwen35(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
+    """Qwen3.5's layout (src/models/qwen35.cpp): Gated DeltaNet layers, every 4th one
+    attention with a gated query, then one MTP (NextN) block: an attention block fed with the
+    target's hidden state and the next token's embedding (``nextn_predict_layers`` 1)."""
+    head = N_EMBD // QWEN35_HEAD
+    writer.add_block_count(QWEN35_LAYERS + 1)
+    writer.add_uint32(f"{writer.arch}.nextn_predict_layers", 1)
+    writer.add_uint32(f"{writer.arch}.full_attention_interval", 4)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(QWEN35_HEAD)
+    writer.add_head_count_kv(QWEN35_HEAD_KV)
+    writer.add_key_length(head)
+    writer.add_value_length(head)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_dimension_count(head)
+    writer.add_rope_dimension_sections([4, 2, 2, 0])
+    writer.add_ssm_conv_kernel(4)
+    writer.add_ssm_state_size(GDN_STATE)
+    writer.add_ssm_group_count(GDN_K_HEADS)
+    writer.add_ssm_time_step_rank(GDN_V_HEADS)
+    writer.add_ssm_inner_size(GDN_STATE * GDN_V_HEADS)
+    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, std=1.0))
+    for i in range(QWEN35_LAYERS + 1):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", _ones(N_EMBD))
+        writer.add_tensor(f"blk.{i}.post_attention_norm.weight", _ones(N_EMBD))
+        if i < QWEN35_LAYERS and (i + 1) % 4 != 0:
+            _gated_delta_net(writer, w, i)
+        else:
+            writer.add_tensor(f"blk.{i}.attn_q.weight", w(2 * QWEN35_HEAD * head, N_EMBD))
+            writer.add_tensor(f"blk.{i}.attn_k.weight", w(QWEN35_HEAD_KV * head, N_EMBD))
+            writer.add_tensor(f"blk.{i}.attn_v.weight", w(QWEN35_HEAD_KV * head, N_EMBD))
+            writer.add_tensor(f"blk.{i}.attn_output.weight", w(N_EMBD, QWEN35_HEAD * head))
+            writer.add_tensor(f"blk.{i}.attn_q_norm.weight", _ones(head))
+            writer.add_tensor(f"blk.{i}.attn_k_norm.weight", _ones(head))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(N_FF, N_EMBD))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(N_FF, N_EMBD))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(N_EMBD, N_FF))
+    mtp = QWEN35_LAYERS
+    writer.add_tensor(f"blk.{mtp}.nextn.eh_proj.weight", w(N_EMBD, 2 * N_EMBD))
+    writer.add_tensor(f"blk.{mtp}.nextn.enorm.weight", _ones(N_EMBD))
+    writer.add_tensor(f"blk.{mtp}.nextn.hnorm.weight", _ones(N_EMBD))
+    writer.add_tensor(f"blk.{mtp}.nextn.shared_head_norm.weight", _ones(N_EMBD))
+    _output(writer, w, n_vocab, "output_norm.weight")
+
+
+def _gated_delta_net(writer: GGUFWriter, w, i: int) -> None:
+    key_dim, value_dim = GDN_STATE * GDN_K_HEADS, GDN_STATE * GDN_V_HEADS
+    conv_dim = 2 * key_dim + value_dim
+    writer.add_tensor(f"blk.{i}.attn_qkv.weight", w(conv_dim, N_EMBD))
+    writer.add_tensor(f"blk.{i}.attn_gate.weight", w(value_dim, N_EMBD))
+    writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", w(conv_dim, 4, std=0.5))
+    writer.add_tensor(f"blk.{i}.ssm_dt.bias", np.zeros(GDN_V_HEADS, dtype=np.float32))
+    writer.add_tensor(f"blk.{i}.ssm_a", -np.exp(w(GDN_V_HEADS, std=0.5)))
+    writer.add_tensor(f"blk.{i}.ssm_beta.weight", w(GDN_V_HEADS, N_EMBD))
+    writer.add_tensor(f"blk.{i}.ssm_alpha.weight", w(GDN_V_HEADS, N_EMBD))
+    writer.add_tensor(f"blk.{i}.ssm_norm.weight", _ones(GDN_STATE))
+    writer.add_tensor(f"blk.{i}.ssm_out.weight", w(N_EMBD, value_dim))

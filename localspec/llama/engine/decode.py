@@ -96,8 +96,9 @@ class Decoding:
     def _decode_call(self, call: list, views: bool) -> list:
         """One llama_decode of ``call`` = [(part, row offset, seq, (tokens, rows in tokens))];
         the logits rows of each entry, as views or copies."""
-        batch, i = self._batch, 0
+        batch, i, firsts = self._batch, 0, []
         for _, _, seq, (tokens, rows) in call:
+            firsts.append(i)
             pos0, wanted = len(self._caches[seq]), set(rows)
             for j, tok in enumerate(tokens):
                 batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos0 + j, 1
@@ -113,9 +114,11 @@ class Decoding:
             if rc != 0:
                 raise EngineError(f"llama_decode failed with code {rc} ({i} tokens)")
             rows = self._output_rows([len(rows) for *_, (_, rows) in call], views)
-            for _, _, seq, (tokens, _) in call:
+            for first, (_, _, seq, (tokens, _)) in zip(firsts, call):
+                pos0 = len(self._caches[seq])
                 self._note_held(seq, tokens)
                 self._note_decoded(seq, len(tokens))
+                self._follow_decode(tokens, pos0, first)
         except BaseException:
             # An error or Ctrl-C may land after llama_decode stored the tokens but before
             # the lists know of them: drop whatever a list does not account for.
@@ -123,6 +126,13 @@ class Decoding:
                 llama_cpp.llama_memory_seq_rm(self._memory, seq, len(self._caches[seq]), -1)
             raise
         return rows
+
+    def _follow_decode(self, tokens, pos0: int, first_row: int) -> None:
+        """The MTP block (if loaded) decodes what the target did; its time is the decode's."""
+        if self.mtp is not None:
+            before = self.mtp.decode_s
+            self.mtp.follow(tokens, pos0, first_row)
+            self.decode_s += self.mtp.decode_s - before
 
     def _output_rows(self, counts: list[int], views: bool) -> list[np.ndarray]:
         return output_rows(self._ctx, self.n_vocab, counts, views)

@@ -72,6 +72,8 @@ class KvCache:
             )
         del cache[n_keep:]
         self._cells.trim(seq, n_keep)
+        if self.mtp is not None:
+            self.mtp.trim(n_keep)
 
     @owned
     def reuse_prefix(self, tokens: Sequence[int], seq: int = 0) -> int:

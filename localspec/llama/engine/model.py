@@ -24,6 +24,7 @@ from localspec.llama.engine_config import (
     default_threads,
     set_llama_log,
 )
+from localspec.llama.mtp import MtpHead
 from localspec.llama.owner import LlamaThread, owned
 from localspec.llama.sequence import CellLedger
 from localspec.models.gguf_info import check_gguf_file
@@ -106,6 +107,7 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
             mparams.progress_callback = (
                 callback  # `callback` stays referenced until the load returns
             )
+        mparams.load_mtp = self.config.load_mtp
         placement = self._cpu_placement(mparams)
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         del placement  # llama.cpp has read the override table
@@ -154,6 +156,9 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
         )
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._init_rollback(recurrent)
+        self.mtp = None  # the model's own MTP block, kept in step (load_mtp)
+        if self.config.load_mtp and llama_cpp.llama_model_n_layer_nextn(self._model) > 0:
+            self.mtp = MtpHead(self)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._caches: list[list[int]] = [
             [] for _ in range(self.config.n_seq_max)
@@ -205,6 +210,9 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
             self.owner.stop()
 
     def _free(self) -> None:
+        if getattr(self, "mtp", None) is not None:
+            self.mtp.close()
+            self.mtp = None
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None

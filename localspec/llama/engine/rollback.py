@@ -94,6 +94,8 @@ class Rollback:
             raise EngineError(f"{self.path.name}: llama.cpp refused to trim at {n_keep}")
         del self._caches[seq][n_keep:]
         self._cells.trim(seq, n_keep)
+        if self.mtp is not None:
+            self.mtp.trim(n_keep)
         if n_keep == 0 or (self._checkpoints[seq] and self._checkpoints[seq][0] > n_keep):
             self._checkpoints[seq] = None
         self.rollbacks[way] += 1

@@ -1,0 +1,153 @@
+"""The target's own multi-token-prediction (MTP / NextN) block, run as a drafter
+(:class:`MtpHead`).
+
+GGUFs of Qwen3.5 / 3.6 (``-MTP`` files), GLM-4.x, DeepSeek-V3 and others carry extra decoder
+blocks (``<arch>.nextn_predict_layers``) trained to predict the token after next from the
+target's hidden state and the next token.  llama.cpp runs them in a second context on the same
+weights (``ctx_type = LLAMA_CONTEXT_TYPE_MTP``, ``ctx_other`` = the target's context), as its
+``draft-mtp`` does (common/speculative.cpp, ``common_speculative_impl_draft_mtp``):
+
+- every target decode turns on the target's NextN embeddings (its hidden state per row), and
+  the MTP context decodes the same tokens, each paired with the hidden state of the position
+  before it (:meth:`MtpHead.follow`), so its own KV cache mirrors the target's;
+- to draft after the last token (not yet decoded by the target), the MTP context decodes it
+  with the hidden state of the position before, takes its most likely token and the block's
+  own hidden state, and goes on from them (one block applied again for every draft token);
+  the draft positions are then taken back (:meth:`MtpHead.draft`);
+- a trim of the target trims the MTP context too (:meth:`MtpHead.trim`).
+
+One sequence (``n_seq_max`` 1); one MTP block (``nextn_predict_layers`` 1, as Qwen3.5 ships).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import llama_cpp
+import numpy as np
+from llama_cpp import llama_cpp_ext
+
+from localspec.errors import EngineError, UnsupportedModelError
+
+
+class MtpHead:
+    """The MTP context of ``target`` (an :class:`~localspec.llama.engine.Engine` loaded with
+    ``load_mtp``), kept in step with it; :meth:`draft` proposes tokens."""
+
+    def __init__(self, target):
+        model, self.target = target._model, target
+        self.n_layer_nextn = int(llama_cpp.llama_model_n_layer_nextn(model))
+        if self.n_layer_nextn < 1:
+            raise UnsupportedModelError(f"{target.path.name} has no MTP (NextN) block")
+        if target.config.n_seq_max != 1:
+            raise UnsupportedModelError("the MTP drafter runs one sequence (parallel 1)")
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = target.config.n_ctx
+        cparams.n_batch = cparams.n_ubatch = target.n_batch
+        cparams.n_threads = cparams.n_threads_batch = llama_cpp.llama_n_threads(target._ctx)
+        cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
+        cparams.ctx_other = target._ctx
+        self._ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not self._ctx:
+            raise EngineError(f"llama.cpp could not create the MTP context of {target.path.name}")
+        self.n_embd = int(llama_cpp.llama_model_n_embd_out(model))
+        llama_cpp_ext.llama_set_embeddings_nextn(target._ctx, True, False)
+        llama_cpp_ext.llama_set_embeddings_nextn(self._ctx, True, True)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_ext_init(self._ctx)
+        self._held = 0  # positions the MTP context holds (as the target's cache)
+        self._rows = np.zeros((0, self.n_embd), dtype=np.float32)  # the last decode's states
+        self._rows_at = 0  # the position of its first row
+        self.decode_s = 0.0
+
+    def follow(self, tokens, pos0: int, first_row: int) -> None:
+        """The target decoded ``tokens`` at ``pos0``…, its rows ``first_row``… of the batch:
+        decode them here too, each with the hidden state of the position before it."""
+        base = llama_cpp_ext.llama_get_embeddings_nextn(self.target._ctx)
+        flat = np.ctypeslib.as_array(base, shape=((first_row + len(tokens)) * self.n_embd,))
+        rows = flat[first_row * self.n_embd :].reshape(len(tokens), self.n_embd).copy()
+        before = self._state_before(pos0)
+        self._trim_to(pos0)
+        states = np.vstack([before[None, :], rows[:-1]])
+        self._decode(tokens, pos0, states, output=False)
+        self._rows, self._rows_at, self._held = rows, pos0, pos0 + len(tokens)
+
+    def trim(self, n_keep: int) -> None:
+        """The target keeps ``n_keep`` positions: so does the MTP context."""
+        self._trim_to(min(n_keep, self._held))
+
+    def draft(self, last: int, k: int, pick) -> tuple[list[int], list]:
+        """Up to ``k`` tokens after ``last`` (the context's last token, at the position after
+        the target's cache).  ``pick(logits)`` -> (token, confidence, whether it is the last
+        one), or None to stop before it.  Returns the tokens and what ``pick`` gave for each."""
+        pos0 = self._held
+        state = self._state_before(pos0)
+        tokens, picked = [], []
+        token = last
+        for i in range(k):
+            self._decode([token], pos0 + i, state[None, :], output=True)
+            logits = np.ctypeslib.as_array(
+                llama_cpp.llama_get_logits_ith(self._ctx, -1), shape=(self.target.n_vocab,)
+            )
+            choice = pick(logits)
+            if choice is None:
+                break
+            token = choice[0]
+            tokens.append(token)
+            picked.append(choice)
+            if choice[2]:
+                break
+            state = self._own_state()
+        self._trim_to(pos0)
+        return tokens, picked
+
+    def _state_before(self, pos: int) -> np.ndarray:
+        """The target's hidden state at ``pos - 1`` where the last decode has it, else zeros
+        (after a trim past it: the first position drafts worse, as llama.cpp's does)."""
+        i = pos - 1 - self._rows_at
+        if 0 <= i < len(self._rows):
+            return self._rows[i]
+        return np.zeros(self.n_embd, dtype=np.float32)
+
+    def _own_state(self) -> np.ndarray:
+        row = llama_cpp_ext.llama_get_embeddings_nextn_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(row, shape=(self.n_embd,)).copy()
+
+    def _trim_to(self, n: int) -> None:
+        if n < self._held or n == 0:
+            llama_cpp.llama_memory_seq_rm(self._memory, 0, n, -1)
+        self._held = min(self._held, n)
+
+    def _decode(self, tokens, pos0: int, states: np.ndarray, output: bool) -> None:
+        batch = self._batch
+        llama_cpp.llama_batch_ext_clear(batch)
+        states = np.ascontiguousarray(states, dtype=np.float32)
+        pos = (llama_cpp.llama_pos * 4)()
+        for j, token in enumerate(tokens):
+            idx = llama_cpp.llama_batch_ext_add_token(batch, 0, int(token))
+            if idx < 0:
+                raise EngineError(f"the MTP batch refused token {token} ({idx})")
+            pos[0] = pos0 + j
+            llama_cpp.llama_batch_ext_set_pos(batch, idx, pos)
+            embd = llama_cpp.llama_embd(
+                states[j].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, self.n_embd
+            )
+            llama_cpp.llama_batch_ext_set_embd_token(batch, idx, embd)
+            if output and j == len(tokens) - 1:
+                llama_cpp.llama_batch_ext_set_output_logits(batch, idx, True)
+                llama_cpp.llama_batch_ext_set_output_embd(batch, idx, True)
+        started = time.perf_counter()
+        rc = llama_cpp.llama_process(self._ctx, llama_cpp.LLAMA_PROCESS_TYPE_DECODE, batch)
+        self.decode_s += time.perf_counter() - started
+        if rc != 0:
+            raise EngineError(f"the MTP context's decode failed with code {rc}")
+        self._held = max(self._held, pos0 + len(tokens))
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_ext_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
