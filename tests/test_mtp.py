@@ -99,3 +99,22 @@ def test_sampling_with_the_block_keeps_the_targets_distribution(mtp_target):
         table = table[:, table.sum(axis=0) >= 10]
         if table.shape[1] >= 2:
             assert stats.chi2_contingency(table)[1] > 1e-3, (pos, table)
+
+
+def test_lists_say_the_model_drafts_for_itself(mtp_target, target_gguf):
+    from starlette.testclient import TestClient
+
+    from localspec.models.discovery import model_ref
+    from localspec.models.gguf_info import check_gguf_file
+    from localspec.server.app import create_app
+    from localspec.server.state import ServerConfig
+
+    assert check_gguf_file(mtp_target).builtin_drafter == "built-in drafter (MTP, 1 head)"
+    assert check_gguf_file(target_gguf).builtin_drafter == ""
+    assert "built-in drafter (MTP, 1 head)" in model_ref(mtp_target).label
+    with SpeculativeModel(mtp_target, None, n_ctx=256) as model:
+        assert model.builtin_drafter == "built-in drafter (MTP, 1 head)"
+        assert "mtp" in [d.name for d in model.drafters]
+        with TestClient(create_app(model, ServerConfig(model_name="m"))) as client:
+            listed = client.get("/v1/models", headers={"host": "localhost"}).json()["data"][0]
+        assert listed["builtin_drafter"] == "built-in drafter (MTP, 1 head)"

@@ -144,15 +144,18 @@ class SpeculativeModel:
         return loaded[0], loaded[1] if len(loaded) > 1 else None
 
     @property
+    def builtin_drafter(self) -> str:
+        """ "built-in drafter (MTP, 1 head)" when the target's own MTP block drafts here, else
+        "" (the GGUF has none, or it is not loaded: parallel > 1, or a strategy without it)."""
+        return self.target.info.builtin_drafter if self.target.mtp is not None else ""
+
+    @property
     def drafters(self) -> list:
-        """Every drafter this model can use: the draft model (if loaded), prompt lookup,
-        suffix, the caller's prediction (which drafts only in calls given a ``prediction``)
-        and the grammar's forced tokens (only in calls given a ``response_format``)."""
-        return [
-            d
-            for d in (self.drafter, self.lookup, self.suffix, self.prediction, self.grammar)
-            if d is not None
-        ]
+        """Every drafter this model can use: the draft model (if loaded), the target's MTP
+        block (if loaded), prompt lookup, suffix, the caller's prediction (which drafts only in
+        calls given a ``prediction``) and the grammar's forced tokens (only in calls given a
+        ``response_format``): the first slot's :attr:`~localspec.decoding.slots.Slot.drafters`."""
+        return self.slots.slots[0].drafters
 
     def _policy(
         self,

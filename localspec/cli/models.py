@@ -170,6 +170,7 @@ def _model_json(m: ModelRef, compatible_drafts: list[str] | None = None) -> dict
         "downloaded": m.downloaded,
         "path": str(m.path) if m.path else None,
         "family": m.family or None,
+        "builtin_drafter": m.builtin_drafter or None,
     }
     if compatible_drafts is not None:
         data["compatible_drafts"] = compatible_drafts

@@ -50,6 +50,7 @@ class ModelRef:
     size: int = 0
     params: float | None = None
     family: str = ""
+    builtin_drafter: str = ""  # "built-in drafter (MTP, 1 head)" where the GGUF has MTP blocks
 
     @property
     def downloaded(self) -> bool:
@@ -58,7 +59,11 @@ class ModelRef:
     @property
     def label(self) -> str:
         """For lists: "qwen2.5-coder-0.5b-instruct-q4_k_m (0.5B, 491 MB)"."""
-        facts = [f for f in (format_params(self.params), _size_text(self.size)) if f]
+        facts = [
+            f
+            for f in (format_params(self.params), _size_text(self.size), self.builtin_drafter)
+            if f
+        ]
         if not self.downloaded:
             facts.append("not downloaded")
         return f"{self.name} ({', '.join(facts)})" if facts else self.name
@@ -250,23 +255,22 @@ def _same_model(a: ModelRef, b: ModelRef) -> bool:
 
 def _catalogue_ref(entry: ModelEntry) -> ModelRef:
     path = find_local(entry)
-    family = _family(path) if path is not None else ""
-    return ModelRef(entry.name, entry, path, entry.size, entry.parameters, family)
+    family, drafter = _family(path) if path is not None else ("", "")
+    return ModelRef(entry.name, entry, path, entry.size, entry.parameters, family, drafter)
 
 
 def _file_ref(path: Path) -> ModelRef:
     try:
         info = cached_header(path)
-        params, family = info.parameters or None, info.family
+        params, family, drafter = info.parameters or None, info.family, info.builtin_drafter
     except ModelFileError:  # listed anyway; checking it as a draft says what is wrong
-        params, family = None, ""
+        params, family, drafter = None, "", ""
     size = path.stat().st_size
     entry = next(
         (e for e in load_catalog().models.values() if e.file == path.name and e.size == size), None
     )
-    return ModelRef(
-        entry.name if entry is not None else path.name, entry, path, size, params, family
-    )
+    name = entry.name if entry is not None else path.name
+    return ModelRef(name, entry, path, size, params, family, drafter)
 
 
 def _hub_ref(repo: str, file_or_quant: str) -> ModelRef:
@@ -373,11 +377,13 @@ def _hf_cache_dir() -> Path:
     return Path(constants.HF_HUB_CACHE)
 
 
-def _family(path: Path) -> str:
+def _family(path: Path) -> tuple[str, str]:
+    """(family, built-in drafter) of the GGUF at ``path``; empty when it cannot be read."""
     try:
-        return cached_header(path).family
+        info = cached_header(path)
     except ModelFileError:
-        return ""
+        return "", ""
+    return info.family, info.builtin_drafter
 
 
 def _size_text(n: int) -> str:

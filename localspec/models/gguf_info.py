@@ -86,6 +86,19 @@ class GGUFInfo:
         return len(self.tokens)
 
     @property
+    def mtp_blocks(self) -> int:
+        """The MTP (NextN) blocks the model carries (``<arch>.nextn_predict_layers``), 0 without."""
+        value = self.get(f"{self.architecture}.nextn_predict_layers", 0)
+        return value if isinstance(value, int) and value > 0 else 0
+
+    @property
+    def builtin_drafter(self) -> str:
+        """What lists say of a model that drafts for itself: "built-in drafter (MTP, 1 head)";
+        "" without one."""
+        n = self.mtp_blocks
+        return f"built-in drafter (MTP, {n} head{'s' if n > 1 else ''})" if n else ""
+
+    @property
     def family(self) -> str:
         """``general.basename`` ("Qwen2.5-Coder"), else the architecture ("qwen2")."""
         return str(self.get("general.basename") or self.architecture)

@@ -122,11 +122,13 @@ def _routes(state: ServerState) -> list[Route]:
         )
 
     def model_object(model_id: str) -> dict:
+        drafter = getattr(state.model, "builtin_drafter", "")  # a test's stand-in may lack it
         return {
             "id": model_id,
             "object": "model",
             "created": state.created,
             "owned_by": "localspec",
+            **({"builtin_drafter": drafter} if drafter else {}),
         }
 
     async def metrics(_):
