@@ -38,8 +38,7 @@ WAYS = {"snapshots": None, "saved state": 0}  # EngineConfig.rs_snapshots
 
 def model_file(folder: Path, smoke: bool) -> Path:
     """The benchmark's GGUF: the tiny LFM2 (smoke) or LFM2-350M's dimensions in Q4_K_M."""
-    import llama_cpp
-
+    from localspec.llama.quantize import quantize_q4_k_m
     from localspec.llama.synthetic_hybrid import LFM2_350M, TINY, write_hybrid_model
 
     if smoke:
@@ -48,9 +47,7 @@ def model_file(folder: Path, smoke: bool) -> Path:
     f16 = write_hybrid_model(folder / "lfm2-350m-f16.gguf", 1, "lfm2", LFM2_350M)
     q4k = folder / "lfm2-350m-q4_k_m.gguf"
     print("quantizing it to Q4_K_M...", file=sys.stderr, flush=True)
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
-    if llama_cpp.llama_model_quantize(str(f16).encode(), str(q4k).encode(), params) != 0:
+    if not quantize_q4_k_m(f16, q4k):
         raise RuntimeError("llama.cpp could not quantize the benchmark's model")
     f16.unlink()
     return q4k
@@ -59,16 +56,12 @@ def model_file(folder: Path, smoke: bool) -> Path:
 def measure(path: Path, snapshots: int | None, rounds: int) -> dict:
     """Medians over ``rounds`` of a one-token step, a 5-token verify and the rollback of 3
     positions after it (ms), on an engine with ``snapshots`` (EngineConfig.rs_snapshots)."""
-    import llama_cpp
-
     from localspec.llama.engine import Engine, EngineConfig, default_threads
 
     engine = Engine(path, EngineConfig(n_ctx=2048, rs_snapshots=snapshots))
     try:
         engine.decode([3 + i % 300 for i in range(PROMPT_TOKENS)], [PROMPT_TOKENS - 1])
-        state = llama_cpp.llama_state_seq_get_size_ext(
-            engine._ctx, 0, llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        )
+        state = engine.recurrent_state_bytes()
         steps, verifies, backs = [], [], []
         for r in range(rounds):
             before = engine.decode_s

@@ -8,10 +8,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import llama_cpp
-
 from localspec.llama.amx_probe import OK_LINE
 from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.quantize import quantize_q4_k_m
 from localspec.llama.synthetic import write_model
 
 
@@ -20,11 +19,7 @@ def write_probe_model(folder: Path) -> Path | None:
     AMX kernels crash), written in ``folder``; None when llama.cpp cannot quantize it."""
     f32 = write_model(folder / "f32.gguf", seed=0, n_embd=256, n_ff=512)
     q4k = folder / "q4_k_m.gguf"
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
-    if llama_cpp.llama_model_quantize(str(f32).encode(), str(q4k).encode(), params) != 0:
-        return None
-    return q4k
+    return q4k if quantize_q4_k_m(f32, q4k) else None
 
 
 def probe_child() -> int:

@@ -47,6 +47,14 @@ class Rollback:
         self.rollback_s = [0.0] * n_seq
         self.rollbacks: Counter = Counter()
 
+    @owned
+    def recurrent_state_bytes(self, seq: int = 0) -> int:
+        """The size of ``seq``'s recurrent state (what a checkpoint saves, what each snapshot
+        holds); 0 for an attention-only model."""
+        if not self.recurrent:
+            return 0
+        return int(llama_cpp.llama_state_seq_get_size_ext(self._ctx, seq, PARTIAL))
+
     def rollback_time(self, seq: int = 0) -> float:
         """Seconds ``seq`` spent going back so far (saving, restoring, decoding again)."""
         return self.rollback_s[seq]
