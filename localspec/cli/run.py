@@ -35,13 +35,36 @@ def _thinking_options(args) -> dict:
 
 
 def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> GenerationResult:
-    generation = model.chat(
-        messages,
-        stream=True,
-        **generation_options(args),
-        **_thinking_options(args),
-        **(extra or {}),
-    )
+    return _print_stream(_call(model, messages, args, True, extra or {}), colour)
+
+
+def _call(model, messages: list[dict], args, stream: bool, extra: dict):
+    """The chat call of ``messages``; for a model without a chat template (a base model), the
+    last message's text as raw text, continued (:func:`_raw_text` says so once)."""
+    options = {**generation_options(args), **extra}
+    if _raw_text(model):
+        return model.generate(messages[-1]["content"], stream=stream, **options)
+    return model.chat(messages, stream=stream, **options, **_thinking_options(args))
+
+
+_SAID_RAW_TEXT: set = set()  # the models whose raw-text note was printed
+
+
+def _raw_text(model) -> bool:
+    """Whether ``model`` has no chat template, said once on stderr."""
+    if model.target.chat_template:
+        return False
+    if model.target.path not in _SAID_RAW_TEXT:
+        _SAID_RAW_TEXT.add(model.target.path)
+        print(
+            f"localspec: {model.target.path.name} has no chat template: the prompt is sent as "
+            "raw text, which a base model continues",
+            file=sys.stderr,
+        )
+    return True
+
+
+def _print_stream(generation, colour: bool) -> GenerationResult:
     thinking = False  # thinking text printed and not yet closed
     for event in generation:
         if event.reasoning:
@@ -107,12 +130,7 @@ def cmd_run(args) -> int:
     prediction = _prediction(args.prediction)
     with load_models(args) as model:
         if args.json:
-            result = model.chat(
-                _messages(args, args.prompt),
-                **generation_options(args),
-                **_thinking_options(args),
-                **prediction,
-            )
+            result = _call(model, _messages(args, args.prompt), args, False, prediction)
             reasoning = {"reasoning": result.reasoning} if result.reasoning is not None else {}
             print(
                 json.dumps(
