@@ -96,37 +96,7 @@ def real_model(real_pair_paths):
         yield model
 
 
-VERIFY_BATCH = (
-    5  # draft_max 4, as the greedy-equality tests use: the target decodes 5 tokens a round
-)
-
-
-def path_noise(model, prompt_tokens, answer_tokens):
-    """The largest change of a row's two best logits (the ones greedy decoding chooses
-    between, in either path) between decoding ``answer_tokens`` one at a time (plain
-    decoding) and in batches of VERIFY_BATCH (verification), after the same prompt:
-    llama.cpp's numeric path noise on this machine (design notes, section 5: up to 0.22
-    on one Xeon; the far tail of the vocabulary moves more, but never decides a token)."""
-    import numpy as np
-
-    engine = model.target
-    engine.reuse_prefix(prompt_tokens)
-    engine.trim(len(prompt_tokens))
-    one = np.stack([engine.decode([t], [0])[0] for t in answer_tokens])
-    engine.trim(len(prompt_tokens))
-    batched = np.concatenate(
-        [
-            engine.decode(
-                answer_tokens[i : i + VERIFY_BATCH], range(len(answer_tokens[i : i + VERIFY_BATCH]))
-            )
-            for i in range(0, len(answer_tokens), VERIFY_BATCH)
-        ]
-    )
-    rows = np.arange(len(answer_tokens))[:, None]
-    best = np.concatenate(
-        [np.argsort(one, axis=1)[:, -2:], np.argsort(batched, axis=1)[:, -2:]], axis=1
-    )
-    return float(np.abs(one[rows, best] - batched[rows, best]).max())
+from localspec.bench.noise import path_noise  # noqa: E402
 
 
 @pytest.fixture(scope="session")

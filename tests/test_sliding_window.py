@@ -6,11 +6,10 @@ also past the window; ``localspec run`` sends a base model's prompt as raw text.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from conftest import path_noise
 
 from localspec.api import SpeculativeModel
+from localspec.bench.noise import fresh_gap, path_noise
 
 PROMPTS = {
     "prose": "The three laws of thermodynamics are",
@@ -35,16 +34,6 @@ def plain_answers(gemma):
     }
 
 
-def _fresh_gap(model, prompt: list[int], tokens: list[int], at: int) -> float:
-    """The top-2 logit gap at ``at`` after a fresh batched prefill of the prompt and tokens."""
-    engine = model.target
-    engine.trim(0)
-    context = prompt + tokens[:at]
-    logits = engine.decode(context, [len(context) - 1])[0]
-    top = np.sort(logits)[-2:]
-    return float(top[1] - top[0])
-
-
 @pytest.mark.parametrize("name", list(PROMPTS))
 @pytest.mark.parametrize("strategy", ["prompt-lookup", "draft-model", "auto"])
 def test_greedy_output_is_plain_or_parts_at_a_near_tie(gemma, plain_answers, name, strategy):
@@ -58,7 +47,7 @@ def test_greedy_output_is_plain_or_parts_at_a_near_tie(gemma, plain_answers, nam
         assert spec == plain
         return
     tolerance = 2 * path_noise(gemma, prompt, plain)
-    assert _fresh_gap(gemma, prompt, plain, diverge) < tolerance, (diverge, tolerance)
+    assert fresh_gap(gemma, prompt, plain, diverge) < tolerance, (diverge, tolerance)
 
 
 def test_run_sends_a_base_models_prompt_as_raw_text(gemma3_270m_gguf, capsys):
