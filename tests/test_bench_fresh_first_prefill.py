@@ -63,6 +63,8 @@ def test_the_new_benchmarks_parse_their_options():
         (["concurrency", "--fresh", "--one-client", "2"], "--one-client"),
         (["concurrency", "--fresh", "--endpoint", "http://h:1"], "--endpoint"),
         (["first-answer", "--pairs", "0"], "--pairs"),
+        (["first-answer", "--prompts", "readme,poem"], "poem"),
+        (["first-answer", "--stores", ","], "--stores"),
         (["prefill", "--reps", "0"], "--reps"),
         (["prefill", "--tokens", "2k"], "--tokens"),
         (["prefill", "--tokens", "8"], "--tokens"),

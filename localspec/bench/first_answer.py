@@ -3,6 +3,7 @@ against ``--draft none``, with the learned store warm and cold.
 
     localspec bench first-answer              # 5 prompts, 10 interleaved pairs each, warm and cold
     localspec bench first-answer --pairs 3    # fewer pairs
+    localspec bench first-answer --prompts readme,code --stores warm   # some of them
     localspec bench first-answer --smoke      # the README prompt, 1 pair, 16 tokens
 
 Every answer is the first of a fresh process (``python -c``, the library loaded as
@@ -290,13 +291,37 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--store", metavar="DIR", help="the warm store's directory (default: the user's own store)"
     )
+    parser.add_argument(
+        "--prompts",
+        default="readme,code,prose,edit,json",
+        help="prompts, comma-separated (default all: readme,code,prose,edit,json)",
+    )
+    parser.add_argument(
+        "--stores", default="warm,cold", help="learned stores, comma-separated (default warm,cold)"
+    )
     add_smoke(parser, "the README prompt, 1 pair, 16 tokens, warm and cold")
     add_out(parser)
 
 
 def check(args) -> None:
+    from localspec.errors import InvalidOptionError
+
     positive("--pairs", args.pairs)
     positive("--max-tokens", args.max_tokens)
+    for option, given, known in (
+        ("--prompts", args.prompts, ("readme", "code", "prose", "edit", "json")),
+        ("--stores", args.stores, STORES),
+    ):
+        names = _names(given)
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise InvalidOptionError(
+                f"{option}: unknown {', '.join(unknown) or '(none given)'}; of {', '.join(known)}"
+            )
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
 
 
 def main(args) -> int:
@@ -306,8 +331,9 @@ def main(args) -> int:
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
     prompts = first_prompts()
-    if args.smoke:
-        prompts = {"readme": prompts["readme"]}
+    chosen = ["readme"] if args.smoke else _names(args.prompts)
+    prompts = {name: prompts[name] for name in chosen}
+    stores = STORES if args.smoke else tuple(_names(args.stores))
     pairs, max_tokens = (1, 16) if args.smoke else (args.pairs, args.max_tokens)
     warm = str(args.store) if args.store else None
     results = Results(args.out, KIND, record, smoke=args.smoke)
@@ -316,10 +342,10 @@ def main(args) -> int:
         "max_tokens": max_tokens,
         "warm_store": str(warm or store_dir()),
     }
-    runs: dict = {p: {s: [] for s in STORES} for p in prompts}
+    runs: dict = {p: {s: [] for s in stores} for p in prompts}
     for i in range(pairs):
         for j, (name, prompt) in enumerate(prompts.items()):
-            for k, store in enumerate(STORES):
+            for k, store in enumerate(stores):
                 got = {
                     m: one_run({**prompt, "mode": m, "max_tokens": max_tokens}, store, warm)
                     for m in order(i, j + k)
