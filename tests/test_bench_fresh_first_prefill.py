@@ -4,6 +4,7 @@ the arithmetic of their ratios and equality counts, and the shapes of the files 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -85,7 +86,37 @@ def test_greedy_equality_counts_answers_and_names_the_first_differing_character(
         ["same", "hello world", "x"], ["same", "hello there", "x"], ["p0", "p1", "p2"]
     )
     assert (got["equal"], got["compared"]) == (2, 3)
-    assert got["differ"] == [{"prompt": "p1", "position": 6, "default": "world", "plain": "there"}]
+    assert got["differ"] == [
+        {
+            "prompt": "p1",
+            "position": 6,
+            "default": "world",
+            "plain": "there",
+            "default_answer": "hello world",
+            "plain_answer": "hello there",
+        }
+    ]
+
+
+def test_a_divergence_where_the_target_was_sure_is_not_called_a_near_tie(real_model):
+    """Default's answer made to part from plain's at the token where the target was surest: the
+    classification finds a large fresh top-2 gap there, above the tolerance."""
+    from localspec.bench.noise import fresh_gap
+    from localspec.bench.workloads import code_prompts
+
+    prompt = code_prompts(1)[0]
+    plain = real_model.chat(prompt.messages, max_tokens=24, temperature=0, draft_max=0)
+    chat = real_model.target.chat_tokens(prompt.messages)
+    tokens = real_model.target.tokenize(plain.text, add_special=False)
+    sure = max(range(1, len(tokens)), key=lambda i: fresh_gap(real_model, chat, tokens, i))
+    text = b"".join(real_model.target.token_bytes(t) for t in tokens[:sure]).decode()
+    summary = [
+        {"clients": 2, "equality": fresh_clients.equality([text + " @@@"], [plain.text], ["p"])}
+    ]
+    fresh_clients.classify(summary, {2: [dataclasses.replace(prompt, name="p")]}, real_model)
+    (d,) = summary[0]["equality"]["differ"]
+    assert d["near_tie"] is False and d["gap"] > d["tolerance"] > 0
+    assert "NOT a near-tie" in fresh_clients._verdict(d)
 
 
 def _level(clients, tps, answers):

@@ -384,6 +384,23 @@ def _servers(args, pair) -> list[tuple[str, Starter]]:
     return servers
 
 
+def _classify_divergences(result: dict, sets: dict, pair) -> None:
+    """Each divergence of default from plain classified on the target, loaded here once the
+    servers are gone (:func:`localspec.bench.fresh_clients.classify`)."""
+    from localspec.api import SpeculativeModel
+
+    differs = any(
+        row.get("equality", {}).get("differ")
+        for got in result["sets"].values()
+        for row in got["summary"]
+    )
+    if not differs:
+        return
+    with SpeculativeModel(pair.target, None, n_ctx=4096, strategy="none") as model:
+        for set_name, got in result["sets"].items():
+            fresh_clients.classify(got["summary"], sets[set_name], model)
+
+
 def fresh(args, record: dict) -> int:
     """``--fresh``: every prompt set on every server (:mod:`localspec.bench.fresh_clients`)."""
     from localspec.api import resolve_pair
@@ -421,6 +438,7 @@ def fresh(args, record: dict) -> int:
             }
             result["sets"][set_name] = {**got, "summary": fresh_clients.compare(measured, work)}
             results.write(result, fresh_clients.markdown({**results.header(), **result}))
+    _classify_divergences(result, sets, pair)
     text = fresh_clients.markdown({**results.header(), **result})
     if not args.smoke:
         title = f"{machine_line(record)}; fresh prompts, {max_tokens} tokens, greedy"

@@ -71,10 +71,35 @@ def equality(default: list[str], plain: list[str], names: list[str]) -> dict:
                     "position": at,
                     "default": a[at : at + SNIPPET],
                     "plain": b[at : at + SNIPPET],
+                    "default_answer": a,
+                    "plain_answer": b,
                 }
             )
     compared = min(len(default), len(plain))
     return {"equal": compared - len(differ), "compared": compared, "differ": differ}
+
+
+def classify(summary: list[dict], work: dict[int, list[Prompt]], model) -> None:
+    """Mark each divergence of ``summary`` (:func:`compare`'s rows) with the fresh prefill's
+    top-2 gap where the two answers part (``model``: the target, loaded plainly), against twice
+    this machine's path noise on that prompt (docs/exactness.md): ``near_tie`` True where the
+    gap is under it, as greedy speculation may part there; False is a finding to look into."""
+    from localspec.bench.noise import fresh_gap, path_noise
+
+    prompts = {p.name: p for prompts in work.values() for p in prompts}
+    for row in summary:
+        for d in row.get("equality", {}).get("differ", []):
+            messages = prompts[d["prompt"]].messages
+            prompt = model.target.chat_tokens(messages)
+            plain = model.target.tokenize(d["plain_answer"], add_special=False)
+            other = model.target.tokenize(d["default_answer"], add_special=False)
+            at = next((i for i, (a, b) in enumerate(zip(plain, other)) if a != b), None)
+            if at is None or at >= len(plain):
+                d.update(gap=None, tolerance=None, near_tie=None)  # parted within one token
+                continue
+            tolerance = 2 * path_noise(model, prompt, plain[: max(at + 1, 8)])
+            gap = fresh_gap(model, prompt, plain, at)
+            d.update(gap=gap, tolerance=tolerance, near_tie=gap < tolerance)
 
 
 def split(pool: list[Prompt], levels, waves: int) -> dict[int, list[Prompt]]:
@@ -161,9 +186,17 @@ def markdown(result: dict) -> str:
             for d in row.get("equality", {}).get("differ", []):
                 lines.append(
                     f"- {row['clients']} clients, {d['prompt']}: from character {d['position']}, "
-                    f"default {d['default']!r}, plain {d['plain']!r}"
+                    f"default {d['default']!r}, plain {d['plain']!r}{_verdict(d)}"
                 )
     return "\n".join(lines) + "\n"
+
+
+def _verdict(d: dict) -> str:
+    """What :func:`classify` said of a divergence ("" before it ran)."""
+    if d.get("gap") is None:
+        return ""
+    kind = "a near-tie" if d["near_tie"] else "NOT a near-tie"
+    return f": {kind} (fresh top-2 gap {d['gap']:.3f}, tolerance {d['tolerance']:.3f})"
 
 
 def _table_row(row: dict) -> str:
