@@ -85,6 +85,9 @@ GOOD_MODEL = {
         (lambda d: d["models"]["m"].pop("source"), "missing key\\(s\\): source"),
         (lambda d: d["models"]["m"].update(params="big"), "params must look like"),
         (lambda d: d["models"]["m"].update(gated="yes"), "gated must be true or false"),
+        (lambda d: d["models"]["m"].update(revision="main"), "revision must be a commit"),
+        (lambda d: d["models"]["m"].update(mtp_heads=-1), "mtp_heads must be an integer"),
+        (lambda d: d["models"]["m"].update(mtp_heads=True), "mtp_heads must be an integer"),
         (lambda d: d["models"]["m"].update(file="f.bin"), "file must be a relative .gguf path"),
         (
             lambda d: d["models"]["m"].update(file="../../x.gguf"),
@@ -226,3 +229,21 @@ def test_mirror_failure_leaves_nothing_behind(tmp_path, monkeypatch, kind):
         hub.ensure_model(entry, progress=lambda d, t: None)
     folder = cache.cached_path(entry).parent
     assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_the_2026_pairs_say_their_targets_draft_for_themselves(capsys):
+    """Qwen3.5's MTP files carry a block (mtp_heads, pinned at the revision their facts were
+    read at); `localspec models` says so before any download."""
+    from localspec.cli.models import list_all
+
+    catalog = load_catalog()
+    target = catalog.pairs["qwen3.5-9b-mtp"].target
+    assert target.mtp_heads == 1 and len(target.revision) == 40
+    assert target.builtin_drafter == "built-in drafter (MTP, 1 head)"
+    assert catalog.pairs["qwen3-coder-30b-a3b"].target.builtin_drafter == ""
+    assert list_all() == 0
+    listing = capsys.readouterr().out
+    assert (
+        "qwen3.5-9b-mtp-q4_k_m <- qwen3.5-0.8b-q4_k_m, and its built-in drafter (MTP, 1 head)"
+        in (listing)
+    )

@@ -63,6 +63,7 @@ def list_all(as_json: bool = False) -> int:
                             "name": p.name,
                             "target": p.target.name,
                             "draft": p.draft.name,
+                            "builtin_drafter": p.target.builtin_drafter or None,
                             "description": p.description,
                             "draft_max": p.draft_max,
                             "draft_min": p.draft_min,
@@ -81,7 +82,8 @@ def list_all(as_json: bool = False) -> int:
     for p in catalog.pairs.values():
         mark = "*" if p.name == catalog.default_pair else " "
         state = "ready" if {p.target.name, p.draft.name} <= on_disk else "not downloaded"
-        print(f" {mark} {p.name:<24} {p.target.name} <- {p.draft.name}  [{state}]")
+        own = f", and its {p.target.builtin_drafter}" if p.target.builtin_drafter else ""
+        print(f" {mark} {p.name:<24} {p.target.name} <- {p.draft.name}{own}  [{state}]")
     print("\nModels:")
     _table([m for m in models if m.entry is not None])
     others = [m for m in models if m.entry is None]

@@ -59,6 +59,7 @@ class MtpHead:
         self._held = 0  # positions the MTP context holds (as the target's cache)
         self._rows = np.zeros((0, self.n_embd), dtype=np.float32)  # the last decode's states
         self._rows_at = 0  # the position of its first row
+        self._before = np.zeros(self.n_embd, dtype=np.float32)  # the state at _rows_at - 1
         self.decode_s = 0.0
 
     def follow(self, tokens, pos0: int, first_row: int) -> None:
@@ -72,6 +73,7 @@ class MtpHead:
         states = np.vstack([before[None, :], rows[:-1]])
         self._decode(tokens, pos0, states, output=False)
         self._rows, self._rows_at, self._held = rows, pos0, pos0 + len(tokens)
+        self._before = before
 
     def trim(self, n_keep: int) -> None:
         """The target keeps ``n_keep`` positions: so does the MTP context."""
@@ -103,11 +105,15 @@ class MtpHead:
         return tokens, picked
 
     def _state_before(self, pos: int) -> np.ndarray:
-        """The target's hidden state at ``pos - 1`` where the last decode has it, else zeros
-        (after a trim past it: the first position drafts worse, as llama.cpp's does)."""
+        """The target's hidden state at ``pos - 1`` where the last decode has it (or the one
+        before it began, which a replay after a restored checkpoint starts from), else zeros
+        (position 0, or after a trim further back: the first position drafts worse, as
+        llama.cpp's does)."""
         i = pos - 1 - self._rows_at
         if 0 <= i < len(self._rows):
             return self._rows[i]
+        if i == -1 and pos > 0:
+            return self._before
         return np.zeros(self.n_embd, dtype=np.float32)
 
     def _own_state(self) -> np.ndarray:

@@ -41,7 +41,7 @@ def find_local(entry: ModelEntry) -> Path | None:
         return own
     from huggingface_hub import try_to_load_from_cache
 
-    hf = try_to_load_from_cache(entry.repo, entry.file)
+    hf = try_to_load_from_cache(entry.repo, entry.file, revision=entry.revision or None)
     if isinstance(hf, str) and _has_size(Path(hf), entry.size):
         return Path(hf)
     return None

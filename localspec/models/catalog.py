@@ -31,7 +31,10 @@ _MODEL_KEYS = {
     "gated",
     "source",
     "mirror",
+    "revision",
+    "mtp_heads",
 }
+_REVISION = re.compile(r"^[0-9a-f]{40}$")
 _PARAMS = re.compile(r"^(\d+(?:\.\d+)?)([MB])$")
 _MIRROR_KEYS = {"package", "count", "version", "member"}
 _PAIR_KEYS = {"target", "draft", "description", "draft_max", "draft_min", "p_min"}
@@ -58,7 +61,10 @@ class Mirror:
 class ModelEntry:
     """One GGUF file on the Hub.  ``size`` is in bytes (0 = unknown, for files named
     on the command line rather than catalogued); ``sha256`` is "" when unknown;
-    ``params`` is the parameter count as written on model cards ("1.5B", "270M")."""
+    ``params`` is the parameter count as written on model cards ("1.5B", "270M");
+    ``revision`` the Hub commit the size and sha256 were read at ("" = the repository's main:
+    a publisher that uploads a file again under its name changes both); ``mtp_heads`` the
+    MTP (NextN) blocks the file carries, a built-in drafter (0: none)."""
 
     name: str
     repo: str
@@ -71,6 +77,14 @@ class ModelEntry:
     gated: bool = False
     source: str = ""
     mirror: Mirror | None = None
+    revision: str = ""
+    mtp_heads: int = 0
+
+    @property
+    def builtin_drafter(self) -> str:
+        """ "built-in drafter (MTP, 1 head)" where the file carries MTP blocks, else ""."""
+        n = self.mtp_heads
+        return f"built-in drafter (MTP, {n} head{'s' if n > 1 else ''})" if n else ""
 
     @property
     def parameters(self) -> float | None:
@@ -211,6 +225,11 @@ def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
             raise CatalogError(f"{what}: {key} must be a string")
     if not isinstance(raw.get("gated", False), bool):
         raise CatalogError(f"{what}: gated must be true or false")
+    if "revision" in raw and not _REVISION.match(str(raw["revision"])):
+        raise CatalogError(f"{what}: revision must be a commit's 40 lowercase hex digits")
+    heads = raw.get("mtp_heads", 0)
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 0:
+        raise CatalogError(f"{what}: mtp_heads must be an integer >= 0")
     mirror = None
     if "mirror" in raw:
         m = raw["mirror"]

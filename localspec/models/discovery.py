@@ -255,7 +255,7 @@ def _same_model(a: ModelRef, b: ModelRef) -> bool:
 
 def _catalogue_ref(entry: ModelEntry) -> ModelRef:
     path = find_local(entry)
-    family, drafter = _family(path) if path is not None else ("", "")
+    family, drafter = _family(path) if path is not None else ("", entry.builtin_drafter)
     return ModelRef(entry.name, entry, path, entry.size, entry.parameters, family, drafter)
 
 

@@ -131,7 +131,12 @@ def download_from_hub(
     check_reachable(constants.ENDPOINT)
     try:
         path = Path(
-            hf_hub_download(entry.repo, entry.file, tqdm_class=_progress_bridge(progress, cancel))
+            hf_hub_download(
+                entry.repo,
+                entry.file,
+                revision=entry.revision or None,
+                tqdm_class=_progress_bridge(progress, cancel),
+            )
         )
     except DownloadError:
         raise
