@@ -178,8 +178,8 @@ ACCOUNT = ("won_s", "lost_s", "catch_up_s", "draft_prompt_s", "policy_s", "net_s
 def attribution(pairs: list[dict]) -> dict:
     """Mean seconds per answer of default's :class:`~localspec.decoding.attribution.TimeAccount`
     parts, its decode seconds less plain's (``slower_s``), and what the account leaves of that
-    (``unexplained_s`` = slower_s + net_s: the target's own step with the draft model loaded,
-    and noise)."""
+    (``unexplained_s`` = slower_s + net_s + draft_prompt_s, the prompt read being before the
+    first token: the target's own step with the draft model loaded, and noise)."""
     got = [p["default"].get("against_plain") for p in pairs]
     if not pairs or any(a is None for a in got):
         return {}
@@ -187,7 +187,8 @@ def attribution(pairs: list[dict]) -> dict:
     out["slower_s"] = statistics.fmean(
         p["default"]["decode_s"] - p["plain"]["decode_s"] for p in pairs
     )
-    out["unexplained_s"] = out["slower_s"] + out["net_s"]
+    # the draft model's prompt read comes before the first token, outside the decode seconds
+    out["unexplained_s"] = out["slower_s"] + out["net_s"] + out["draft_prompt_s"]
     return out
 
 

@@ -17,8 +17,10 @@ def path_noise(model, prompt_tokens, answer_tokens, batch: int = VERIFY_BATCH) -
     ``batch``, after the same prompt (the far tail of the vocabulary moves more, but never
     decides a token)."""
     engine = model.target
-    engine.reuse_prefix(prompt_tokens)
-    engine.trim(len(prompt_tokens))
+    prompt_tokens = list(prompt_tokens)
+    held = engine.reuse_prefix(prompt_tokens)
+    if held < len(prompt_tokens):
+        engine.decode(prompt_tokens[held:])
     one = np.stack([engine.decode([t], [0])[0] for t in answer_tokens])
     engine.trim(len(prompt_tokens))
     chunks = [answer_tokens[i : i + batch] for i in range(0, len(answer_tokens), batch)]

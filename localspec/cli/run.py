@@ -40,10 +40,12 @@ def _stream(model, messages, args, colour: bool, extra: dict | None = None) -> G
 
 def _call(model, messages: list[dict], args, stream: bool, extra: dict):
     """The chat call of ``messages``; for a model without a chat template (a base model), the
-    last message's text as raw text, continued (:func:`_raw_text` says so once)."""
+    messages' texts (the system text first) as raw text, continued (:func:`_raw_text` says so
+    once)."""
     options = {**generation_options(args), **extra}
     if _raw_text(model):
-        return model.generate(messages[-1]["content"], stream=stream, **options)
+        text = "\n\n".join(m["content"] for m in messages)
+        return model.generate(text, stream=stream, **options)
     return model.chat(messages, stream=stream, **options, **_thinking_options(args))
 
 

@@ -121,12 +121,15 @@ class LoadOptions:
         """How to load the "target" or the "draft" model."""
         layers = self.n_gpu_layers if role == "target" else self.n_gpu_layers_draft
         mtp = role == "target" and self.parallel == 1 and self.strategy in ("auto", "mtp")
+        # snapshots serve a target's verify only (a draft model decodes a token at a time)
+        snapshots = 0 if role == "draft" or self.strategy == "none" else None
         return EngineConfig(
             n_ctx=self.n_ctx,
             n_gpu_layers=layers,
             n_threads=self.n_threads,
             n_seq_max=self.parallel,
             load_mtp=mtp,
+            rs_snapshots=snapshots,
         )
 
 

@@ -22,6 +22,7 @@ One sequence (``n_seq_max`` 1); one MTP block (``nextn_predict_layers`` 1, as Qw
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
 
 import llama_cpp
@@ -29,6 +30,8 @@ import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from localspec.errors import EngineError, UnsupportedModelError
+
+log = logging.getLogger("localspec.engine")
 
 
 class MtpHead:
@@ -60,7 +63,9 @@ class MtpHead:
         self._rows = np.zeros((0, self.n_embd), dtype=np.float32)  # the last decode's states
         self._rows_at = 0  # the position of its first row
         self._before = np.zeros(self.n_embd, dtype=np.float32)  # the state at _rows_at - 1
-        self.decode_s = 0.0
+        self.decode_s = 0.0  # seconds drafting
+        self.follow_s = 0.0  # seconds following the target's decodes (part of the target's)
+        self.active = True  # False once a decode here failed: it drafts no more
 
     def follow(self, tokens, pos0: int, first_row: int) -> None:
         """The target decoded ``tokens`` at ``pos0``…, its rows ``first_row``… of the batch:
@@ -71,7 +76,15 @@ class MtpHead:
         before = self._state_before(pos0)
         self._trim_to(pos0)
         states = np.vstack([before[None, :], rows[:-1]])
-        self._decode(tokens, pos0, states, output=False)
+        started = time.perf_counter()
+        try:
+            self._decode(tokens, pos0, states, output=False)
+        except EngineError as exc:  # out of step with the target from here: stop drafting
+            self.active = False
+            log.warning("localspec: the MTP block stops drafting (%s)", exc)
+            return
+        finally:
+            self.follow_s += time.perf_counter() - started
         self._rows, self._rows_at, self._held = rows, pos0, pos0 + len(tokens)
         self._before = before
 
@@ -83,12 +96,16 @@ class MtpHead:
         """Up to ``k`` tokens after ``last`` (the context's last token, at the position after
         the target's cache).  ``pick(logits)`` -> (token, confidence, whether it is the last
         one), or None to stop before it.  Returns the tokens and what ``pick`` gave for each."""
+        if not self.active:
+            return [], []
         pos0 = self._held
         state = self._state_before(pos0)
         tokens, picked = [], []
         token = last
         for i in range(k):
+            started = time.perf_counter()
             self._decode([token], pos0 + i, state[None, :], output=True)
+            self.decode_s += time.perf_counter() - started
             logits = np.ctypeslib.as_array(
                 llama_cpp.llama_get_logits_ith(self._ctx, -1), shape=(self.target.n_vocab,)
             )
@@ -143,9 +160,7 @@ class MtpHead:
             if output and j == len(tokens) - 1:
                 llama_cpp.llama_batch_ext_set_output_logits(batch, idx, True)
                 llama_cpp.llama_batch_ext_set_output_embd(batch, idx, True)
-        started = time.perf_counter()
         rc = llama_cpp.llama_process(self._ctx, llama_cpp.LLAMA_PROCESS_TYPE_DECODE, batch)
-        self.decode_s += time.perf_counter() - started
         if rc != 0:
             raise EngineError(f"the MTP context's decode failed with code {rc}")
         self._held = max(self._held, pos0 + len(tokens))

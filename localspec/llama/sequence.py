@@ -74,7 +74,9 @@ class EngineSequence:
         self.engine.trim(n_keep, self.seq)
 
     def prepare_rollback(self, depth: int, decodes: int = 1) -> None:
-        self.engine.prepare_rollback(depth, self.seq, decodes)
+        # a shared decode may split this sequence's tokens over two llama_decode calls, and
+        # the snapshots reach into the last one only: keep a saved state
+        self.engine.prepare_rollback(depth, self.seq, decodes if self.batcher is None else 2)
 
     def rollback_time(self) -> float:
         return self.engine.rollback_time(self.seq)

@@ -129,10 +129,10 @@ class Decoding:
 
     def _follow_decode(self, tokens, pos0: int, first_row: int) -> None:
         """The MTP block (if loaded) decodes what the target did; its time is the decode's."""
-        if self.mtp is not None:
-            before = self.mtp.decode_s
+        if self.mtp is not None and self.mtp.active:
+            before = self.mtp.follow_s
             self.mtp.follow(tokens, pos0, first_row)
-            self.decode_s += self.mtp.decode_s - before
+            self.decode_s += self.mtp.follow_s - before
 
     def _output_rows(self, counts: list[int], views: bool) -> list[np.ndarray]:
         return output_rows(self._ctx, self.n_vocab, counts, views)

@@ -5,13 +5,14 @@ the mixins of :mod:`.vocabulary`, :mod:`.chat`, :mod:`.decode` and :mod:`.kv_cac
 from __future__ import annotations
 
 import ctypes
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
 
-from localspec.errors import EngineError, ModelFileError
+from localspec.errors import EngineError, ModelFileError, UnsupportedModelError
 from localspec.llama import amx_probe, backend
 from localspec.llama.engine.chat import ChatTemplate
 from localspec.llama.engine.decode import Decoding
@@ -30,6 +31,7 @@ from localspec.llama.sequence import CellLedger
 from localspec.models.gguf_info import check_gguf_file
 
 _backend_ready = False
+log = logging.getLogger("localspec.engine")
 _placement_said = False
 
 
@@ -158,7 +160,10 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
         self._init_rollback(recurrent)
         self.mtp = None  # the model's own MTP block, kept in step (load_mtp)
         if self.config.load_mtp and llama_cpp.llama_model_n_layer_nextn(self._model) > 0:
-            self.mtp = MtpHead(self)
+            try:
+                self.mtp = MtpHead(self)
+            except (EngineError, UnsupportedModelError) as exc:  # the target still loads
+                log.warning("localspec: %s: its MTP block will not draft (%s)", self.path.name, exc)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._caches: list[list[int]] = [
             [] for _ in range(self.config.n_seq_max)
