@@ -118,3 +118,30 @@ def test_lists_say_the_model_drafts_for_itself(mtp_target, target_gguf):
         with TestClient(create_app(model, ServerConfig(model_name="m"))) as client:
             listed = client.get("/v1/models", headers={"host": "localhost"}).json()["data"][0]
         assert listed["builtin_drafter"] == "built-in drafter (MTP, 1 head)"
+
+
+def test_its_drafts_are_llama_cpps_draft_mtp_on_the_same_gguf(mtp_target):
+    """llama.cpp's own draft-mtp (llama-speculative-simple, recorded in
+    tests/data/mtp/draft-mtp-trace.json with the command and the GGUF's sha256) on this GGUF:
+    the same target tokens, and at every round the same drafted tokens from our MTP head."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    trace = json.loads((Path(__file__).parent / "data/mtp/draft-mtp-trace.json").read_text())
+    assert hashlib.sha256(mtp_target.read_bytes()).hexdigest() == trace["gguf_sha256"]
+    rounds = [r for r in trace["rounds"] if len(r["draft"]) == 3]
+    with SpeculativeModel(mtp_target, None, n_ctx=512) as model:
+        plain = model.generate(trace["prompt"], max_tokens=len(rounds), draft_max=0)
+        prompt = model.target.tokenize(trace["prompt"])
+    assert plain.tokens[: len(rounds)] == [r["target_token"] for r in rounds]
+    context = prompt + plain.tokens
+    fresh = Engine(mtp_target, EngineConfig(n_ctx=512, load_mtp=True))
+    try:
+        for i, r in enumerate(rounds):  # llama.cpp drafts first after the prompt's last token
+            last = len(prompt) - 1 + i
+            fresh.trim(0)
+            fresh.decode(context[:last], [last - 1])
+            assert fresh.mtp.draft(context[last], 3, greedy_pick)[0] == r["draft"], i
+    finally:
+        fresh.close()
