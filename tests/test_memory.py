@@ -179,3 +179,25 @@ def test_a_header_value_of_the_wrong_type_is_a_model_file_error(tmp_path):
     writer.close()
     with pytest.raises(ModelFileError, match="alignment"):
         check_gguf_file(path)
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "mamba2", "qwen35"])
+def test_a_recurrent_state_is_counted_with_its_snapshots(tmp_path, arch):
+    """The estimate of a hybrid or recurrent model's state, per copy, is what llama.cpp saves
+    of one sequence's state (llama_state_seq_get_size_ext, a few bytes of framing besides);
+    snapshots multiply it where the architecture keeps them, and its layers hold no KV."""
+    from localspec.llama.engine import Engine, EngineConfig
+    from localspec.llama.synthetic_hybrid import write_hybrid_model
+
+    path = write_hybrid_model(tmp_path / f"{arch}.gguf", 1, arch)
+    estimate = model_memory(check_gguf_file(path), 256)
+    engine = Engine(path, EngineConfig(n_ctx=256))
+    try:
+        engine.decode([1, 5, 6, 7], [3])
+        saved, copies = engine.recurrent_state_bytes(), 1 + engine.n_rs_seq
+    finally:
+        engine.close()
+    assert estimate.recurrent % copies == 0
+    assert 0 <= saved - estimate.recurrent // copies <= 256
+    assert (estimate.kv_cache == 0) == (arch == "mamba2")
+    assert "recurrent state" in PairMemory((estimate,), 256, None, "RAM").describe()

@@ -7,6 +7,11 @@ Per model, in bytes:
   element`` (f16: 2; llama.cpp's default cache type), the keys read from
   ``<arch>.block_count``, ``<arch>.attention.head_count_kv``, ``<arch>.attention.key_length``
   / ``value_length`` (default: ``embedding_length / head_count``);
+- recurrent state, for the layers of a hybrid or recurrent model that keep one instead of KV
+  cells (Mamba / Mamba2, LFM2, Qwen3.5 / Qwen3-Next): per layer llama.cpp's ``n_embd_r`` (the
+  convolution's last tokens) + ``n_embd_s`` (the state), f32, for one sequence, times 1 + the
+  snapshots kept where the architecture has them (:mod:`localspec.llama.engine.rollback`);
+  other hybrids' states are not counted;
 - compute buffer: the logits of one micro-batch (``n_vocab * n_ubatch * 4``), which
   dominate llama.cpp's compute buffer for small models, plus the activations of one
   micro-batch (``n_ubatch * embedding_length * 4 * 8``).
@@ -32,16 +37,18 @@ FREE_MARGIN = 0.2  # share of memory left to the system for a "fits"
 
 @dataclass(frozen=True)
 class ModelMemory:
-    """Bytes one model needs: ``weights``, ``kv_cache`` at ``n_ctx`` tokens, ``compute``."""
+    """Bytes one model needs: ``weights``, ``kv_cache`` at ``n_ctx`` tokens, ``compute``, and
+    ``recurrent`` (a hybrid or recurrent model's state, its snapshots included)."""
 
     name: str
     weights: int
     kv_cache: int
     compute: int
+    recurrent: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.compute
+        return self.weights + self.kv_cache + self.compute + self.recurrent
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class PairMemory:
             f"{m.name}: weights {gib(m.weights)}, KV cache {gib(m.kv_cache)} at {self.n_ctx} "
             "tokens, "
             f"compute {gib(m.compute)}"
+            + (f", recurrent state {gib(m.recurrent)}" if m.recurrent else "")
             for m in self.models
         ]
         avail = f" of {gib(self.available)} {self.where}" if self.available else ""
@@ -102,6 +110,24 @@ def model_memory(
     arch, name = info.architecture, Path(info.path).name
     n_layer = _count(info, f"{arch}.block_count", name)
     n_embd = _count(info, f"{arch}.embedding_length", name, required=False)
+    if arch in MAMBA_ARCHS:  # no attention at all
+        kv_heads, per_cell = [0] * n_layer, 0
+    else:
+        kv_heads, per_cell = _attention(info, n_layer, n_embd, name)
+    recurrent_layers = _recurrent_layers(info, n_layer, kv_heads)
+    kv_heads = [0 if i in recurrent_layers else h for i, h in enumerate(kv_heads)]
+    kv = n_ctx * sum(kv_heads) * per_cell * CACHE_TYPE_BYTES[cache_type]
+    recurrent = len(recurrent_layers) * _state_floats(info, n_embd) * 4 * _planes(arch)
+    n_ubatch = min(N_UBATCH, n_ctx)
+    compute = info.n_vocab * n_ubatch * 4 + n_ubatch * n_embd * 4 * 8
+    if weights is None:
+        weights = Path(info.path).stat().st_size
+    return ModelMemory(Path(info.path).name, int(weights), int(kv), int(compute), int(recurrent))
+
+
+def _attention(info: GGUFInfo, n_layer: int, n_embd: int | None, name: str) -> tuple:
+    """(KV heads per layer, key + value length of one head) from the header."""
+    arch = info.architecture
     heads = _per_layer(info, f"{arch}.attention.head_count", n_layer, name, default=None)
     kv_heads = _per_layer(info, f"{arch}.attention.head_count_kv", n_layer, name, default=heads)
     n_head = max(heads) if heads else 0
@@ -114,12 +140,51 @@ def model_memory(
     )
     if kv_heads is None:
         raise ValueError(f"{name}: no {arch}.attention.head_count(_kv) in the GGUF header")
-    kv = n_ctx * sum(kv_heads) * (head_k + head_v) * CACHE_TYPE_BYTES[cache_type]
-    n_ubatch = min(N_UBATCH, n_ctx)
-    compute = info.n_vocab * n_ubatch * 4 + n_ubatch * n_embd * 4 * 8
-    if weights is None:
-        weights = Path(info.path).stat().st_size
-    return ModelMemory(Path(info.path).name, int(weights), int(kv), int(compute))
+    return kv_heads, head_k + head_v
+
+
+MAMBA_ARCHS = ("mamba", "mamba2")
+GATED_DELTA_NET_ARCHS = ("qwen35", "qwen35moe", "qwen3next")
+SHORT_CONV_ARCHS = ("lfm2", "lfm2moe")
+# llama.cpp keeps snapshots for these (src/llama-arch.cpp, llm_arch_supports_rs_rollback)
+SNAPSHOT_ARCHS = ("qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe")
+
+
+def _recurrent_layers(info: GGUFInfo, n_layer: int, kv_heads: list) -> set[int]:
+    """The layers keeping a recurrent state instead of KV cells, where the architecture's rule
+    is known (empty otherwise)."""
+    arch = info.architecture
+    if arch in MAMBA_ARCHS:
+        return set(range(n_layer))
+    if arch in SHORT_CONV_ARCHS:
+        return {i for i, h in enumerate(kv_heads) if h == 0}
+    if arch in GATED_DELTA_NET_ARCHS:
+        main = n_layer - int(info.get(f"{arch}.nextn_predict_layers", 0) or 0)
+        marked = info.get(f"{arch}.attention.recurrent_layers")
+        if isinstance(marked, list):
+            return {i for i, r in enumerate(marked[:main]) if r}
+        interval = int(info.get(f"{arch}.full_attention_interval", 4) or 4)
+        return {i for i in range(main) if (i + 1) % interval != 0}
+    return set()
+
+
+def _state_floats(info: GGUFInfo, n_embd: int | None) -> int:
+    """llama.cpp's ``n_embd_r() + n_embd_s()`` for one recurrent layer (src/llama-hparams.cpp)."""
+    arch = info.architecture
+    if arch in SHORT_CONV_ARCHS:
+        return (n_embd or 0) * (int(info.get(f"{arch}.shortconv.l_cache", 0) or 1) - 1)
+    d_conv = int(info.get(f"{arch}.ssm.conv_kernel", 0) or 0)
+    d_inner = int(info.get(f"{arch}.ssm.inner_size", 0) or 0)
+    d_state = int(info.get(f"{arch}.ssm.state_size", 0) or 0)
+    n_group = int(info.get(f"{arch}.ssm.group_count", 0) or 0)
+    return max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
+
+
+def _planes(arch: str) -> int:
+    """Copies of a sequence's state: itself and, where llama.cpp keeps them, the snapshots."""
+    from localspec.llama.engine_config import RS_SNAPSHOTS
+
+    return 1 + (RS_SNAPSHOTS if arch in SNAPSHOT_ARCHS else 0)
 
 
 def ram_budget() -> tuple[int, str]:

@@ -27,10 +27,11 @@ from collections import Counter
 import llama_cpp
 
 from localspec.errors import EngineError
+from localspec.llama.engine_config import RS_SNAPSHOTS
 from localspec.llama.owner import owned
 
 PARTIAL = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY  # the recurrent part only
-SNAPSHOTS = 16  # recurrent-state snapshots asked for: the longest draft a round verifies
+SNAPSHOTS = RS_SNAPSHOTS
 
 
 class Rollback:
