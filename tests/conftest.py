@@ -18,11 +18,12 @@ from localspec.llama.synthetic import write_model  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every test that loads the default pair (through ``real_pair_paths``, the fixture all
-    the real-pair fixtures rest on) is ``real_pair``, every GUI test ``gui``: so
-    ``pytest -m "not real_pair and not gui"`` is the fast suite (CONTRIBUTING.md)."""
+    """Every test that loads a real model (the default pair, through ``real_pair_paths``, the
+    fixture all the real-pair fixtures rest on, or Gemma 3 270M) is ``real_pair``, every GUI
+    test ``gui``: so ``pytest -m "not real_pair and not gui"`` is the fast suite
+    (CONTRIBUTING.md)."""
     for item in items:
-        if "real_pair_paths" in item.fixturenames:
+        if {"real_pair_paths", "gemma3_270m_gguf"} & set(item.fixturenames):
             item.add_marker(pytest.mark.real_pair)
         if "qtbot" in item.fixturenames or item.path.name.startswith("test_gui"):
             item.add_marker(pytest.mark.gui)
