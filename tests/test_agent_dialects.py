@@ -4,6 +4,7 @@ pair's chat template; shortened Claude Code and Codex bodies are answered 200 th
 anthropic and openai SDKs; a stream carries keep-alives while its prompt is read; each
 request writes one log line; a non-streaming request whose client left is cancelled."""
 
+import dataclasses
 import json
 import logging
 import time
@@ -237,6 +238,69 @@ def slow_server(target_gguf, monkeypatch, caplog):
         running = RunningServer(SlowStart(model, 1.2), api_key=KEY)
         yield running
         running.stop()
+
+
+class HeldBack:
+    """The model, with every token's text held back (as the tool-call parser holds text that
+    may be a call) and ``delay_s`` between tokens: the answer's events carry nothing to send
+    until the end."""
+
+    def __init__(self, model, delay_s: float):
+        self._model, self.delay_s = model, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def chat(self, *args, **kwargs):
+        return _HeldBackStream(self._model.chat(*args, **kwargs), self.delay_s)
+
+
+class _HeldBackStream:
+    def __init__(self, generation, delay_s: float):
+        self._generation, self.delay_s = generation, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self._generation, name)
+
+    def __iter__(self):
+        for event in self._generation:
+            if event.token != -1:
+                time.sleep(self.delay_s)
+                event = dataclasses.replace(event, text="", content="", reasoning="")
+            yield event
+
+
+@pytest.fixture
+def held_back_server(target_gguf, monkeypatch):
+    monkeypatch.setattr(answering, "KEEPALIVE_S", 0.2)
+    with SpeculativeModel(target_gguf, None, n_ctx=1024) as model:
+        running = RunningServer(HeldBack(model, 0.15), api_key=KEY)
+        yield running
+        running.stop()
+
+
+def test_each_protocol_keeps_its_stream_alive_while_the_answer_is_held_back(held_back_server):
+    """Text that may be a tool call is held back; the stream is never silent meanwhile: a
+    comment (OpenAI chat, Responses), a ping (Anthropic) every KEEPALIVE_S, then the answer."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    ask = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12, "stream": True}
+    cases = [
+        ("/v1/chat/completions", {"model": "m", **ask}, ": keep-alive", "data: [DONE]"),
+        ("/v1/messages", {"model": "m", **ask}, "event: ping", "event: message_stop"),
+        (
+            "/v1/responses",
+            {"model": "m", "input": "Hi", "max_output_tokens": 12, "stream": True},
+            ": keep-alive",
+            "event: response.incomplete",  # its 12 tokens were all it could write
+        ),
+    ]
+    for path, body, keep_alive, end in cases:
+        with httpx.stream(
+            "POST", held_back_server.base + path, json=body, headers=headers, timeout=30
+        ) as r:
+            text = "".join(r.iter_text())
+        assert r.status_code == 200 and text.count(keep_alive) >= 3, (path, text[:600])
+        assert end in text, (path, text[-300:])
 
 
 def request_lines(caplog) -> list[dict]:
