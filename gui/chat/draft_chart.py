@@ -15,6 +15,7 @@ from .token_colours import is_dark
 
 DRAFTER_NAMES = {
     "draft-model": "draft model",
+    "mtp": "MTP block",
     "suffix": "suffix",
     "prompt-lookup": "prompt lookup",
     "prediction": "prediction",
