@@ -11,7 +11,6 @@ from localspec import machine
 from localspec.errors import InvalidOptionError, require_int
 
 CPU_BUFFERS = ("auto", "default", "no-amx", "no-extra")
-RS_SNAPSHOTS = 16  # recurrent-state snapshots per sequence: the longest draft a round verifies
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from localspec.errors import LocalspecError
+from localspec.models.architectures import (
+    GATED_DELTA_NET_ARCHS,
+    MAMBA_ARCHS,
+    RS_SNAPSHOTS,
+    SHORT_CONV_ARCHS,
+    SNAPSHOT_ARCHS,
+)
 from localspec.models.gguf_info import GGUFInfo, cached_header
 
 CACHE_TYPE_BYTES = {"f16": 2.0, "bf16": 2.0, "f32": 4.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
@@ -143,13 +150,6 @@ def _attention(info: GGUFInfo, n_layer: int, n_embd: int | None, name: str) -> t
     return kv_heads, head_k + head_v
 
 
-MAMBA_ARCHS = ("mamba", "mamba2")
-GATED_DELTA_NET_ARCHS = ("qwen35", "qwen35moe", "qwen3next")
-SHORT_CONV_ARCHS = ("lfm2", "lfm2moe")
-# llama.cpp keeps snapshots for these (src/llama-arch.cpp, llm_arch_supports_rs_rollback)
-SNAPSHOT_ARCHS = ("qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe")
-
-
 def _recurrent_layers(info: GGUFInfo, n_layer: int, kv_heads: list) -> set[int]:
     """The layers keeping a recurrent state instead of KV cells, where the architecture's rule
     is known (empty otherwise)."""
@@ -182,8 +182,6 @@ def _state_floats(info: GGUFInfo, n_embd: int | None) -> int:
 
 def _planes(arch: str) -> int:
     """Copies of a sequence's state: itself and, where llama.cpp keeps them, the snapshots."""
-    from localspec.llama.engine_config import RS_SNAPSHOTS
-
     return 1 + (RS_SNAPSHOTS if arch in SNAPSHOT_ARCHS else 0)
 
 

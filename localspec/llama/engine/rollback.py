@@ -27,8 +27,8 @@ from collections import Counter
 import llama_cpp
 
 from localspec.errors import EngineError
-from localspec.llama.engine_config import RS_SNAPSHOTS
 from localspec.llama.owner import owned
+from localspec.models.architectures import RS_SNAPSHOTS
 
 PARTIAL = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY  # the recurrent part only
 SNAPSHOTS = RS_SNAPSHOTS
