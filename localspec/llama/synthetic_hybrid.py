@@ -115,7 +115,9 @@ def _lfm2(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
             writer.add_tensor(f"blk.{i}.attn_v.weight", w(shape.n_head_kv * head, d))
             writer.add_tensor(f"blk.{i}.attn_output.weight", w(d, d))
         else:
-            writer.add_tensor(f"blk.{i}.shortconv.conv.weight", w(d, L_CACHE, std=0.5))
+            # float32 whatever the shape's type: llama.cpp's ssm_conv reads its kernel as f32
+            conv = w(d, L_CACHE, std=0.5).astype(np.float32)
+            writer.add_tensor(f"blk.{i}.shortconv.conv.weight", conv)
             writer.add_tensor(f"blk.{i}.shortconv.in_proj.weight", w(3 * d, d))
             writer.add_tensor(f"blk.{i}.shortconv.out_proj.weight", w(d, d))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", _ones(d))
