@@ -236,7 +236,8 @@ def against_plain_table(result: dict) -> list[str]:
         "default's time went (its `timings.against_plain`, seconds per run: rounds won and "
         "lost, the draft model's catch-up and prompt read, the policy's own time, net):",
         "",
-        "| session | runs | default ÷ plain | won | lost | catch-up | draft prompt | policy | net |",
+        "| session | runs | default ÷ plain | won | lost | catch-up | draft prompt | policy "
+        "| net |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     keys = ("won_s", "lost_s", "catch_up_s", "draft_prompt_s", "policy_s", "net_s")

@@ -158,12 +158,7 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
         )
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._init_rollback(recurrent)
-        self.mtp = None  # the model's own MTP block, kept in step (load_mtp)
-        if self.config.load_mtp and llama_cpp.llama_model_n_layer_nextn(self._model) > 0:
-            try:
-                self.mtp = MtpHead(self)
-            except (EngineError, UnsupportedModelError) as exc:  # the target still loads
-                log.warning("localspec: %s: its MTP block will not draft (%s)", self.path.name, exc)
+        self.mtp = self._mtp_head()
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._caches: list[list[int]] = [
             [] for _ in range(self.config.n_seq_max)
@@ -181,6 +176,18 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
         self.decode_s = 0.0  # seconds spent inside llama_decode since load
         self.wait_s = 0.0  # for other sequences' decodes: a whole engine waits for none
         self.last_batch_tokens = 0  # tokens of the latest llama_decode call (all sequences)
+
+    def _mtp_head(self) -> MtpHead | None:
+        """The model's own MTP block, kept in step with this context, where ``load_mtp`` asks
+        for it and the model has one; None otherwise, or when it cannot be made (the target
+        still loads, with a warning)."""
+        if not self.config.load_mtp or llama_cpp.llama_model_n_layer_nextn(self._model) < 1:
+            return None
+        try:
+            return MtpHead(self)
+        except (EngineError, UnsupportedModelError) as exc:
+            log.warning("localspec: %s: its MTP block will not draft (%s)", self.path.name, exc)
+            return None
 
     def _cpu_placement(self, mparams) -> backend.NoAmxPlacement | None:
         """Apply the AMX fallback to ``mparams`` when it is wanted; sets ``self.cpu_buffers``
