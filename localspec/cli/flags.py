@@ -88,8 +88,9 @@ def add_generation_flags(p: argparse.ArgumentParser, max_tokens: int | None = 51
         "--draft",
         choices=STRATEGIES,
         default="auto",
-        help="drafter: auto (adaptive over the draft model, suffix, prompt lookup and a "
-        "--prediction, default), draft-model, suffix, prompt-lookup, prediction, none",
+        help="drafter: auto (adaptive over the draft model, the target's MTP block, suffix, "
+        "prompt lookup and a --prediction, default), draft-model, mtp, suffix, prompt-lookup, "
+        "prediction, none",
     )
     g.add_argument(
         "--draft-max",
