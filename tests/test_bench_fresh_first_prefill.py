@@ -108,7 +108,7 @@ def test_a_divergence_where_the_target_was_sure_is_not_called_a_near_tie(real_mo
     plain = real_model.chat(prompt.messages, max_tokens=24, temperature=0, draft_max=0)
     chat = real_model.target.chat_tokens(prompt.messages)
     tokens = real_model.target.tokenize(plain.text, add_special=False)
-    first = range(1, min(len(tokens), 9))  # each a fresh prefill: the first eight positions
+    first = range(1, min(len(tokens), 5))  # each a fresh prefill: the first four positions
     sure = max(first, key=lambda i: fresh_gap(real_model, chat, tokens, i))
     text = b"".join(real_model.target.token_bytes(t) for t in tokens[:sure]).decode()
     summary = [

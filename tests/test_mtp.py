@@ -80,7 +80,7 @@ def test_mtp_needs_a_block(target_gguf):
 
 
 def test_sampling_with_the_block_keeps_the_targets_distribution(mtp_target):
-    """The first sampled tokens after the prompt, drawn 300 times each way, plain and with the
+    """The first sampled tokens after the prompt, drawn 200 times each way, plain and with the
     block's drafts (its own q in the acceptance rule): one distribution by a chi-squared test."""
     draws = {}
     with SpeculativeModel(mtp_target, None, n_ctx=256, p_min=0.0) as model:
@@ -88,7 +88,7 @@ def test_sampling_with_the_block_keeps_the_targets_distribution(mtp_target):
         for name, options in (("plain", {"draft_max": 0}), ("mtp", fixed)):
             got = [
                 model.generate(PROMPT, max_tokens=3, temperature=1.5, seed=s, **options)
-                for s in range(300)
+                for s in range(200)
             ]
             draws[name] = np.array([r.tokens for r in got])
             drafted = sum(r.stats.drafted_tokens for r in got)
