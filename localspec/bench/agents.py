@@ -46,7 +46,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from localspec.bench.cli import add_out, add_peers, add_smoke, positive
+from localspec.bench.cli import add_out, add_peers, add_smoke, comma_names, positive
 from localspec.bench.ratios import interval_text, mean_interval
 
 NAME = "agents"
@@ -285,21 +285,17 @@ def add_arguments(parser) -> None:
     add_out(parser)
 
 
-def _names(text: str) -> list[str]:
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
 def check(args) -> None:
     from localspec.errors import InvalidOptionError
 
     positive("--max-tokens", args.max_tokens)
     positive("--runs", args.runs)
-    unknown = [name for name in _names(args.servers) if name not in SERVERS]
-    if unknown or not _names(args.servers):
+    unknown = [name for name in comma_names(args.servers) if name not in SERVERS]
+    if unknown or not comma_names(args.servers):
         raise InvalidOptionError(
             f"--servers: unknown {', '.join(unknown) or '(none given)'}; of {', '.join(SERVERS)}"
         )
-    if not _names(args.sessions):
+    if not comma_names(args.sessions):
         raise InvalidOptionError("--sessions: give at least one session name")
 
 
@@ -312,14 +308,14 @@ def main(args) -> int:
     from localspec.errors import InvalidOptionError
     from localspec.llama.report import machine_line, machine_record
 
-    names = [SMOKE_SESSION] if args.smoke else _names(args.sessions)
+    names = [SMOKE_SESSION] if args.smoke else comma_names(args.sessions)
     try:
         sessions = {name: load_session(name, args.sessions_dir or SESSIONS_DIR) for name in names}
         if args.first_turn:
             sessions = {name: turns[:1] for name, turns in sessions.items()}
     except FileNotFoundError as missing:
         raise InvalidOptionError(f"--sessions: {missing}") from None
-    wanted = ["default"] if args.smoke else _names(args.servers)
+    wanted = ["default"] if args.smoke else comma_names(args.servers)
     binary = (
         llama_server_binary(args.llama_server)
         if any(n.startswith("llama") for n in wanted)

@@ -119,3 +119,8 @@ def positive(flag: str, value: int | None, least: int = 1) -> None:
 
     if value is not None and value < least:
         raise InvalidOptionError(f"{flag} must be at least {least}, got {value}")
+
+
+def comma_names(text: str) -> list[str]:
+    """The names of a comma-separated option (``--servers default,plain``), blanks dropped."""
+    return [name.strip() for name in text.split(",") if name.strip()]

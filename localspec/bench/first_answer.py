@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 
-from localspec.bench.cli import add_out, add_smoke, positive
+from localspec.bench.cli import add_out, add_smoke, comma_names, positive
 from localspec.bench.ratios import interval_text, mean_interval
 from localspec.bench.results import Results
 
@@ -313,16 +313,12 @@ def check(args) -> None:
         ("--prompts", args.prompts, ("readme", "code", "prose", "edit", "json")),
         ("--stores", args.stores, STORES),
     ):
-        names = _names(given)
+        names = comma_names(given)
         unknown = [n for n in names if n not in known]
         if unknown or not names:
             raise InvalidOptionError(
                 f"{option}: unknown {', '.join(unknown) or '(none given)'}; of {', '.join(known)}"
             )
-
-
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
 
 
 def main(args) -> int:
@@ -332,9 +328,9 @@ def main(args) -> int:
     record = machine_record()
     print(f"machine: {machine_line(record)}", file=sys.stderr)
     prompts = first_prompts()
-    chosen = ["readme"] if args.smoke else _names(args.prompts)
+    chosen = ["readme"] if args.smoke else comma_names(args.prompts)
     prompts = {name: prompts[name] for name in chosen}
-    stores = STORES if args.smoke else tuple(_names(args.stores))
+    stores = STORES if args.smoke else tuple(comma_names(args.stores))
     pairs, max_tokens = (1, 16) if args.smoke else (args.pairs, args.max_tokens)
     warm = str(args.store) if args.store else None
     results = Results(args.out, KIND, record, smoke=args.smoke)
