@@ -21,7 +21,7 @@ from localspec.server.access_log import LineFormatter
 from localspec.server.anthropic_messages import MessagesRequest, messages_request
 from localspec.server.openai_chat import chat_request
 from localspec.server.openai_responses import ResponsesRequest, responses_request
-from localspec.server.request import Limits, fold_late_system, model_options
+from localspec.server.request import Limits, fold_late_system, request_options
 from localspec.server.schemas import ChatRequest
 
 AGENTS = Path(__file__).parent / "data" / "agents"
@@ -42,7 +42,7 @@ def translated(path: Path):
     capture = captured(path)
     body_type, translate = PARSERS[capture["path"]]
     request = translate(body_type.model_validate_json(json.dumps(capture["body"])))
-    return request, model_options(request, LIMITS)
+    return request, request_options(request, LIMITS)
 
 
 @pytest.mark.parametrize("path", CAPTURED, ids=lambda p: p.stem)
@@ -51,14 +51,14 @@ def test_every_captured_body_translates(path):
     assert request.messages and request.messages[-1]["role"] in ("user", "tool", "system")
     body = captured(path)["body"]
     if body.get("tools"):
-        assert options["tools"] and all(t["function"]["name"] for t in options["tools"])
+        assert options.tools and all(t["function"]["name"] for t in options.tools)
     if "claude-code" in path.stem:
         assert request.thinking == "adaptive" and request.effort in ("medium", "high")
         assert [m["role"] for m in request.messages[:3]] == ["system", "user", "system"]
     if "codex" in path.stem:
-        names = [t["function"]["name"] for t in options["tools"]]
+        names = [t["function"]["name"] for t in options.tools]
         assert "web_search" not in names and "tool_search" not in names
-        assert options["prompt_cache_key"] == request.cache_key == body["prompt_cache_key"]
+        assert options.prompt_cache_key == request.cache_key == body["prompt_cache_key"]
         assert ("spawn_agent" in names) == ("gpt-5.5" not in path.stem)
         assert ("apply_patch" in names) == ("gpt-5.5" in path.stem)
 
@@ -67,7 +67,7 @@ def test_every_captured_body_translates(path):
 @pytest.mark.parametrize("path", CAPTURED, ids=lambda p: p.stem)
 def test_every_captured_prompt_renders_with_the_default_template(real_model, path):
     request, options = translated(path)
-    text = real_model.target.render_chat(list(request.messages), options.get("tools"))
+    text = real_model.target.render_chat(list(request.messages), options.tools)
     assert text.count("<|im_start|>system") == sum(
         m["role"] == "system" for m in request.messages[:1]
     ) + sum(m["role"] == "system" for m in request.messages[1:])
@@ -553,4 +553,4 @@ def test_prompt_cache_key_reaches_the_library_as_the_slot_hint(path):
     body_type, translate = PARSERS[path]
     turn = {"messages": [{"role": "user", "content": "hi"}]} if "chat" in path else {"input": "hi"}
     body = body_type.model_validate({"model": "pair", "prompt_cache_key": "session-1", **turn})
-    assert model_options(translate(body), LIMITS)["prompt_cache_key"] == "session-1"
+    assert request_options(translate(body), LIMITS).prompt_cache_key == "session-1"

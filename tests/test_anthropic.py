@@ -15,7 +15,7 @@ from support.tools import WEATHER
 
 from localspec.server.anthropic_messages import MessagesRequest, conversation, messages_request
 from localspec.server.errors import RequestError
-from localspec.server.request import Limits, model_options
+from localspec.server.request import Limits, request_options
 
 SYSTEM = "You are a helpful programming assistant."
 ASK = [{"role": "user", "content": "Write a Python function that reverses a string."}]
@@ -371,15 +371,15 @@ def test_blocks_translate_to_the_models_messages_and_tools():
     ]
     request = messages_request(body)
     assert request.prefill == "The sum" and list(request.messages) == messages
-    options = model_options(
+    options = request_options(
         replace(request, prefill=None), LIMITS
     )  # a prefill is not combined with tools
-    assert options["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert options.tool_choice == {"type": "function", "function": {"name": "add"}}
     assert (
-        options["parallel_tool_calls"] is False
-        and options["tools"][0]["function"]["parameters"] == WEATHER
+        options.parallel_tool_calls is False
+        and options.tools[0]["function"]["parameters"] == WEATHER
     )
-    assert options["max_tokens"] == 8
+    assert options.params.max_tokens == 8
 
 
 def _body(**fields) -> MessagesRequest:
@@ -394,9 +394,9 @@ def _body(**fields) -> MessagesRequest:
 )
 def test_tool_choice_translates_to_openais(choice, expected):
     assert (
-        model_options(messages_request(_body(tools=TOOLS, tool_choice=choice)), LIMITS).get(
-            "tool_choice"
-        )
+        request_options(
+            messages_request(_body(tools=TOOLS, tool_choice=choice)), LIMITS
+        ).tool_choice
         == expected
     )
 
@@ -424,7 +424,7 @@ def test_tool_choice_translates_to_openais(choice, expected):
 )
 def test_bad_tools_are_refused_naming_the_field(bad, words, path):
     with pytest.raises(RequestError, match=words) as err:
-        model_options(messages_request(_body(**bad)), LIMITS)
+        request_options(messages_request(_body(**bad)), LIMITS)
     assert err.value.path == path
 
 
@@ -436,12 +436,12 @@ def test_a_document_block_is_refused_and_max_tokens_lowered_to_the_limit():
         conversation(_body(messages=[{"role": "user", "content": [doc]}]))
     assert err.value.path == ("messages", 0, "content", 0)
     assert (
-        model_options(messages_request(_body(max_tokens=32000)), LIMITS)["max_tokens"]
+        request_options(messages_request(_body(max_tokens=32000)), LIMITS).params.max_tokens
         == LIMITS.max_tokens
     )
     prefill = [*ASK, {"role": "assistant", "content": "Sure"}]
     with pytest.raises(RequestError, match="prefill"):
-        model_options(messages_request(_body(messages=prefill, tools=TOOLS)), LIMITS)
+        request_options(messages_request(_body(messages=prefill, tools=TOOLS)), LIMITS)
 
 
 def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from localspec.api import SpeculativeModel, load
+from localspec.decoding.params import call_options
 from localspec.errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
 from localspec.llama.synthetic import vocabulary, write_model
 from localspec.models.compat import check_compatibility
@@ -87,6 +88,24 @@ def test_bad_generation_options(target_gguf):
             m.generate("hello", max_tokens=0)
         with pytest.raises(InvalidOptionError, match="role"):
             m.chat([{"role": "user"}])
+
+
+def test_a_call_takes_one_options_record_or_keywords_not_both(target_gguf):
+    with SpeculativeModel(target_gguf, None) as m:
+        keywords = dict(max_tokens=12, temperature=0.0, strategy="prompt-lookup", draft_max=4)
+        record = call_options(keywords, m.default_draft)
+        by_keywords = m.generate("the cat sat", **keywords)
+        assert m.generate("the cat sat", record).tokens == by_keywords.tokens
+        assert len(by_keywords.tokens) == 12
+        streamed = m.generate("the cat sat", record, stream=True)
+        assert [e.token for e in streamed if e.token >= 0] == by_keywords.tokens
+        with pytest.raises(InvalidOptionError, match="not both .*also given: max_tokens"):
+            m.generate("the cat sat", record, max_tokens=3)
+        with pytest.raises(InvalidOptionError, match="must be a CallOptions"):
+            m.generate("the cat sat", {"max_tokens": 3})
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+        with pytest.raises(InvalidOptionError, match="tools need a chat call"):
+            m.infill("def f(", ")", call_options({"tools": tools}, m.default_draft))
 
 
 def _cli(*args):

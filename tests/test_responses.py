@@ -24,7 +24,7 @@ from localspec.server.openai_responses import (
     messages_from,
     responses_request,
 )
-from localspec.server.request import Limits, model_options
+from localspec.server.request import Limits, request_options
 
 INSTRUCTIONS = "You are a helpful programming assistant."
 ASK = "Write a Python function that reverses a string."
@@ -428,9 +428,9 @@ def test_a_body_translates_to_the_generation_request_and_its_options():
     assert request.protocol == "openai.responses" and request.messages == (
         {"role": "user", "content": "x"},
     )
-    options = model_options(request, LIMITS)
-    assert options["tool_choice"] == {"type": "function", "function": {"name": "add"}}
-    assert options["tools"][0] == {
+    options = request_options(request, LIMITS)
+    assert options.tool_choice == {"type": "function", "function": {"name": "add"}}
+    assert options.tools[0] == {
         "type": "function",
         "function": {
             "name": "get_weather",
@@ -438,28 +438,28 @@ def test_a_body_translates_to_the_generation_request_and_its_options():
             "parameters": WEATHER,
         },
     }
-    assert options["parallel_tool_calls"] is False and options["max_tokens"] == 100
+    assert options.parallel_tool_calls is False and options.params.max_tokens == 100
     body = ResponsesRequest.model_validate(
         {"input": "x", "tools": TOOLS, "text": {"format": {"type": "json_object"}}}
     )
     with pytest.raises(RequestError, match="cannot be combined") as err:
-        model_options(responses_request(body), LIMITS)
+        request_options(responses_request(body), LIMITS)
     assert err.value.path == ("text", "format")
     schema = {"type": "json_schema", "name": "p", "schema": WEATHER, "strict": True}
     body = ResponsesRequest.model_validate(
         {"input": "x", "max_output_tokens": 7, "text": {"format": schema}}
     )
-    options = model_options(responses_request(body), LIMITS)
-    assert options["response_format"] == {
+    options = request_options(responses_request(body), LIMITS)
+    assert options.response_format == {
         "type": "json_schema",
         "json_schema": {"name": "p", "schema": WEATHER},
     }
-    assert options["max_tokens"] == 7
+    assert options.params.max_tokens == 7
     body = ResponsesRequest.model_validate({"input": "x", "max_output_tokens": 101})
     with pytest.raises(
         RequestError, match="max_output_tokens is 101; this server allows at most 100"
     ) as err:
-        model_options(responses_request(body), LIMITS)
+        request_options(responses_request(body), LIMITS)
     assert err.value.param == "max_output_tokens"
 
 

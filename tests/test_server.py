@@ -647,10 +647,12 @@ def test_a_keyless_loopback_server_answers_only_requests_naming_localhost(real_m
 
 
 def test_a_chat_body_becomes_one_request_validated_once():
+    from localspec.decoding.params import DraftParams, GenerationParams
+    from localspec.decoding.sampling import SamplingParams
     from localspec.server.anthropic_messages import error_response
     from localspec.server.errors import RequestError
     from localspec.server.openai_chat import chat_request
-    from localspec.server.request import Limits, model_options
+    from localspec.server.request import Limits, request_options
     from localspec.server.schemas import ChatRequest
 
     limits = Limits(
@@ -672,18 +674,17 @@ def test_a_chat_body_becomes_one_request_validated_once():
     )
     request = chat_request(body)
     assert request.protocol == "openai.chat" and request.stream and request.stop == ("x",)
-    options = model_options(request, limits)
-    assert options == {
-        "temperature": 0.5,
-        "max_tokens": 16,
-        "top_k": 3,
-        "stop": ["x"],
-        "draft_max": 4,
-        "logprobs": 0,
-    }
+    options = request_options(request, limits)
+    assert options.params == GenerationParams(
+        max_tokens=16,
+        sampling=SamplingParams(temperature=0.5, top_k=3),
+        draft=DraftParams(draft_max=4),
+        stop=("x",),
+        logprobs=0,
+    )
     bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}
     with pytest.raises(RequestError) as err:
-        model_options(
+        request_options(
             chat_request(ChatRequest.model_validate({"messages": OK, "tools": [bad]})), limits
         )
     assert err.value.path == ("tools", 0, "function", "parameters")
@@ -695,7 +696,7 @@ def test_a_chat_body_becomes_one_request_validated_once():
     }
     no_tools = Limits("pair", max_tokens=64, tools=False, fim=False)
     with pytest.raises(RequestError, match="no tool-call format") as err:
-        model_options(
+        request_options(
             chat_request(ChatRequest.model_validate({"messages": OK, "tools": [F]})), no_tools
         )
     assert err.value.param == "tools" and err.value.code == "unsupported_value"

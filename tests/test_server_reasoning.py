@@ -30,7 +30,7 @@ from localspec.server.errors import RequestError
 from localspec.server.openai_chat import chat_request
 from localspec.server.openai_responses import ResponsesRequest, messages_from, responses_request
 from localspec.server.reasoning_fields import ReasoningKeys, channel_runs
-from localspec.server.request import GenerationRequest, Limits, Reasoning, model_options
+from localspec.server.request import GenerationRequest, Limits, Reasoning, request_options
 from localspec.server.schemas import ChatRequest
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
@@ -404,10 +404,27 @@ LIMITS = Limits("pair", max_tokens=100, tools=True, fim=False, reasoning_budget=
 TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 
+REASONING_OPTIONS = (
+    "reasoning_budget",
+    "reasoning_budget_message",
+    "enable_thinking",
+    "reasoning_format",
+    "chat_template_kwargs",
+)
+
+
+def _given(request, limits=LIMITS) -> dict:
+    """The call's max_tokens and the reasoning options it sets (the rest left to the model)."""
+    options = request_options(request, limits)
+    reasoning = {name: getattr(options, name) for name in REASONING_OPTIONS}
+    return {
+        "max_tokens": options.params.max_tokens,
+        **{name: value for name, value in reasoning.items() if value is not None},
+    }
+
+
 def _chat_options(**fields) -> dict:
-    return model_options(
-        chat_request(ChatRequest.model_validate({"messages": ASK, **fields})), LIMITS
-    )
+    return _given(chat_request(ChatRequest.model_validate({"messages": ASK, **fields})))
 
 
 def test_efforts_map_to_budgets_and_reach_the_template():
@@ -435,7 +452,7 @@ def test_efforts_map_to_budgets_and_reach_the_template():
     body = ResponsesRequest.model_validate(
         {"input": "x", "reasoning": {"effort": "medium", "summary": "auto"}}
     )
-    assert model_options(responses_request(body), LIMITS)["reasoning_budget"] == 4096
+    assert _given(responses_request(body))["reasoning_budget"] == 4096
     for thinking, expected in (
         ({"type": "enabled", "budget_tokens": 2048}, {"reasoning_budget": 2048}),
         ({"type": "disabled"}, {"enable_thinking": False}),
@@ -444,12 +461,12 @@ def test_efforts_map_to_budgets_and_reach_the_template():
         body = MessagesRequest.model_validate(
             {"model": "m", "max_tokens": 8, "messages": ASK, "thinking": thinking}
         )
-        assert model_options(messages_request(body), LIMITS) == {"max_tokens": 8, **expected}
+        assert _given(messages_request(body)) == {"max_tokens": 8, **expected}
     adaptive = {"thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}
     body = MessagesRequest.model_validate(
         {"model": "m", "max_tokens": 8, "messages": ASK, **adaptive}
     )
-    assert model_options(messages_request(body), LIMITS)["reasoning_budget"] == -1
+    assert _given(messages_request(body))["reasoning_budget"] == -1
 
 
 def test_with_tools_no_budget_is_forced_and_raw_text_has_no_reasoning_options():
@@ -461,14 +478,14 @@ def test_with_tools_no_budget_is_forced_and_raw_text_has_no_reasoning_options():
         "pair", 100, tools=True, fim=False, reasoning_budget=0, reads_enable_thinking=True
     )
     request = chat_request(ChatRequest.model_validate({"messages": ASK, "tools": [TOOL]}))
-    options = model_options(request, thinks_off)
+    options = _given(request, thinks_off)
     assert options["enable_thinking"] is False and "reasoning_budget" not in options
     raw = GenerationRequest("openai.completions", prompt="x", reasoning=Reasoning(budget=3))
-    assert "reasoning_budget" not in model_options(raw, LIMITS)
+    assert "reasoning_budget" not in _given(raw)
     prefill = GenerationRequest(
         "anthropic.messages", messages=tuple(ASK), prefill="Sure", reasoning=Reasoning(budget=3)
     )
-    assert "reasoning_budget" not in model_options(prefill, LIMITS)
+    assert "reasoning_budget" not in _given(prefill)
 
 
 def test_a_thinking_block_sent_back_must_be_whole_and_signed():

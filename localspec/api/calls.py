@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from localspec.api.model import Messages, SpeculativeModel
+from localspec.api.generation_calls import Messages
+from localspec.api.model import SpeculativeModel
 from localspec.api.pairs import resolve_pair
 from localspec.decoding.grammar import response_format_grammar
 from localspec.decoding.loop import Generation

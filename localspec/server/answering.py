@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from localspec.decoding.params import CallOptions
 from localspec.errors import LocalspecError
 from localspec.server import sse
 from localspec.server.access_log import RequestRecord, log_request
@@ -38,7 +39,7 @@ class Answering:
         self,
         http: Request,
         request: GenerationRequest,
-        options: dict,
+        options: CallOptions,
         shape,
         on_start: Callable | None = None,
     ) -> Response:
@@ -60,7 +61,7 @@ class Answering:
 
         record = _record(http)
         record.protocol = request.protocol
-        job = Job(start, asyncio.get_running_loop(), logprobs=options.get("logprobs"))
+        job = Job(start, asyncio.get_running_loop(), logprobs=options.params.logprobs)
         self.worker.submit(job)
         first = await _next(job, http, KEEPALIVE_S if request.stream else None)
         if first is None:  # the client left while the request waited or started

@@ -338,9 +338,7 @@ def routes(state) -> list[Route]:
 
     async def count(http: Request) -> Response:
         request = messages_request(await state.read_body(http, CountTokensRequest), state.keys)
-        tools = state.options(replace(request, prefill=None)).get(
-            "tools"
-        )  # a prefill counts beside tools
+        tools = state.options(replace(request, prefill=None)).tools  # a prefill counts beside tools
         try:
             tokens = await asyncio.to_thread(
                 prompt_tokens, state.model.target, request.messages, request.prefill, tools

@@ -35,6 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from localspec.decoding.params import CallOptions
 from localspec.server.content import need, text_of
 from localspec.server.errors import FieldPath, RequestError, dotted
 from localspec.server.reasoning_fields import ReasoningKeys, effort_reasoning
@@ -321,7 +322,7 @@ def tools_of(body: ResponsesRequest) -> Toolset:
     return toolset(body.tools or [])
 
 
-def _echo(state, body: ResponsesRequest, options: dict) -> dict:
+def _echo(state, body: ResponsesRequest, options: CallOptions) -> dict:
     """The request's settings as a response repeats them."""
     choice = (
         body.tool_choice.model_dump()
@@ -342,8 +343,8 @@ def _echo(state, body: ResponsesRequest, options: dict) -> dict:
         tool_choice=choice or "auto", parallel_tool_calls=body.parallel_tool_calls is not False
     )
     echo.update(
-        temperature=options.get("temperature"),
-        top_p=options.get("top_p"),
+        temperature=options.params.sampling.temperature,
+        top_p=options.params.sampling.top_p,
         store=body.store is not False,
     )
     asked = (body.model_extra or {}).get("reasoning")

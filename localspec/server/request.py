@@ -2,9 +2,10 @@
 
 Each protocol module translates its own body into a :class:`GenerationRequest` at the edge
 (chat-format messages, OpenAI-format tools and ``tool_choice``, the field paths its errors
-name); :func:`model_options` validates it, once for every protocol, against the server's
-:class:`Limits` and gives the options :meth:`localspec.api.SpeculativeModel.chat` takes;
-:func:`start_generation` starts it on the model's thread.  Every refusal is a
+name); :func:`request_options` validates it, once for every protocol, against the server's
+:class:`Limits` and gives the one :class:`~localspec.decoding.params.CallOptions` that
+:meth:`localspec.api.SpeculativeModel.chat` takes; :func:`start_generation` starts it on the
+model's thread.  Every refusal is a
 :class:`~localspec.server.errors.RequestError` naming the protocol's own field.
 """
 
@@ -14,9 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 from localspec.api import check_response_format
+from localspec.decoding.params import CallOptions, DraftParams, call_options
 from localspec.decoding.tool_calls import check_tools, normalise_messages
 from localspec.errors import InvalidOptionError, LocalspecError
-from localspec.server.errors import FieldPath, RequestError, dotted, path_of
+from localspec.server.errors import (
+    FieldPath,
+    RequestError,
+    dotted,
+    from_localspec_error,
+    path_of,
+)
 
 NO_FIM = (
     "{} has no fill-in-the-middle tokens (suffix and /infill need a model trained for FIM, "
@@ -154,7 +162,8 @@ class Limits:
     has a tool-call format (``tools``) and FIM tokens (``fim``); ``defaults``: options for
     what a request leaves out; ``reasoning_budget``: the thinking budget of a request that
     sets none (the load option, ``--reasoning-budget``); ``reads_enable_thinking``: the chat
-    template reads ``enable_thinking`` (Qwen3), so thinking can be turned off in the prompt."""
+    template reads ``enable_thinking`` (Qwen3), so thinking can be turned off in the prompt;
+    ``draft``: the model's draft options, under those a request or ``defaults`` set."""
 
     model_name: str
     max_tokens: int
@@ -163,12 +172,21 @@ class Limits:
     defaults: Mapping = field(default_factory=dict)
     reasoning_budget: int = -1
     reads_enable_thinking: bool = False
+    draft: DraftParams = field(default_factory=DraftParams)
 
 
-def model_options(request: GenerationRequest, limits: Limits) -> dict:
-    """The options of :meth:`SpeculativeModel.chat` (``generate``, ``infill``) for
-    ``request``: the server's defaults, then what the request sets; RequestError (400)
-    for what this server cannot run."""
+def request_options(request: GenerationRequest, limits: Limits) -> CallOptions:
+    """The :class:`CallOptions` of :meth:`SpeculativeModel.chat` (``generate``, ``infill``)
+    for ``request``: the server's defaults, then what the request sets; RequestError (400)
+    for what this server cannot run, or for a value out of range."""
+    try:
+        return call_options(_option_values(request, limits), limits.draft)
+    except InvalidOptionError as exc:
+        raise from_localspec_error(exc) from None
+
+
+def _option_values(request: GenerationRequest, limits: Limits) -> dict:
+    """The request's option values under the library's names, over the server's defaults."""
     if request.suffix is not None and not limits.fim:
         raise RequestError(
             NO_FIM.format(limits.model_name), request.paths.suffix, code="unsupported_value"
@@ -314,8 +332,8 @@ def _has_late_system(messages) -> bool:
     return any(m["role"] == "system" for m in list(messages)[1:])
 
 
-def start_generation(model, request: GenerationRequest, options: dict):
-    """Start ``request`` on ``model`` with ``options`` (:func:`model_options`): a streaming
+def start_generation(model, request: GenerationRequest, options: CallOptions):
+    """Start ``request`` on ``model`` with ``options`` (:func:`request_options`): a streaming
     :class:`~localspec.decoding.loop.Generation`.  System messages after the first turn are
     rendered as the chat template writes them; a template that refuses them gets them folded
     into the nearest user turn (:func:`fold_late_system`).  Runs on the model's thread."""
@@ -329,16 +347,16 @@ def start_generation(model, request: GenerationRequest, options: dict):
     return _start_chat(model, fold_late_system(request.messages), request.prefill, options)
 
 
-def _start_chat(model, messages, prefill: str | None, options: dict):
+def _start_chat(model, messages, prefill: str | None, options: CallOptions):
     if prefill is None:
-        return model.chat(list(messages), stream=True, **options)
+        return model.chat(list(messages), options, stream=True)
     tokens = prompt_tokens(model.target, messages, prefill, None)
-    return model.generate(tokens, stream=True, **options)
+    return model.generate(tokens, options, stream=True)
 
 
-def _start_plain(model, request: GenerationRequest, options: dict):
+def _start_plain(model, request: GenerationRequest, options: CallOptions):
     if request.suffix is None:
-        return model.generate(request.prompt, stream=True, **options)
+        return model.generate(request.prompt, options, stream=True)
     return model.infill(
-        request.prompt, request.suffix, extra=list(request.extra), stream=True, **options
+        request.prompt, request.suffix, options, extra=list(request.extra), stream=True
     )

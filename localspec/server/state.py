@@ -18,12 +18,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from localspec.decoding.params import CallOptions
 from localspec.server.access_log import RequestRecord, log_request
 from localspec.server.answering import Answering
 from localspec.server.errors import APIError, from_validation_error
 from localspec.server.metrics import Metrics
 from localspec.server.reasoning_fields import ReasoningKeys
-from localspec.server.request import GenerationRequest, Limits, model_options
+from localspec.server.request import GenerationRequest, Limits, request_options
 from localspec.server.worker import DEFAULT_QUEUE, ModelWorker
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -111,11 +112,12 @@ class ServerState(Answering):
             defaults,
             budget,
             self._reads_enable,
+            self.model.default_draft,
         )
 
-    def options(self, request: GenerationRequest) -> dict:
-        """:func:`~localspec.server.request.model_options` under this server's limits."""
-        return model_options(request, self.limits())
+    def options(self, request: GenerationRequest) -> CallOptions:
+        """:func:`~localspec.server.request.request_options` under this server's limits."""
+        return request_options(request, self.limits())
 
     # --- plumbing --------------------------------------------------------------------------
 
