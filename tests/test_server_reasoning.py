@@ -517,14 +517,14 @@ def test_a_thinking_block_sent_back_must_be_whole_and_signed():
 
 def test_events_split_into_runs_thinking_first():
     events = [
-        (SimpleNamespace(text="", reasoning="a"), None),
-        (SimpleNamespace(text="", reasoning="b"), None),
-        (SimpleNamespace(text="c", reasoning="d"), None),
-        (SimpleNamespace(text="e"), None),
+        SimpleNamespace(text="", reasoning="a"),
+        SimpleNamespace(text="", reasoning="b"),
+        SimpleNamespace(text="c", reasoning="d"),
+        SimpleNamespace(text="e"),
     ]
     runs = channel_runs(events)
     assert [
-        (kind, value if kind == "reasoning" else [e.text for e, _ in value]) for kind, value in runs
+        (kind, value if kind == "reasoning" else [e.text for e in value]) for kind, value in runs
     ] == [
         ("reasoning", "abd"),
         ("content", ["c", "e"]),

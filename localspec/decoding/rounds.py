@@ -1,5 +1,5 @@
-"""What one speculative round hands on: the tokens it emits (:class:`EmittedToken`, to the
-text and the caller) and its outcome (:class:`RoundOutcome`, to the policy).
+"""What one speculative round hands on to the policy: its outcome (:class:`RoundOutcome`).
+The tokens it emits are :class:`~localspec.decoding.stats.TokenEvent`s, handed to the caller.
 
 The names follow the field's (transformers' ``CandidateGenerator``, vLLM's
 ``SpecDecodeMetadata``): a drafter proposes a draft, the target verifies it in one decode,
@@ -11,41 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from localspec.decoding.drafters import Draft, Drafter
-from localspec.decoding.stats import TokenEvent, TokenSource
-
-
-@dataclass(frozen=True)
-class EmittedToken:
-    """One token a round emits: its id, where it came from, the processed probabilities
-    of it under target and draft when sampling (None in greedy mode, or without a draft
-    row), and with ``logprobs`` asked for its natural-log probability under the target's
-    raw row with the ``(token id, logprob)`` pairs of the most likely tokens, best first."""
-
-    token: int
-    source: TokenSource
-    p_target: float | None = None
-    p_draft: float | None = None
-    logprob: float | None = None
-    top_logprobs: tuple[tuple[int, float], ...] | None = None
-
-    def event(
-        self, text: str, round_no: int, channel: str = "content", reasoning: str = ""
-    ) -> TokenEvent:
-        """The caller's :class:`TokenEvent` for this token: ``text`` the new answer text it
-        completes, ``round_no`` the round that emitted it, ``channel`` its channel and
-        ``reasoning`` the new thinking text it completes."""
-        return TokenEvent(
-            self.token,
-            text,
-            self.source,
-            round_no,
-            self.p_target,
-            self.p_draft,
-            self.logprob,
-            self.top_logprobs,
-            channel,
-            reasoning,
-        )
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,20 @@ class TokenEvent:
     content: str | None = None
     calls: tuple[CallDelta, ...] = ()
 
+    @classmethod
+    def emitted(
+        cls,
+        token: int,
+        source: TokenSource,
+        p_target: float | None = None,
+        p_draft: float | None = None,
+        logprob: float | None = None,
+        top_logprobs: tuple[tuple[int, float], ...] | None = None,
+    ) -> TokenEvent:
+        """A token as a round emits it, before it is handed out: no text yet and round -1
+        (the emitting step sets both, and the channel, with :func:`dataclasses.replace`)."""
+        return cls(token, "", source, -1, p_target, p_draft, logprob, top_logprobs)
+
 
 class _Acceptance:
     """acceptance rate (accepted / drafted tokens) and mean accepted length (tokens per

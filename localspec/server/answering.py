@@ -7,7 +7,6 @@ cancelled request's log line waits for the generation's counts."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -15,12 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localspec.decoding.params import CallOptions
+from localspec.decoding.stats import TokenEvent
 from localspec.errors import LocalspecError
-from localspec.server import sse
 from localspec.server.access_log import RequestRecord, log_request
 from localspec.server.errors import APIError, from_localspec_error
 from localspec.server.request import GenerationRequest, start_generation
-from localspec.server.worker import Job
+from localspec.server.shape import Shape
+from localspec.server.worker import FINAL, Done, Emitted, Failed, Job, JobItem, Skipped
 
 _POLL_S = 0.1  # how often a waiting handler checks that its client is still there
 KEEPALIVE_S = 10.0  # a stream sends its protocol's keep-alive after this long with nothing sent
@@ -40,15 +40,12 @@ class Answering:
         http: Request,
         request: GenerationRequest,
         options: CallOptions,
-        shape,
+        shape: Shape,
         on_start: Callable | None = None,
     ) -> Response:
         """Queue ``request`` (with its :meth:`options`) and answer in ``shape``'s protocol: a
-        stream of its events when ``request.stream``, else its whole response.  ``shape``
-        gives ``stream_start()``, ``stream_events(events)``, ``stream_end(result,
-        include_usage)``, ``stream_error(message)`` (lists of SSE text), ``whole(pieces,
-        result)`` (a JSON body) and optionally ``keep_alive(progress)`` (default: an SSE
-        comment).  ``on_start(generation)`` is called on the model's thread once the prompt
+        stream of its events when ``request.stream``, else its whole response.
+        ``on_start(generation)`` is called on the model's thread once the prompt
         is rendered.  A stream starts once the prompt is rendered, or after
         :data:`KEEPALIVE_S` in the queue; from then on it carries a keep-alive whenever
         nothing else was sent for KEEPALIVE_S (the prompt is being read)."""
@@ -61,7 +58,7 @@ class Answering:
 
         record = _record(http)
         record.protocol = request.protocol
-        job = Job(start, asyncio.get_running_loop(), logprobs=options.params.logprobs)
+        job = Job(start, asyncio.get_running_loop())
         self.worker.submit(job)
         first = await _next(job, http, KEEPALIVE_S if request.stream else None)
         if first is None:  # the client left while the request waited or started
@@ -106,11 +103,11 @@ class Answering:
                 yield text
             async for batch in _batches(job, http, quiet.left_s):
                 if batch is None:
-                    texts = _keep_alive(shape, job.prompt_progress()) if not quiet.answering else []
+                    texts = shape.keep_alive(job.prompt_progress()) if not quiet.answering else []
                 else:
                     texts, quiet.answering = _stream_texts(shape, batch, request, record), True
                 if not texts and quiet.due():
-                    texts = _idle_keep_alive(shape)
+                    texts = shape.idle_keep_alive()
                 for text in texts:
                     yield text
                 quiet.sent(texts)
@@ -155,94 +152,78 @@ async def _batches(job: Job, http: Request, wait_s: Callable[[], float]) -> Asyn
         if item is None or await http.is_disconnected():
             return
         batch = [item]
-        while not job.events.empty() and batch[-1][0] == "event":
+        while not job.events.empty() and isinstance(batch[-1], Emitted):
             batch.append(job.events.get_nowait())
         yield batch
-        if batch[-1][0] in ("done", "error", "skipped"):
+        if isinstance(batch[-1], FINAL):
             return
 
 
-def _stream_texts(shape, batch: list, request: GenerationRequest, record) -> list[str]:
+def _stream_texts(
+    shape: Shape, batch: list[JobItem], request: GenerationRequest, record
+) -> list[str]:
     """A batch of job items as the stream's texts: events, then the end (or an error event)."""
-    events = [v for k, v in batch if k == "event"]
+    events = [item.event for item in batch if isinstance(item, Emitted)]
     out = shape.stream_events(events) if events else []
-    kind, value = batch[-1]
-    if kind == "done":
-        record.observe(value)
-        return out + shape.stream_end(value, request.include_usage)
-    if kind in ("error", "skipped"):
-        error = _start_error(batch[-1], request)
+    end = batch[-1]
+    if isinstance(end, Done):
+        record.observe(end.result)
+        return out + shape.stream_end(end.result, request.include_usage)
+    error = _start_error(end, request)
+    if error is not None:
         record.error = error.message
         return out + shape.stream_error(error.message)
     return out
-
-
-def _keep_alive(shape, progress: dict | None) -> list[str]:
-    keep_alive = getattr(shape, "keep_alive", None)
-    if keep_alive is not None:
-        return keep_alive(progress)
-    return [
-        sse.comment("keep-alive" + (f" prompt_progress={json.dumps(progress)}" if progress else ""))
-    ]
-
-
-def _idle_keep_alive(shape) -> list[str]:
-    """While the answer is held back: the protocol's own (Anthropic's ``ping``), else an SSE
-    comment, which every client skips."""
-    idle = getattr(shape, "idle_keep_alive", None)
-    return idle() if idle is not None else [sse.comment("keep-alive")]
 
 
 def _internal() -> APIError:
     return APIError(500, "internal server error", type="server_error", retry=True)
 
 
-def _start_error(item: tuple, request: GenerationRequest) -> APIError | None:
+def _start_error(item: JobItem, request: GenerationRequest) -> APIError | None:
     """The error a job's item means for the request (None: not an error)."""
-    kind, value = item
-    if kind == "error":
+    if isinstance(item, Failed):
         return (
-            from_localspec_error(value, request.paths.prompt)
-            if isinstance(value, LocalspecError)
+            from_localspec_error(item.error, request.paths.prompt)
+            if isinstance(item.error, LocalspecError)
             else _internal()
         )
-    if kind == "skipped":
+    if isinstance(item, Skipped):
         return APIError(503, "the server is shutting down", type="server_error", retry=True)
     return None
 
 
-def _raise_for_start(first: tuple, request: GenerationRequest) -> None:
+def _raise_for_start(first: JobItem, request: GenerationRequest) -> None:
     """The job's first item: an error before any token is the request's answer."""
     error = _start_error(first, request)
     if error is not None:
         raise error
 
 
-async def _whole(http: Request, job: Job, shape, record) -> Response:
+async def _whole(http: Request, job: Job, shape: Shape, record) -> Response:
     """The whole answer; a client that leaves first cancels the job (499)."""
-    pieces: list = []
+    events: list[TokenEvent] = []
     while True:
         item = await _next(job, http)
         if item is None:
             record.cancelled = True
             return Response(status_code=499)
-        kind, value = item
-        if kind == "event":
-            pieces.append(value)
-        elif kind == "done":
-            record.observe(value)
-            return JSONResponse(shape.whole(pieces, value))
-        elif kind == "error":
+        if isinstance(item, Emitted):
+            events.append(item.event)
+        elif isinstance(item, Done):
+            record.observe(item.result)
+            return JSONResponse(shape.whole(events, item.result))
+        elif isinstance(item, Failed):
             raise _internal()
 
 
 async def _log_when_done(job: Job, record: RequestRecord) -> None:
     async def take_counts() -> None:
         while True:
-            kind, value = await job.events.get()
-            if kind == "done":
-                record.observe(value)
-            if kind in ("done", "error", "skipped"):
+            item = await job.events.get()
+            if isinstance(item, Done):
+                record.observe(item.result)
+            if isinstance(item, FINAL):
                 return
 
     try:

@@ -29,6 +29,7 @@ from localspec.server import sse
 from localspec.server.openai_shapes import timings
 from localspec.server.request import FieldPaths, GenerationRequest, Sampling
 from localspec.server.schemas import SpeculativeOptions
+from localspec.server.shape import Shape
 
 
 class ExtraChunk(BaseModel):
@@ -54,7 +55,7 @@ class InfillRequest(BaseModel):
     speculative: SpeculativeOptions | None = None  # as in chat: {n_max, n_min, p_min, strategy}
 
 
-class InfillShape:
+class InfillShape(Shape):
     """llama-server's completion objects for one request."""
 
     def __init__(self, model_name: str):
@@ -86,7 +87,7 @@ class InfillShape:
         return []
 
     def stream_events(self, events: list) -> list[str]:
-        text = "".join(e.text for e, _ in events)
+        text = "".join(e.text for e in events)
         self.sent += len(events)
         return [sse.data(self._obj(text, None))] if text else []
 
@@ -96,7 +97,7 @@ class InfillShape:
     def stream_error(self, message: str = "internal server error") -> list[str]:
         return [sse.data({"error": {"code": 500, "message": message, "type": "server_error"}})]
 
-    def whole(self, pieces: list, result: GenerationResult) -> dict:
+    def whole(self, events: list, result: GenerationResult) -> dict:
         return self._obj(result.text, result)
 
 

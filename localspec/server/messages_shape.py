@@ -88,7 +88,7 @@ class MessagesShape(StreamedTextAndCalls):
                 return "stop_sequence", found[0]
         return "end_turn", None
 
-    def whole(self, pieces: list, result: GenerationResult) -> dict:
+    def whole(self, events: list, result: GenerationResult) -> dict:
         text = result.content
         content = ([{"type": "text", "text": text}] if text else []) + [
             _tool_use(c) for c in result.tool_calls or []

@@ -179,7 +179,7 @@ class Metrics:
 
     def _gauges(self):
         target = self.model.target
-        used = target.cells_used if hasattr(target, "cells_used") else len(target.cache_tokens)
+        used = target.cells_used
         yield _gauge("llamacpp:kv_cache_tokens", "KV cells in use (all sequences).", used)
         yield _gauge(
             "llamacpp:kv_cache_usage_ratio", "Share of the KV cells in use.", used / target.n_ctx
@@ -191,7 +191,7 @@ class Metrics:
             yield _gauge(
                 "llamacpp:requests_deferred", "Requests waiting in the queue.", self.worker.waiting
             )
-        batcher = getattr(getattr(self.model, "slots", None), "batcher", None)
+        batcher = self.model.slots.batcher
         if batcher is not None:
             yield _counter(
                 "llamacpp:n_decode", "Target decodes shared by the slots.", batcher.decodes

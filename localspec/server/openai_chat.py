@@ -106,7 +106,7 @@ def routes(state) -> list[Route]:
         body = await state.read_body(http, ChatRequest)
         request = chat_request(body)
         options = state.options(request)
-        shape = ChatShape(state.config.model_name, body.logprobs)
+        shape = ChatShape(state.config.model_name, body.logprobs, state.model.target.token_bytes)
         return await state.run(http, request, options, shape)
 
     async def completions(http: Request) -> Response:
@@ -117,7 +117,9 @@ def routes(state) -> list[Route]:
             http,
             request,
             options,
-            CompletionShape(state.config.model_name, body.logprobs is not None),
+            CompletionShape(
+                state.config.model_name, body.logprobs is not None, state.model.target.token_bytes
+            ),
         )
 
     return [

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 
-from localspec.decoding.stats import GenerationResult
+from localspec.decoding.stats import GenerationResult, TokenEvent
 from localspec.server import sse
 from localspec.server.openai_tools import answer_pieces, openai_call, openai_delta
 from localspec.server.reasoning_fields import (
@@ -15,6 +16,9 @@ from localspec.server.reasoning_fields import (
     channel_timings,
     reasoning_tokens,
 )
+from localspec.server.shape import Shape
+
+TokenBytes = Callable[[int], bytes]
 
 
 def usage(result: GenerationResult) -> dict:
@@ -70,8 +74,36 @@ def _finish_reason(result: GenerationResult) -> str:
     return "length" if result.finish_reason in ("length", "context") else "stop"
 
 
-class _OpenAIStream:
-    """OpenAI's stream: ``data:`` chunks, the usage chunk when asked for, ``data: [DONE]``."""
+def logprob_entries(events: list[TokenEvent], token_bytes: TokenBytes) -> list[dict]:
+    """OpenAI's ``logprobs.content`` entries of the events that carry a logprob: each
+    token's text, logprob and bytes, and its ``top_logprobs`` alike."""
+
+    def entry(token: int, logprob: float) -> dict:
+        piece = token_bytes(token)
+        return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}
+
+    return [
+        {
+            **entry(e.token, e.logprob),
+            "top_logprobs": [entry(t, lp) for t, lp in (e.top_logprobs or ())],
+        }
+        for e in events
+        if e.logprob is not None
+    ]
+
+
+class _OpenAIStream(Shape):
+    """OpenAI's stream: ``data:`` chunks, the usage chunk when asked for, ``data: [DONE]``.
+    ``logprobs``: the request asked for them; ``token_bytes``: a token's bytes (the
+    target's), to write them."""
+
+    logprobs: bool
+    token_bytes: TokenBytes | None
+
+    def _entries(self, events: list[TokenEvent]) -> list[dict]:
+        if not self.logprobs or self.token_bytes is None:
+            return []
+        return logprob_entries(events, self.token_bytes)
 
     def stream_start(self) -> list[str]:
         return [sse.data(self.first_chunk())]
@@ -92,10 +124,10 @@ class _OpenAIStream:
 
 
 class ChatShape(_OpenAIStream):
-    def __init__(self, model_name: str, logprobs: bool):
+    def __init__(self, model_name: str, logprobs: bool, token_bytes: TokenBytes | None = None):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
-        self.model_name, self.logprobs = model_name, logprobs
+        self.model_name, self.logprobs, self.token_bytes = model_name, logprobs, token_bytes
 
     def _chunk(self, choices: list) -> dict:
         return {
@@ -135,7 +167,7 @@ class ChatShape(_OpenAIStream):
     def delta_chunk(self, events: list) -> dict | None:
         """The answer's content and tool-call pieces (read by the generation) as one chunk."""
         content, calls = answer_pieces(events)
-        entries = [lp for _, lp in events if lp is not None]
+        entries = self._entries(events)
         if not content and not calls and not entries:
             return None
         logprobs = {"content": entries} if self.logprobs else None
@@ -157,8 +189,8 @@ class ChatShape(_OpenAIStream):
         chunk["usage"] = usage(result)
         return chunk
 
-    def whole(self, pieces: list, result: GenerationResult) -> dict:
-        entries = [lp for _, lp in pieces if lp is not None]
+    def whole(self, events: list[TokenEvent], result: GenerationResult) -> dict:
+        entries = self._entries(events)
         return {
             "id": self.id,
             "object": "chat.completion",
@@ -195,10 +227,10 @@ def _message(result: GenerationResult) -> dict:
 
 
 class CompletionShape(_OpenAIStream):
-    def __init__(self, model_name: str, logprobs: bool):
+    def __init__(self, model_name: str, logprobs: bool, token_bytes: TokenBytes | None = None):
         self.id = f"cmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
-        self.model_name, self.logprobs = model_name, logprobs
+        self.model_name, self.logprobs, self.token_bytes = model_name, logprobs, token_bytes
         self.sent = 0  # characters of logprob tokens streamed so far
 
     def _obj(self, text: str, finish: str | None, logprobs: dict | None) -> dict:
@@ -231,8 +263,8 @@ class CompletionShape(_OpenAIStream):
         return self._obj("", None, None)
 
     def delta_chunk(self, events: list) -> dict | None:
-        text = "".join(e.text for e, _ in events)
-        entries = [lp for _, lp in events if lp is not None]
+        text = "".join(e.text for e in events)
+        entries = self._entries(events)
         if not text and not entries:
             return None
         logprobs = self._legacy_logprobs(
@@ -252,11 +284,9 @@ class CompletionShape(_OpenAIStream):
         obj["usage"] = usage(result)
         return obj
 
-    def whole(self, pieces: list, result: GenerationResult) -> dict:
+    def whole(self, events: list[TokenEvent], result: GenerationResult) -> dict:
         obj = self._obj(
-            result.text,
-            _finish_reason(result),
-            self._legacy_logprobs([lp for _, lp in pieces if lp]),
+            result.text, _finish_reason(result), self._legacy_logprobs(self._entries(events))
         )
         obj["usage"] = usage(result)
         obj["timings"] = timings(result)

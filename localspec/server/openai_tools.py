@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from localspec.decoding.tool_parser import CallDelta, ToolCall
 from localspec.server.reasoning_fields import REASONING, channel_runs
+from localspec.server.shape import Shape
 
 
 def openai_call(call: ToolCall) -> dict:
@@ -33,8 +34,8 @@ def openai_delta(delta: CallDelta) -> dict:
 def answer_pieces(events: list) -> tuple[str, list[CallDelta]]:
     """The content and call pieces of a run of ``(TokenEvent, logprobs)`` pairs (an event
     without ``content`` is all content)."""
-    content = "".join(_content(e) for e, _ in events)
-    return content, [d for e, _ in events for d in getattr(e, "calls", ())]
+    content = "".join(_content(e) for e in events)
+    return content, [d for e in events for d in getattr(e, "calls", ())]
 
 
 def _content(event) -> str:
@@ -42,7 +43,7 @@ def _content(event) -> str:
     return event.text if content is None else content
 
 
-class StreamedTextAndCalls:
+class StreamedTextAndCalls(Shape):
     """For a protocol's answer shape that streams text and tool calls as its own events:
     subclasses keep ``sent`` (the text streamed so far) and ``calls`` (calls opened so far),
     and give ``_thinking(str)``, ``_text(str)`` and ``_call(delta)``, each a list of
@@ -52,7 +53,7 @@ class StreamedTextAndCalls:
     calls: int = 0
 
     def stream_events(self, events: list) -> list[str]:
-        """The events for a batch of ``(event, stats)`` pairs from the generation: the
+        """The events for a batch of the generation's events: the
         thinking through ``_thinking(str)``, the answer's text and calls through ``_text`` and
         ``_call``."""
         out = []

@@ -153,22 +153,22 @@ def checked_thinking(
 
 
 def channel_runs(events: list) -> list[tuple[str, object]]:
-    """A batch of ``(TokenEvent, logprobs)`` pairs in order as runs: ``("reasoning", text)``
-    for the thinking text of consecutive events, ``("content", pairs)`` for the events with
-    answer text (or none at all).  An event releasing both is in both runs, thinking first."""
+    """A batch of :class:`TokenEvent`s in order as runs: ``("reasoning", text)`` for the
+    thinking text of consecutive events, ``("content", events)`` for the events with answer
+    text (or none at all).  An event releasing both is in both runs, thinking first."""
     runs: list[list] = []
-    for pair in events:
-        thinking = getattr(pair[0], "reasoning", "")
+    for event in events:
+        thinking = getattr(event, "reasoning", "")
         if thinking:
             if runs and runs[-1][0] == REASONING:
                 runs[-1][1] += thinking
             else:
                 runs.append([REASONING, thinking])
-        if getattr(pair[0], "text", "") or not thinking:
+        if getattr(event, "text", "") or not thinking:
             if runs and runs[-1][0] == CONTENT:
-                runs[-1][1].append(pair)
+                runs[-1][1].append(event)
             else:
-                runs.append([CONTENT, [pair]])
+                runs.append([CONTENT, [event]])
     return [(kind, value) for kind, value in runs]
 
 

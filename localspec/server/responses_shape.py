@@ -95,7 +95,7 @@ class ResponseShape(StreamedTextAndCalls):
     def _reasoning_item(self, text: str, status: str) -> dict:
         return reasoning_item(text, self.keys, self.include, status)
 
-    def whole(self, pieces: list, result: GenerationResult) -> dict:
+    def whole(self, events: list, result: GenerationResult) -> dict:
         status = _status(result)
         text = result.content
         output = [_message_item(text, status)] if text or not result.tool_calls else []

@@ -25,6 +25,7 @@ from localspec.server.errors import APIError, from_validation_error
 from localspec.server.metrics import Metrics
 from localspec.server.reasoning_fields import ReasoningKeys
 from localspec.server.request import GenerationRequest, Limits, request_options
+from localspec.server.served_model import ServedModel
 from localspec.server.worker import DEFAULT_QUEUE, ModelWorker
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -77,22 +78,15 @@ class ServerState(Answering):
     tool-call format, None: none), ``fim_tokens`` and ``keys`` (this server's
     :class:`~localspec.server.reasoning_fields.ReasoningKeys`).  Every protocol's routes take it."""
 
-    def __init__(self, model, config: ServerConfig, worker: ModelWorker):
-        self.tool_format = getattr(model, "tool_format", None)  # read once, not per request
-        self.fim_tokens = model.target.fim_tokens() if hasattr(model, "target") else {}
+    def __init__(self, model: ServedModel, config: ServerConfig, worker: ModelWorker):
+        self.tool_format = model.tool_format  # read once, not per request
+        self.fim_tokens = model.target.fim_tokens()
         self.model, self.config, self.worker = model, config, worker
         self.created = int(time.time())
         self.keys = ReasoningKeys()
-        reasoning = getattr(
-            model, "reasoning", None
-        )  # its ChatReasoning, read once (a stand-in may have none)
-        self._reads_enable = (
-            getattr(getattr(reasoning, "format", None), "reads_enable_thinking", False) is True
-        )
+        self._reads_enable = model.reasoning.format.reads_enable_thinking is True
         self.worker.metrics = self.metrics = Metrics(model, worker)
-        self._lines_waiting: set[asyncio.Task] = (
-            set()
-        )  # cancelled requests' log lines (_log_once_stopped)
+        self._lines_waiting: set[asyncio.Task] = set()  # cancelled requests' log lines
 
     @property
     def supports_tools(self) -> bool:
@@ -102,7 +96,7 @@ class ServerState(Answering):
         """What a request is checked against (read from ``config`` each time)."""
         limit = self.config.max_tokens_limit or self.model.target.n_ctx
         fim = "pre" in self.fim_tokens
-        budget = getattr(getattr(self.model, "reasoning", None), "load_budget", -1)
+        budget = self.model.reasoning.load_budget
         defaults = self.config.defaults
         return Limits(
             self.config.model_name,

@@ -19,27 +19,62 @@ log = logging.getLogger("localspec.server")
 DEFAULT_QUEUE = 16
 
 
+@dataclass(frozen=True)
+class Started:
+    """The prompt is rendered and the generation has started."""
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One token of the answer, as the generation emitted it."""
+
+    event: TokenEvent
+
+
+@dataclass(frozen=True)
+class Done:
+    """The generation ended; ``result`` is its whole answer and statistics."""
+
+    result: GenerationResult
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The generation could not start or stopped on ``error`` (a LocalspecError is the
+    client's to fix; any other exception is a bug)."""
+
+    error: Exception
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """The job never ran: its client left while it waited, or the server is shutting down."""
+
+
+JobItem = Started | Emitted | Done | Failed | Skipped
+FINAL = (Done, Failed, Skipped)  # a job posts nothing after one of these
+
+
 @dataclass
 class Job:
     """One request for the model thread.  ``start(model)`` returns a streaming
-    :class:`~localspec.decoding.loop.Generation`; items come back on ``events``:
-    ("started", None), ("event", (TokenEvent, logprobs entry or None)), ("done", GenerationResult),
-    ("error", exception) or ("skipped", None).  ``generation``: the running one, once started
+    :class:`~localspec.decoding.loop.Generation`; :data:`JobItem` records come back on
+    ``events``: :class:`Started`, one :class:`Emitted` per token, then :class:`Done`,
+    :class:`Failed` or :class:`Skipped`.  ``generation``: the running one, once started
     (:meth:`cancel` reaches it at once, so a prompt being read stops within one batch)."""
 
     start: Any
     loop: asyncio.AbstractEventLoop
-    logprobs: int | None = None
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     generation: Any = None
-    finished: bool = False  # its "done" (or "error") was posted
+    finished: bool = False  # its final item was posted
     started_at: float = field(default_factory=time.perf_counter)
 
-    def post(self, kind: str, value: Any = None) -> None:
-        self.finished = self.finished or kind in ("done", "error", "skipped")
+    def post(self, item: JobItem) -> None:
+        self.finished = self.finished or isinstance(item, FINAL)
         try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
         except RuntimeError:  # the event loop is gone (server shutting down)
             pass
 
@@ -99,7 +134,7 @@ class ModelWorker:
         self.skipped = 0  # queued jobs dropped because their client had left
         self._closed = False
         self._threads = []
-        n_threads = threads or getattr(model, "parallel", 1)
+        n_threads = threads or model.parallel
         self._capacity = n_threads + queue_size
         for i in range(n_threads):
             thread = threading.Thread(target=self._run, name=f"localspec-model-{i}", daemon=True)
@@ -182,7 +217,7 @@ class ModelWorker:
             if isinstance(job, Job):
                 self._release()
                 job.cancel()
-                job.post("skipped")
+                job.post(Skipped())
         for job in list(self._current.values()):
             job.cancel()
         for _ in self._threads:
@@ -201,7 +236,7 @@ class ModelWorker:
         try:
             if job.cancelled.is_set():
                 self.skipped += 1
-                job.post("skipped")
+                job.post(Skipped())
                 return
             self._current[id(job)] = job
             try:
@@ -216,35 +251,17 @@ class ModelWorker:
             generation = job.generation = job.start(self.model)
             if job.cancelled.is_set():
                 generation.cancel()
-            job.post("started")
+            job.post(Started())
             for event in generation:
                 if job.cancelled.is_set():
                     generation.cancel()
-                job.post("event", (event, self._logprob_entry(event, job.logprobs)))
+                job.post(Emitted(event))
             self.last_result = generation.result
             if self.metrics is not None:
                 self.metrics.observe(generation.result)
-            job.post("done", generation.result)
+            job.post(Done(generation.result))
         except LocalspecError as exc:
-            job.post("error", exc)
+            job.post(Failed(exc))
         except Exception as exc:  # a bug: answer 500, keep serving
             log.exception("generation failed")
-            job.post("error", exc)
-
-    def _logprob_entry(self, event: TokenEvent, top: int | None) -> dict | None:
-        if top is None or event.logprob is None:
-            return None
-        piece = self.model.target.token_bytes
-        return {
-            "token": piece(event.token).decode("utf-8", "replace"),
-            "logprob": event.logprob,
-            "bytes": list(piece(event.token)),
-            "top_logprobs": [
-                {
-                    "token": piece(t).decode("utf-8", "replace"),
-                    "logprob": lp,
-                    "bytes": list(piece(t)),
-                }
-                for t, lp in (event.top_logprobs or ())
-            ],
-        }
+            job.post(Failed(exc))

@@ -86,8 +86,8 @@ def serve_once(body: bytes) -> str:
 
 def answer_batches(text: str, fmt=None, step: int = 5) -> tuple[list[list], object]:
     """``text`` read as the generation reads it, ``step`` characters an event: batches of
-    ``(event, None)`` pairs whose events carry ``content`` and ``calls`` (the last what the
-    answer's end released), and the parser (its ``finish()`` and ``content``)."""
+    events that carry ``content`` and ``calls`` (the last what the answer's end released),
+    and the parser (its ``finish()`` and ``content``)."""
     from types import SimpleNamespace
 
     from localspec.decoding.tool_parser import ToolCallParser
@@ -96,8 +96,8 @@ def answer_batches(text: str, fmt=None, step: int = 5) -> tuple[list[list], obje
     for i in range(0, len(text), step):
         content, calls = parser.feed(text[i : i + step])
         batches.append(
-            [(SimpleNamespace(text=text[i : i + step], content=content, calls=tuple(calls)), None)]
+            [SimpleNamespace(text=text[i : i + step], content=content, calls=tuple(calls))]
         )
     content, calls = parser.close()
-    batches.append([(SimpleNamespace(text="", content=content, calls=tuple(calls)), None)])
+    batches.append([SimpleNamespace(text="", content=content, calls=tuple(calls))])
     return batches, parser

@@ -11,7 +11,6 @@ from typing import Any
 
 from localspec.decoding.loop.run import _Run
 from localspec.decoding.reasoning import CONTENT, REASONING
-from localspec.decoding.rounds import EmittedToken
 from localspec.decoding.stats import GenerationResult, TokenEvent, TokenSource
 
 
@@ -19,7 +18,7 @@ class Emitting:
     """Hand out tokens as events; finish the generation."""
 
     def _emit(
-        self, run: _Run, emitted: list[EmittedToken]
+        self, run: _Run, emitted: list[TokenEvent]
     ) -> Generator[TokenEvent, None, str | None]:
         """Hand out one round's tokens as events (text held back while incomplete); the
         finish reason ("stop", "length") when the generation ends among them, else None."""
@@ -30,8 +29,12 @@ class Emitting:
             finish = run.out.add(token.token, token.source)
             if self._thinking is not None:
                 run.stats.count_token(run.out.label)
-            event = token.event(
-                run.out.take_delta(), run.round_no, run.out.label, run.out.take_reasoning()
+            event = replace(
+                token,
+                text=run.out.take_delta(),
+                round=run.round_no,
+                channel=run.out.label,
+                reasoning=run.out.take_reasoning(),
             )
             event = self._with_calls(event)
             if event.text or event.reasoning or finish is None:

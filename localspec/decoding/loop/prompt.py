@@ -9,15 +9,14 @@ import time
 import numpy as np
 
 from localspec.decoding.loop.run import _Run
-from localspec.decoding.rounds import EmittedToken
 from localspec.decoding.sampling import row_candidates
-from localspec.decoding.stats import TokenSource
+from localspec.decoding.stats import TokenEvent, TokenSource
 
 
 class PromptPhase:
     """Prompt eval and the first token."""
 
-    def _read_prompt(self, run: _Run) -> EmittedToken | None:
+    def _read_prompt(self, run: _Run) -> TokenEvent | None:
         """Prompt eval: reuse the cached prefix, decode the rest (and let the policy's
         prefill drafters read it: a draft model drafting from round 1), sample the first
         token; None when cancelled while reading."""
@@ -45,7 +44,7 @@ class PromptPhase:
         run.draft_start_s = sum(d.decode_s for d in self.drafters)
         run.catch_up_start_s = sum(d.catch_up_s for d in self.drafters)
         run.wait_start_s = target.wait_s
-        return EmittedToken(
+        return TokenEvent.emitted(
             token, TokenSource.TARGET, p_token, None, *self._logprobs(logits, 0, token)
         )
 

@@ -12,7 +12,8 @@ from localspec.decoding.attribution import TimeAccount
 from localspec.decoding.drafters import Draft, round_label
 from localspec.decoding.loop.run import _Run
 from localspec.decoding.reasoning import REASONING
-from localspec.decoding.rounds import EmittedToken, RoundOutcome
+from localspec.decoding.rounds import RoundOutcome
+from localspec.decoding.stats import TokenEvent
 from localspec.decoding.thinking import UNLIMITED
 
 
@@ -38,7 +39,7 @@ class RoundPhase:
             self.target.n_ctx - len(self.target.cache_tokens) - 1
         )  # free cells after the last token t
 
-    def _round(self, run: _Run) -> list[EmittedToken]:
+    def _round(self, run: _Run) -> list[TokenEvent]:
         """One round: draft, verify in one target decode, trim the rejected tokens from the
         cache, tell the policy, the statistics and the drafters; the tokens it emits."""
         target, context = self.target, run.context

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.decoding.drafters import Draft
-from localspec.decoding.rounds import EmittedToken
 from localspec.decoding.sampling import (
     CandidateRows,
     Candidates,
@@ -18,7 +17,7 @@ from localspec.decoding.sampling import (
     accept_sampled,
     token_logprobs,
 )
-from localspec.decoding.stats import TokenSource
+from localspec.decoding.stats import TokenEvent, TokenSource
 
 
 class Verifying:
@@ -26,7 +25,7 @@ class Verifying:
 
     def _verify(self, last: int, draft: Draft, rng: np.random.Generator, forced: bool = False):
         """One target decode of [last, d_1..d_k]; returns (n_accepted, the emitted
-        :class:`EmittedToken` list); kept draft tokens are FORCED when a grammar drafted
+        :class:`TokenEvent` list, not yet handed out); kept draft tokens are FORCED when a grammar drafted
         them (``forced``: all; ``draft.forced``: per token), else ACCEPTED."""
         k = len(draft.tokens)
         logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
@@ -43,7 +42,9 @@ class Verifying:
             TokenSource.FORCED if f else TokenSource.ACCEPTED for f in draft.forced or [forced] * k
         ]
         emitted = [
-            EmittedToken(d, kept[i], _prob(p, i, d), _prob(q, i, d), *self._logprobs(logits, i, d))
+            TokenEvent.emitted(
+                d, kept[i], _prob(p, i, d), _prob(q, i, d), *self._logprobs(logits, i, d)
+            )
             for i, d in enumerate(draft.tokens[:n])
         ]
         source = (
@@ -53,7 +54,9 @@ class Verifying:
         )
         p_draft = _prob(q, n, nxt) if n < k else None
         emitted.append(
-            EmittedToken(nxt, source, _prob(p, n, nxt), p_draft, *self._logprobs(logits, n, nxt))
+            TokenEvent.emitted(
+                nxt, source, _prob(p, n, nxt), p_draft, *self._logprobs(logits, n, nxt)
+            )
         )
         if self.constraint is not None:
             self.constraint.settle(rows, draft.tokens[:n] + [nxt])
