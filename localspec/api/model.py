@@ -18,9 +18,11 @@ from localspec.decoding.policy import adaptive_parts, batch_sizes
 from localspec.decoding.policy.costs import DRAFT_MODEL, fastest_of_two
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.thinking import ChatReasoning, read_chat_template
-from localspec.errors import EngineError
+from localspec.errors import EngineError, UnsupportedModelError
+from localspec.llama.assistant import is_assistant
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
+from localspec.models.gguf_info import check_gguf_file
 
 
 class SpeculativeModel(GenerationCalls):
@@ -107,10 +109,11 @@ class SpeculativeModel(GenerationCalls):
         """(target, draft or None) loaded on the pair's thread; on any failure the engines
         loaded so far are freed and the thread stopped."""
         loaded = []
+        assistant = self._assistant_path()
         try:
             for role, path in (("target", self.target_path), ("draft", self.draft_path)):
-                if path is not None:
-                    config = self.load_options.engine_config(role)
+                if path is not None and not (role == "draft" and assistant is not None):
+                    config = self.load_options.engine_config(role, assistant)
                     progress = _for_role(load_progress, role)
                     verbose = self.load_options.verbose
                     loaded.append(
@@ -125,11 +128,25 @@ class SpeculativeModel(GenerationCalls):
             raise
         return loaded[0], loaded[1] if len(loaded) > 1 else None
 
+    def _assistant_path(self) -> Path | None:
+        """The draft GGUF when it is Gemma 4's assistant (it drafts as the target's MTP block
+        does, not as a draft model); UnsupportedModelError where it cannot run."""
+        if self.draft_path is None or not is_assistant(
+            check_gguf_file(self.draft_path).architecture
+        ):
+            return None
+        if self.load_options.parallel > 1:
+            raise UnsupportedModelError(
+                f"{self.draft_path.name} (Gemma 4's assistant) drafts for one sequence: parallel 1"
+            )
+        return self.draft_path
+
     @property
     def builtin_drafter(self) -> str:
-        """ "built-in drafter (MTP, 1 head)" when the target's own MTP block drafts here, else
-        "" (the GGUF has none, or it is not loaded: parallel > 1, or a strategy without it)."""
-        return self.target.info.builtin_drafter if self.target.mtp is not None else ""
+        """ "built-in drafter (MTP, 1 head)" when the target's own MTP block drafts here,
+        "assistant drafter (FILE)" for Gemma 4's assistant, else "" (none, or not loaded:
+        parallel > 1, or a strategy without it)."""
+        return self.target.mtp.label if self.target.mtp is not None else ""
 
     @property
     def drafters(self) -> list:

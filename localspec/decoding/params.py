@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from localspec.decoding.sampling import SamplingParams
 from localspec.errors import InvalidOptionError, require_int
@@ -117,8 +118,9 @@ class LoadOptions:
     def cache_ram_bytes(self) -> int:
         return self.cache_ram_mib * 1024 * 1024
 
-    def engine_config(self, role: str) -> EngineConfig:
-        """How to load the "target" or the "draft" model."""
+    def engine_config(self, role: str, assistant: Path | None = None) -> EngineConfig:
+        """How to load the "target" or the "draft" model; ``assistant``: a Gemma 4 assistant
+        GGUF that drafts for the target (as its MTP block would) where the strategy uses one."""
         layers = self.n_gpu_layers if role == "target" else self.n_gpu_layers_draft
         mtp = role == "target" and self.parallel == 1 and self.strategy in ("auto", "mtp")
         # snapshots serve a target's verify only (a draft model decodes a token at a time)
@@ -130,6 +132,7 @@ class LoadOptions:
             n_seq_max=self.parallel,
             load_mtp=mtp,
             rs_snapshots=snapshots,
+            assistant=assistant if mtp else None,
         )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from localspec import machine
 from localspec.errors import InvalidOptionError, require_int
@@ -29,6 +30,8 @@ class EngineConfig:
     0: none, every rollback from a saved state; :mod:`~localspec.llama.engine.rollback`).
     load_mtp: load the model's MTP (NextN) blocks, if it has any, and keep its MTP context in
     step (``Engine.mtp``, :class:`~localspec.llama.mtp.MtpHead`; one sequence only).
+    assistant: a Gemma 4 assistant GGUF to draft for this model in its place
+    (``Engine.mtp``, :class:`~localspec.llama.assistant.AssistantHead`; one sequence only).
     """
 
     n_ctx: int = 4096
@@ -40,6 +43,7 @@ class EngineConfig:
     n_seq_max: int = 1
     rs_snapshots: int | None = None
     load_mtp: bool = False
+    assistant: Path | None = None
 
     def __post_init__(self) -> None:
         require_int("parallel", self.n_seq_max, 1, 64)

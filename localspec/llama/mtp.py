@@ -38,8 +38,9 @@ class MtpHead:
     """The MTP context of ``target`` (an :class:`~localspec.llama.engine.Engine` loaded with
     ``load_mtp``), kept in step with it; :meth:`draft` proposes tokens."""
 
-    def __init__(self, target):
-        model, self.target = target._model, target
+    def __init__(self, target, model=None):
+        model = target._model if model is None else model
+        self.target = target
         self.n_layer_nextn = int(llama_cpp.llama_model_n_layer_nextn(model))
         if self.n_layer_nextn < 1:
             raise UnsupportedModelError(f"{target.path.name} has no MTP (NextN) block")
@@ -67,12 +68,15 @@ class MtpHead:
         self.follow_s = 0.0  # seconds following the target's decodes (part of the target's)
         self.active = True  # False once a decode here failed: it drafts no more
 
+    @property
+    def label(self) -> str:
+        """How ``localspec models`` and /v1/models name this drafter."""
+        return self.target.info.builtin_drafter
+
     def follow(self, tokens, pos0: int, first_row: int) -> None:
         """The target decoded ``tokens`` at ``pos0``…, its rows ``first_row``… of the batch:
         decode them here too, each with the hidden state of the position before it."""
-        base = llama_cpp_ext.llama_get_embeddings_nextn(self.target._ctx)
-        flat = np.ctypeslib.as_array(base, shape=((first_row + len(tokens)) * self.n_embd,))
-        rows = flat[first_row * self.n_embd :].reshape(len(tokens), self.n_embd).copy()
+        rows = self._target_rows(first_row, len(tokens))
         before = self._state_before(pos0)
         self._trim_to(pos0)
         states = np.vstack([before[None, :], rows[:-1]])
@@ -87,6 +91,12 @@ class MtpHead:
             self.follow_s += time.perf_counter() - started
         self._rows, self._rows_at, self._held = rows, pos0, pos0 + len(tokens)
         self._before = before
+
+    def _target_rows(self, first_row: int, n: int) -> np.ndarray:
+        """The target's hidden states of rows ``first_row``… of its last decode."""
+        base = llama_cpp_ext.llama_get_embeddings_nextn(self.target._ctx)
+        flat = np.ctypeslib.as_array(base, shape=((first_row + n) * self.n_embd,))
+        return flat[first_row * self.n_embd :].reshape(n, self.n_embd).copy()
 
     def trim(self, n_keep: int) -> None:
         """The target keeps ``n_keep`` positions: so does the MTP context."""
@@ -104,7 +114,7 @@ class MtpHead:
         token = last
         for i in range(k):
             started = time.perf_counter()
-            self._decode([token], pos0 + i, state[None, :], output=True)
+            self._decode([token], self._draft_position(pos0, i), state[None, :], output=True)
             self.decode_s += time.perf_counter() - started
             logits = np.ctypeslib.as_array(
                 llama_cpp.llama_get_logits_ith(self._ctx, -1), shape=(self.target.n_vocab,)
@@ -120,6 +130,10 @@ class MtpHead:
             state = self._own_state()
         self._trim_to(pos0)
         return tokens, picked
+
+    def _draft_position(self, pos0: int, i: int) -> int:
+        """Where draft token ``i`` is decoded: each after the one before."""
+        return pos0 + i
 
     def _state_before(self, pos: int) -> np.ndarray:
         """The target's hidden state at ``pos - 1`` where the last decode has it (or the one

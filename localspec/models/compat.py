@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from localspec.models.architectures import ASSISTANTS
 from localspec.models.catalog import format_params
 from localspec.models.gguf_info import GGUFInfo
 
@@ -52,7 +53,13 @@ def check_compatibility(
 def _check_family(
     target: GGUFInfo, draft: GGUFInfo, result: Compatibility, require_smaller: bool
 ) -> None:
-    if target.architecture != draft.architecture:
+    if draft.architecture in ASSISTANTS:
+        if ASSISTANTS[draft.architecture] != target.architecture:
+            result.reasons.append(
+                f"{draft.architecture!r} drafts for {ASSISTANTS[draft.architecture]!r} "
+                f"targets, not {target.architecture or 'unknown'!r}"
+            )
+    elif target.architecture != draft.architecture:
         result.reasons.append(
             f"draft architecture is {draft.architecture or 'unknown'!r}, "
             f"target {target.architecture or 'unknown'!r} (a different model family)"

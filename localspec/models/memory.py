@@ -29,6 +29,7 @@ from pathlib import Path
 
 from localspec.errors import LocalspecError
 from localspec.models.architectures import (
+    ASSISTANTS,
     GATED_DELTA_NET_ARCHS,
     MAMBA_ARCHS,
     RS_SNAPSHOTS,
@@ -123,6 +124,7 @@ def model_memory(
         kv_heads, per_cell = _attention(info, n_layer, n_embd, name)
     recurrent_layers = _recurrent_layers(info, n_layer, kv_heads)
     kv_heads = [0 if i in recurrent_layers else h for i, h in enumerate(kv_heads)]
+    kv_heads = _without_shared_kv(info, kv_heads)
     kv = n_ctx * sum(kv_heads) * per_cell * CACHE_TYPE_BYTES[cache_type]
     recurrent = len(recurrent_layers) * _state_floats(info, n_embd) * 4 * _planes(arch)
     n_ubatch = min(N_UBATCH, n_ctx)
@@ -148,6 +150,17 @@ def _attention(info: GGUFInfo, n_layer: int, n_embd: int | None, name: str) -> t
     if kv_heads is None:
         raise ValueError(f"{name}: no {arch}.attention.head_count(_kv) in the GGUF header")
     return kv_heads, head_k + head_v
+
+
+def _without_shared_kv(info: GGUFInfo, kv_heads: list) -> list:
+    """``kv_heads`` less the layers that read another layer's KV: the last
+    ``attention.shared_kv_layers`` of a Gemma 4, every layer of its assistant (which reads the
+    target's)."""
+    if info.architecture in ASSISTANTS:
+        return [0] * len(kv_heads)
+    shared = int(info.get(f"{info.architecture}.attention.shared_kv_layers", 0) or 0)
+    keep = max(len(kv_heads) - shared, 0)
+    return kv_heads[:keep] + [0] * (len(kv_heads) - keep)
 
 
 def _recurrent_layers(info: GGUFInfo, n_layer: int, kv_heads: list) -> set[int]:

@@ -14,6 +14,7 @@ import llama_cpp
 
 from localspec.errors import EngineError, ModelFileError, UnsupportedModelError
 from localspec.llama import amx_probe, backend
+from localspec.llama.assistant import AssistantHead
 from localspec.llama.engine.chat import ChatTemplate
 from localspec.llama.engine.decode import Decoding
 from localspec.llama.engine.kv_cache import KvCache
@@ -178,9 +179,12 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
         self.last_batch_tokens = 0  # tokens of the latest llama_decode call (all sequences)
 
     def _mtp_head(self) -> MtpHead | None:
-        """The model's own MTP block, kept in step with this context, where ``load_mtp`` asks
-        for it and the model has one; None otherwise, or when it cannot be made (the target
-        still loads, with a warning)."""
+        """The Gemma 4 assistant the config names, else the model's own MTP block, kept in
+        step with this context, where ``load_mtp`` asks for it and the model has one; None
+        otherwise, or when the block cannot be made (the target still loads, with a
+        warning).  An assistant that cannot be made is an error: it was asked for."""
+        if self.config.assistant is not None:
+            return AssistantHead(self, self.config.assistant)
         if not self.config.load_mtp or llama_cpp.llama_model_n_layer_nextn(self._model) < 1:
             return None
         try:

@@ -1,0 +1,135 @@
+"""Gemma 4's assistant drafter, on a tiny random-weight ``gemma4`` target and ``gemma4-assistant``
+written from the loaders' tensor lists (:mod:`localspec.llama.synthetic_gemma4`): given as the
+draft GGUF it drafts as llama.cpp's draft-mtp runs it (an MTP context reading the target's KV
+cache), its drafts are llama.cpp's own on the same files, greedy output is the target's own,
+its drafting leaves the target's cache as it was, and sampling keeps the target's distribution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import pytest
+from scipy import stats
+
+from localspec.api import SpeculativeModel
+from localspec.errors import IncompatibleDraftError, UnsupportedModelError
+from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.synthetic_gemma4 import write_gemma4_pair
+
+TRACE = Path(__file__).parent / "data/mtp/assistant-draft-mtp-trace.json"
+PROMPT = "hello world the code def return print hello world the code"
+
+
+@pytest.fixture(scope="module")
+def gemma4(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gemma4")
+    return write_gemma4_pair(folder / "target.gguf", folder / "assistant.gguf", 1)
+
+
+def greedy_pick(logits):
+    return int(np.argmax(logits)), 1.0, False
+
+
+@pytest.mark.parametrize("strategy", ["mtp", "auto"])
+def test_greedy_output_is_the_targets_own(gemma4, strategy):
+    target, assistant = gemma4
+    with SpeculativeModel(target, assistant, n_ctx=512) as model:
+        assert model.draft_engine is None and "mtp" in [d.name for d in model.drafters]
+        plain = model.generate(PROMPT, max_tokens=40, draft_max=0)
+        spec = model.generate(PROMPT, max_tokens=40, strategy=strategy)
+        forced = model.generate(PROMPT, max_tokens=40, strategy="mtp", draft_max=3, p_min=0.0)
+    assert spec.tokens == plain.tokens == forced.tokens
+    assert forced.stats.drafted_by_drafter["mtp"] >= 30
+
+
+def test_its_drafts_are_llama_cpps_draft_mtp_on_the_same_files(gemma4):
+    """llama.cpp's own draft-mtp with this assistant (llama-speculative-simple, recorded in
+    tests/data/mtp/assistant-draft-mtp-trace.json with the command and both files' sha256):
+    the same target tokens, and at every round the same drafted tokens from our head."""
+    target, assistant = gemma4
+    trace = json.loads(TRACE.read_text())
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == trace["target_sha256"]
+    assert hashlib.sha256(assistant.read_bytes()).hexdigest() == trace["assistant_sha256"]
+    rounds = trace["rounds"]  # nothing accepted: round i drafts after the prompt and i tokens
+    assert all(r["accepted"] == 0 for r in rounds)
+    with SpeculativeModel(target, None, n_ctx=512) as model:
+        plain = model.generate(trace["prompt"], max_tokens=len(rounds), draft_max=0)
+        prompt = model.target.tokenize(trace["prompt"])
+    assert plain.tokens[: len(rounds)] == [r["target_token"] for r in rounds]
+    context = prompt + plain.tokens
+    fresh = Engine(target, EngineConfig(n_ctx=512, load_mtp=True, assistant=assistant))
+    try:
+        for i, r in enumerate(rounds):  # llama.cpp drafts first after the prompt's last token
+            last = len(prompt) - 1 + i
+            fresh.trim(0)
+            fresh.decode(context[:last], [last - 1])
+            k = len(r["draft"])  # 3, fewer as the answer's end nears
+            assert fresh.mtp.draft(context[last], k, greedy_pick)[0] == r["draft"], i
+    finally:
+        fresh.close()
+
+
+def test_drafting_adds_nothing_to_the_targets_cache(gemma4):
+    target, assistant = gemma4
+    engine = Engine(target, EngineConfig(n_ctx=512, load_mtp=True, assistant=assistant))
+    try:
+        tokens = engine.tokenize(PROMPT)
+        engine.decode(tokens, [len(tokens) - 1])
+        memory = llama_cpp.llama_get_memory(engine._ctx)
+        before = llama_cpp.llama_memory_seq_pos_max(memory, 0)
+        first = engine.mtp.draft(tokens[-1], 3, greedy_pick)[0]
+        assert len(first) == 3
+        assert llama_cpp.llama_memory_seq_pos_max(memory, 0) == before == len(tokens) - 1
+        assert engine.mtp.draft(tokens[-1], 3, greedy_pick)[0] == first  # nothing moved
+    finally:
+        engine.close()
+
+
+def test_sampling_with_the_assistant_keeps_the_targets_distribution(gemma4):
+    """The first sampled tokens after the prompt, drawn 200 times each way, plain and with the
+    assistant's drafts (its own q in the acceptance rule): one distribution by a chi-squared
+    test."""
+    target, assistant = gemma4
+    draws = {}
+    with SpeculativeModel(target, assistant, n_ctx=256, p_min=0.0) as model:
+        fixed = {"strategy": "mtp", "draft_max": 2}
+        for name, options in (("plain", {"draft_max": 0}), ("assistant", fixed)):
+            got = [
+                model.generate(PROMPT, max_tokens=3, temperature=1.5, seed=s, **options)
+                for s in range(200)
+            ]
+            draws[name] = np.array([r.tokens for r in got])
+            assert (sum(r.stats.drafted_tokens for r in got) > 0) == (name == "assistant")
+    for pos in range(3):
+        values = np.union1d(draws["plain"][:, pos], draws["assistant"][:, pos])
+        table = np.array([[np.sum(d[:, pos] == v) for v in values] for d in draws.values()])
+        table = table[:, table.sum(axis=0) >= 10]
+        if table.shape[1] >= 2:
+            assert stats.chi2_contingency(table)[1] > 1e-3, (pos, table)
+
+
+def test_it_is_named_and_refused_where_it_cannot_draft(gemma4, target_gguf):
+    target, assistant = gemma4
+    with SpeculativeModel(target, assistant, n_ctx=256) as model:
+        assert model.builtin_drafter == "assistant drafter (assistant.gguf)"
+    with pytest.raises(IncompatibleDraftError, match="drafts for 'gemma4' targets, not 'llama'"):
+        SpeculativeModel(target_gguf, assistant, n_ctx=256)
+    with pytest.raises(UnsupportedModelError, match="one sequence: parallel 1"):
+        SpeculativeModel(target, assistant, n_ctx=256, parallel=2)
+
+
+def test_the_memory_estimate_counts_only_the_kv_layers_keep(gemma4):
+    from localspec.llama.synthetic_gemma4 import HEAD_FULL, N_HEAD_KV, SHARED_KV, TARGET_SWA
+    from localspec.models.gguf_info import check_gguf_file
+    from localspec.models.memory import model_memory
+
+    target, assistant = gemma4
+    assert model_memory(check_gguf_file(assistant), 4096).kv_cache == 0  # it reads the target's
+    own_kv = len(TARGET_SWA) - SHARED_KV  # 3 of 6 layers; each at the full head length, f16
+    expected = 4096 * own_kv * N_HEAD_KV * (HEAD_FULL + HEAD_FULL) * 2
+    assert model_memory(check_gguf_file(target), 4096).kv_cache == expected
