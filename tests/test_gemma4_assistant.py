@@ -133,3 +133,20 @@ def test_the_memory_estimate_counts_only_the_kv_layers_keep(gemma4):
     own_kv = len(TARGET_SWA) - SHARED_KV  # 3 of 6 layers; each at the full head length, f16
     expected = 4096 * own_kv * N_HEAD_KV * (HEAD_FULL + HEAD_FULL) * 2
     assert model_memory(check_gguf_file(target), 4096).kv_cache == expected
+
+
+def test_localspec_run_drafts_with_it(gemma4):
+    import subprocess
+    import sys
+
+    target, assistant = gemma4
+    args = ["-m", str(target), "-md", str(assistant), "--draft", "mtp", "--draft-max", "3"]
+    args += ["--draft-p-min", "0", "-n", "12", "--no-color", "hello world"]
+    done = subprocess.run(
+        [sys.executable, "-m", "localspec.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "[mtp 0/" in done.stderr and "no compatible draft model" not in done.stderr

@@ -57,7 +57,7 @@ def load_models(args):
         kwargs["chat_template"] = args.chat_template_file
     with _ctrl_c_deferred():
         model = load(args.model, draft, **kwargs)
-    if model.drafter is None and not no_draft_model:
+    if model.drafter is None and not model.builtin_drafter and not no_draft_model:
         print(
             "localspec: no compatible draft model found for this target; drafting by prompt "
             "lookup only "
