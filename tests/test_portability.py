@@ -257,6 +257,10 @@ def test_doctor_reports_the_build(monkeypatch, capsys):
     assert (
         "LOCALSPEC_NO_AMX   set: the fallback is forced" in text and "llama.cpp 0c1e57098" in text
     )
+    hybrid = next(line for line in text.splitlines() if line.startswith("hybrid models"))
+    assert "16 recurrent-state snapshots: qwen35, qwen35moe" in hybrid
+    assert "saved state: mamba, mamba2" in hybrid and "never share a prompt prefix" in hybrid
+    assert r["hybrid_models"]["snapshot_archs"][:2] == ["qwen35", "qwen35moe"]
 
 
 def test_gpu_without_a_gpu_build_warns_once_with_the_reinstall_command(monkeypatch):

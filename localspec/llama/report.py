@@ -17,6 +17,12 @@ from localspec.llama import amx_probe, backend
 from localspec.llama.engine import default_threads
 from localspec.llama.machine_store import MachineStore
 from localspec.models import cache
+from localspec.models.architectures import (
+    NOT_CACHED,
+    RS_SNAPSHOTS,
+    SAVED_STATE_ARCHS,
+    SNAPSHOT_ARCHS,
+)
 
 _warned = False
 
@@ -129,6 +135,12 @@ def report() -> dict:
             "amx_probe": str(amx_probe.cache_file()),
         },
         "learned": learned_report(),
+        "hybrid_models": {
+            "snapshots": RS_SNAPSHOTS,
+            "snapshot_archs": list(SNAPSHOT_ARCHS),
+            "saved_state_archs": list(SAVED_STATE_ARCHS),
+            "not_cached": NOT_CACHED,
+        },
         "default_pair": {
             "name": pair.name,
             **{
@@ -184,6 +196,14 @@ def format_report(r: dict) -> str:
             f"{pair['name']}`)"
         )
         lines.append(f"default {role:<10} {entry['name']}: {state}")
+    hybrid = r["hybrid_models"]
+    lines += [
+        f"hybrid models      rolled back by {hybrid['snapshots']} recurrent-state snapshots: "
+        f"{', '.join(hybrid['snapshot_archs'])}; from a saved state: "
+        f"{', '.join(hybrid['saved_state_archs'])}; not cached: {hybrid['not_cached']}",
+        "built-in drafters  a GGUF's own MTP blocks (nextn_predict_layers); Gemma 4's assistant "
+        "(gemma4-assistant GGUF as -md); both with --parallel 1",
+    ]
     lines += format_learned(r["learned"])
     if r["gpu_warning"]:
         lines += ["", f"warning: {r['gpu_warning']}"]

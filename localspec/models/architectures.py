@@ -13,4 +13,17 @@ SHORT_CONV_ARCHS = ("lfm2", "lfm2moe")
 # drafters that run against their target's memory, and the architecture each drafts for
 ASSISTANTS = {"gemma4-assistant": "gemma4"}
 # llama.cpp keeps snapshots for these (src/llama-arch.cpp, llm_arch_supports_rs_rollback)
-SNAPSHOT_ARCHS = ("qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe")
+SNAPSHOT_ARCHS = (
+    "qwen35", "qwen35moe", "qwen4exp", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe",
+    "kimi-k3", "deepseek4", "glm5-next", "bailingmoe3",
+)  # fmt: skip
+# the recurrent and hybrid architectures without them (llm_arch_is_recurrent / _is_hybrid):
+# rolled back from a state saved before each verify
+SAVED_STATE_ARCHS = (
+    "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "jamba", "falcon-h1", "plamo2",
+    "granitehybrid", "qwen3next", "kimi-linear", "minimax-01",
+)  # fmt: skip
+NOT_CACHED = (
+    "a prompt that does not extend the whole cached conversation reads its common prefix again;"
+    " slots (--parallel) never share a prompt prefix"
+)
