@@ -10,7 +10,7 @@ with localspec.load("qwen2.5-coder-1.5b") as model:
 
 from localspec.api import SpeculativeModel, chat, load, resolve_pair
 from localspec.decoding.loop import Generation
-from localspec.decoding.params import LoadOptions
+from localspec.decoding.params import CallOptions, LoadOptions
 from localspec.decoding.stats import GenerationResult, GenerationStats, TokenEvent, TokenSource
 from localspec.errors import (
     CatalogError,
@@ -32,6 +32,7 @@ __all__ = [
     "load",
     "resolve_pair",
     "LoadOptions",
+    "CallOptions",
     "Generation",
     "GenerationResult",
     "GenerationStats",

@@ -93,7 +93,8 @@ def test_bad_generation_options(target_gguf):
 def test_a_call_takes_one_options_record_or_keywords_not_both(target_gguf):
     with SpeculativeModel(target_gguf, None) as m:
         keywords = dict(max_tokens=12, temperature=0.0, strategy="prompt-lookup", draft_max=4)
-        record = call_options(keywords, m.default_draft)
+        record = m.options(**keywords)
+        assert record.params == call_options(keywords, m.default_draft).params
         by_keywords = m.generate("the cat sat", **keywords)
         assert m.generate("the cat sat", record).tokens == by_keywords.tokens
         assert len(by_keywords.tokens) == 12

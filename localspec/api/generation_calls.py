@@ -191,6 +191,11 @@ class GenerationCalls:
         )
         return self._start(tokens, started, stream, call, tools, thinking=thinking)
 
+    def options(self, **keywords) -> CallOptions:
+        """The keyword options of :meth:`chat` as one record, over this model's draft
+        defaults (checked now: InvalidOptionError for an unknown option or a bad value)."""
+        return call_options(keywords, self.default_draft)
+
     def _call_options(self, options: CallOptions | None, keywords: dict, chat: bool) -> CallOptions:
         """The call's one options record: ``options`` as given, or ``keywords`` parsed over
         this model's draft defaults.  InvalidOptionError for both at once, or for tools or
