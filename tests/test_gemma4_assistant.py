@@ -90,6 +90,7 @@ def test_drafting_adds_nothing_to_the_targets_cache(gemma4):
         engine.close()
 
 
+@pytest.mark.statistical
 def test_sampling_with_the_assistant_keeps_the_targets_distribution(gemma4):
     """The first sampled tokens after the prompt, drawn 200 times each way, plain and with the
     assistant's drafts (its own q in the acceptance rule): one distribution by a chi-squared

@@ -33,6 +33,7 @@ def _category(text: str) -> str:
     return f"{answer['c']}:{answer['s'][:1]}"
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("strategy, draft_max", [("draft-model", 3), ("auto", "auto")])
 def test_constrained_sampling_matches_constrained_plain(
     target_gguf, other_gguf, strategy, draft_max, drafting_always_pays

@@ -79,6 +79,7 @@ def test_mtp_needs_a_block(target_gguf):
             model.generate("hello", max_tokens=4, strategy="mtp")
 
 
+@pytest.mark.statistical
 def test_sampling_with_the_block_keeps_the_targets_distribution(mtp_target):
     """The first sampled tokens after the prompt, drawn 200 times each way, plain and with the
     block's drafts (its own q in the acceptance rule): one distribution by a chi-squared test."""

@@ -243,6 +243,7 @@ def sharp_draft(tmp_path_factory):
     return write_model(path, seed=1, logit_scale=2.0, added_tokens=THINK_TOKENS)
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("strategy, draft_max", [("draft-model", 4), ("auto", "auto")])
 def test_sampling_keeps_the_targets_distribution_given_the_forced_close(
     thinking_pair, sharp_draft, plain_sampled, strategy, draft_max, drafting_always_pays

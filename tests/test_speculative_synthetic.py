@@ -65,6 +65,7 @@ def test_kv_cache_after_every_round_equals_fresh_prefill(target_gguf, other_gguf
     ref.close()
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize(
     "strategy, draft_max",
     [("draft-model", 3), ("prompt-lookup", 3), ("suffix", 3), ("auto", "auto")],
