@@ -390,7 +390,7 @@ def _body(**fields) -> MessagesRequest:
 
 @pytest.mark.parametrize(
     "choice, expected",
-    [({"type": "any"}, "required"), ({"type": "auto"}, "auto"), ({"type": "none"}, None)],
+    [({"type": "any"}, "required"), ({"type": "auto"}, "auto"), ({"type": "none"}, "none")],
 )
 def test_tool_choice_translates_to_openais(choice, expected):
     assert (

@@ -247,3 +247,22 @@ def test_the_2026_pairs_say_their_targets_draft_for_themselves(capsys):
         "qwen3.5-9b-mtp-q4_k_m <- qwen3.5-0.8b-q4_k_m, and its built-in drafter (MTP, 1 head)"
         in (listing)
     )
+
+
+def test_gemma_4_s_assistant_is_listed_as_its_kind_of_drafter(capsys):
+    """Gemma 4 E4B's pair drafts with its gemma4-assistant file (assistant = true, pinned at
+    the revision its facts were read at); `localspec models` names that kind."""
+    import json
+
+    from localspec.cli.models import list_all
+
+    pair = load_catalog().pairs["gemma-4-e4b"]
+    assert pair.draft.assistant and not pair.target.assistant
+    assert pair.draft.revision == pair.target.revision and len(pair.draft.revision) == 40
+    assert list_all() == 0
+    listing = capsys.readouterr().out
+    assert "gemma-4-e4b-it-q4_k_m <- mtp-gemma-4-e4b-it-q8_0 (assistant drafter)" in listing
+    assert list_all(as_json=True) == 0
+    pairs = {p["name"]: p for p in json.loads(capsys.readouterr().out)["pairs"]}
+    assert pairs["gemma-4-e4b"]["draft_kind"] == "assistant"
+    assert pairs["qwen3.5-9b-mtp"]["draft_kind"] == "draft model"

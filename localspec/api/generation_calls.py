@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal, overload
 
 from localspec.decoding.fim import engine_fim_prompt
-from localspec.decoding.grammar import Constraint, response_format_grammar
+from localspec.decoding.grammar import Constraint
 from localspec.decoding.loop import Generation, RequestPlan
 from localspec.decoding.params import CallOptions, DraftParams, GenerationParams, call_options
 from localspec.decoding.slots import SlotPool
@@ -233,7 +233,7 @@ class GenerationCalls:
     def _tools(self, call: CallOptions) -> ToolRequest | None:
         """The call's tools to render, their call grammar and format; None without tools or
         with tool_choice "none"."""
-        return tool_request(call.tool_options(), lambda: self.tool_format, self.target_path.name)
+        return tool_request(call, lambda: self.tool_format, self.target_path.name)
 
     def _start(
         self,
@@ -247,7 +247,7 @@ class GenerationCalls:
     ):
         params = call.params
         predicted = self._tokenize_prediction(call.prediction)
-        constraint, parse_as = self._call_constraint(call.response_format, tool_grammar)
+        constraint, parse_as = self._call_constraint(call, tool_grammar)
         plan = RequestPlan(
             constraint=constraint,
             prediction=tuple(predicted),
@@ -273,15 +273,13 @@ class GenerationCalls:
             raise
         return generation if stream else generation.run()
 
-    def _call_constraint(self, response_format, tool_grammar: ToolRequest | None):
+    def _call_constraint(self, call: CallOptions, tool_grammar: ToolRequest | None):
         """(the call's grammar compiled, or None; the pydantic class to parse the answer
-        into, or None): the tool-call grammar, or the ``response_format``'s."""
-        grammar, parse_as = response_format_grammar(response_format)
-        if grammar is not None and tool_grammar is not None:
-            raise InvalidOptionError("response_format and tools cannot be combined in one request")
+        into, or None): the tool-call grammar, or the ``response_format``'s (the record
+        refuses both at once)."""
         if tool_grammar is not None:
             return self._constraint(tool_grammar.grammar, tool_grammar.trigger), None
-        return self._constraint(grammar), parse_as
+        return self._constraint(call.format_grammar), call.parse_as
 
     def _generation_in(
         self, slot, policy, tokens: list[int], params: GenerationParams, **options

@@ -64,6 +64,7 @@ def list_all(as_json: bool = False) -> int:
                             "target": p.target.name,
                             "draft": p.draft.name,
                             "builtin_drafter": p.target.builtin_drafter or None,
+                            "draft_kind": "assistant" if p.draft.assistant else "draft model",
                             "description": p.description,
                             "draft_max": p.draft_max,
                             "draft_min": p.draft_min,
@@ -83,7 +84,8 @@ def list_all(as_json: bool = False) -> int:
         mark = "*" if p.name == catalog.default_pair else " "
         state = "ready" if {p.target.name, p.draft.name} <= on_disk else "not downloaded"
         own = f", and its {p.target.builtin_drafter}" if p.target.builtin_drafter else ""
-        print(f" {mark} {p.name:<24} {p.target.name} <- {p.draft.name}{own}  [{state}]")
+        kind = " (assistant drafter)" if p.draft.assistant else ""
+        print(f" {mark} {p.name:<24} {p.target.name} <- {p.draft.name}{kind}{own}  [{state}]")
     print("\nModels:")
     _table([m for m in models if m.entry is not None])
     others = [m for m in models if m.entry is None]

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localspec.decoding.grammar import response_format_grammar
 from localspec.decoding.sampling import SamplingParams
+from localspec.decoding.tool_calls import check_tools
 from localspec.errors import InvalidOptionError, require_int
 from localspec.llama.engine_config import EngineConfig
 
@@ -168,13 +170,15 @@ class GenerationParams:
 
 @dataclass(frozen=True, eq=False)
 class CallOptions:
-    """One call's keyword options, parsed once by :func:`call_options`: the generation's
-    ``params``, and what the API turns into drafters and grammars: ``prediction`` (the
-    expected output text), ``response_format`` (as given), ``tools`` / ``tool_choice`` /
-    ``parallel_tool_calls`` (as given; checked by
-    :func:`~localspec.decoding.tool_calls.tool_request`); ``prompt_cache_key``: which
-    conversation this call continues, the slot hint of
-    :meth:`~localspec.decoding.slots.SlotPool.acquire`."""
+    """One call's options, checked once when made (:func:`call_options` makes one from
+    keywords): the generation's ``params``, and what the API turns into drafters and grammars:
+    ``prediction`` (the expected output text), ``response_format`` (as given; its grammar and
+    the pydantic class an answer is parsed into are ``format_grammar`` / ``parse_as``),
+    ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's; ``tool_choice`` None:
+    "auto" with tools); ``prompt_cache_key``: which conversation this call continues, the slot
+    hint of :meth:`~localspec.decoding.slots.SlotPool.acquire`.  InvalidOptionError, with the
+    option's name as ``param`` (``"tools.0.function.parameters"``, ``"tool_choice"``,
+    ``"response_format"``), for bad tools, a bad format, or a format beside tool calls."""
 
     params: GenerationParams = field(default_factory=GenerationParams)
     prediction: str | None = None
@@ -188,14 +192,32 @@ class CallOptions:
     enable_thinking: bool | None = None
     chat_template_kwargs: dict | None = None
     prompt_cache_key: str | None = None
+    format_grammar: str | None = field(init=False, default=None)
+    parse_as: type | None = field(init=False, default=None)
 
-    def tool_options(self) -> dict:
-        """The tool options as :func:`~localspec.decoding.tool_calls.tool_request` reads them."""
-        return {
-            "tools": self.tools,
-            "tool_choice": self.tool_choice,
-            "parallel_tool_calls": self.parallel_tool_calls,
-        }
+    def __post_init__(self) -> None:
+        if self.tools is not None:
+            tools, choice = check_tools(self.tools, self.tool_choice or "auto")
+            object.__setattr__(self, "tools", tools)
+            object.__setattr__(self, "tool_choice", choice)
+        elif self.tool_choice not in (None, "none", "auto"):
+            raise InvalidOptionError("tool_choice needs tools", param="tool_choice")
+        try:
+            grammar, parse_as = response_format_grammar(self.response_format)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(str(exc), param="response_format") from None
+        if grammar is not None and self.calls_tools:
+            raise InvalidOptionError(
+                "response_format and tools cannot be combined in one request",
+                param="response_format",
+            )
+        object.__setattr__(self, "format_grammar", grammar)
+        object.__setattr__(self, "parse_as", parse_as)
+
+    @property
+    def calls_tools(self) -> bool:
+        """Tools are given and tool_choice is not "none": the model may call them."""
+        return self.tools is not None and self.tool_choice != "none"
 
 
 GENERATION_OPTIONS = frozenset(

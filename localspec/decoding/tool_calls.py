@@ -79,7 +79,8 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
     ``{"type": "function", "function": {"name"}}``), checked; InvalidOptionError otherwise."""
     if not isinstance(tools, (list, tuple)) or not tools:
         raise InvalidOptionError(
-            "tools must be a non-empty list of {'type': 'function', 'function': {...}}"
+            "tools must be a non-empty list of {'type': 'function', 'function': {...}}",
+            param="tools",
         )
     names = []
     for tool in tools:
@@ -94,36 +95,42 @@ def check_tools(tools, tool_choice) -> tuple[list[dict], str | dict]:
             or not function["name"]
         ):
             raise InvalidOptionError(
-                f"each tool needs type 'function' and function.name, got {tool!r}"
+                f"each tool needs type 'function' and function.name, got {tool!r}",
+                param=f"tools.{len(names)}",
             )
         _check_parameters(len(names), function)
-        _check_name(function["name"])
+        _check_name(function["name"], len(names))
         names.append(function["name"])
     if len(set(names)) != len(names):
-        raise InvalidOptionError(f"tool names must be unique, got {names}")
+        raise InvalidOptionError(f"tool names must be unique, got {names}", param="tools")
     if isinstance(tool_choice, dict):
         name = (tool_choice.get("function") or {}).get("name")
         if tool_choice.get("type") != "function" or name not in names:
             # the name alone: each protocol wraps it its own way
             named = repr(name) if isinstance(name, str) else repr(tool_choice)
             raise InvalidOptionError(
-                f"tool_choice names no tool of this request: {named} (tools: {', '.join(names)})"
+                f"tool_choice names no tool of this request: {named} (tools: {', '.join(names)})",
+                param="tool_choice",
             )
     elif tool_choice not in ("auto", "none", "required"):
         raise InvalidOptionError(
             "tool_choice must be 'auto', 'none', 'required' or a named function, got "
-            f"{tool_choice!r}"
+            f"{tool_choice!r}",
+            param="tool_choice",
         )
     return list(tools), tool_choice
 
 
-def _check_name(name: str) -> None:
+def _check_name(name: str, index: int) -> None:
     """Any name a chat template can carry and the grammar can force (dots, slashes, any
     script: llama-server and Ollama take them, MCP and namespaced tools use them); only
     control characters are refused (the name is checked non-empty before)."""
     bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
     if bad is not None:
-        raise InvalidOptionError(f"tool name {name!r} has a control character ({bad!r})")
+        raise InvalidOptionError(
+            f"tool name {name!r} has a control character ({bad!r})",
+            param=f"tools.{index}.function.name",
+        )
 
 
 @dataclass(frozen=True)
@@ -139,19 +146,12 @@ class ToolRequest:
     format: ToolFormat
 
 
-def tool_request(options: dict, get_format, model_name: str) -> ToolRequest | None:
-    """Pop ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` from ``options``; None
-    without tools or with tool_choice "none".  ``get_format()`` gives the model's format
-    (None: its template has none).  InvalidOptionError for bad tools, tool_choice without
-    tools, or a model without a tool-call format."""
-    tools, choice = options.pop("tools", None), options.pop("tool_choice", None)
-    parallel = options.pop("parallel_tool_calls", True)
-    if tools is None:
-        if choice not in (None, "none", "auto"):
-            raise InvalidOptionError("tool_choice needs tools")
-        return None
-    tools, choice = check_tools(tools, choice or "auto")
-    if choice == "none":
+def tool_request(call, get_format, model_name: str) -> ToolRequest | None:
+    """The tools of ``call`` (a :class:`~localspec.decoding.params.CallOptions`, whose tools
+    are checked) to render, with their call grammar; None without tools or with tool_choice
+    "none".  ``get_format()`` gives the model's format (None: its template has none):
+    InvalidOptionError for a model without a tool-call format."""
+    if not call.calls_tools:
         return None
     fmt = get_format()
     if fmt is None:
@@ -159,8 +159,9 @@ def tool_request(options: dict, get_format, model_name: str) -> ToolRequest | No
             f"{model_name}'s chat template has no tool-call format localspec knows (supported: "
             "<tool_call> JSON calls as Qwen2.5 and Qwen3 write them, and Llama 3.x JSON calls)"
         )
+    tools, choice = call.tools, call.tool_choice
     fmt = replace(fmt, tools=tuple(t["function"]["name"] for t in tools))
-    grammar = call_grammar(fmt, tools, choice, parallel=bool(parallel))
+    grammar = call_grammar(fmt, tools, choice, parallel=bool(call.parallel_tool_calls))
     return ToolRequest(tools, grammar, _trigger(fmt) if choice == "auto" else None, fmt)
 
 

@@ -33,6 +33,7 @@ _MODEL_KEYS = {
     "mirror",
     "revision",
     "mtp_heads",
+    "assistant",
 }
 _REVISION = re.compile(r"^[0-9a-f]{40}$")
 _PARAMS = re.compile(r"^(\d+(?:\.\d+)?)([MB])$")
@@ -64,7 +65,9 @@ class ModelEntry:
     ``params`` is the parameter count as written on model cards ("1.5B", "270M");
     ``revision`` the Hub commit the size and sha256 were read at ("" = the repository's main:
     a publisher that uploads a file again under its name changes both); ``mtp_heads`` the
-    MTP (NextN) blocks the file carries, a built-in drafter (0: none)."""
+    MTP (NextN) blocks the file carries, a built-in drafter (0: none); ``assistant``: the file
+    is a drafter that reads its target's memory (Gemma 4's ``gemma4-assistant``), not a
+    model of its own."""
 
     name: str
     repo: str
@@ -79,6 +82,7 @@ class ModelEntry:
     mirror: Mirror | None = None
     revision: str = ""
     mtp_heads: int = 0
+    assistant: bool = False
 
     @property
     def builtin_drafter(self) -> str:
@@ -227,6 +231,8 @@ def _parse_model(name: str, raw: dict, where: str) -> ModelEntry:
         raise CatalogError(f"{what}: gated must be true or false")
     if "revision" in raw and not _REVISION.match(str(raw["revision"])):
         raise CatalogError(f"{what}: revision must be a commit's 40 lowercase hex digits")
+    if not isinstance(raw.get("assistant", False), bool):
+        raise CatalogError(f"{what}: assistant must be true or false")
     heads = raw.get("mtp_heads", 0)
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 0:
         raise CatalogError(f"{what}: mtp_heads must be an integer >= 0")

@@ -338,7 +338,8 @@ def routes(state) -> list[Route]:
 
     async def count(http: Request) -> Response:
         request = messages_request(await state.read_body(http, CountTokensRequest), state.keys)
-        tools = state.options(replace(request, prefill=None)).tools  # a prefill counts beside tools
+        options = state.options(replace(request, prefill=None))  # a prefill counts beside tools
+        tools = options.tools if options.calls_tools else None
         try:
             tokens = await asyncio.to_thread(
                 prompt_tokens, state.model.target, request.messages, request.prefill, tools

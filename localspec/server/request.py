@@ -14,16 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from localspec.api import check_response_format
 from localspec.decoding.params import CallOptions, DraftParams, call_options
-from localspec.decoding.tool_calls import check_tools, normalise_messages
-from localspec.errors import InvalidOptionError, LocalspecError
+from localspec.decoding.tool_calls import normalise_messages
+from localspec.errors import InvalidOptionError
 from localspec.server.errors import (
     FieldPath,
     RequestError,
     dotted,
     from_localspec_error,
-    path_of,
 )
 
 NO_FIM = (
@@ -182,6 +180,10 @@ def request_options(request: GenerationRequest, limits: Limits) -> CallOptions:
     try:
         return call_options(_option_values(request, limits), limits.draft)
     except InvalidOptionError as exc:
+        if exc.param in ("response_format", "max_tokens", "strategy"):  # the protocol's own
+            path = getattr(request.paths, exc.param)
+            message = str(exc).replace(exc.param, dotted(path), 1)
+            raise RequestError(message, path, code="invalid_value") from None
         raise from_localspec_error(exc) from None
 
 
@@ -197,7 +199,7 @@ def _option_values(request: GenerationRequest, limits: Limits) -> dict:
     if request.stop is not None:
         options["stop"] = list(request.stop)
     if request.response_format is not None:
-        options["response_format"] = _checked_format(request)
+        options["response_format"] = request.response_format
     options.update(request.speculative.options())
     if request.speculative.prediction is None and options.get("strategy") == "prediction":
         message = f"{dotted(request.paths.strategy)} 'prediction' needs a prediction"
@@ -205,14 +207,12 @@ def _option_values(request: GenerationRequest, limits: Limits) -> dict:
     if request.logprobs is not None:
         options["logprobs"] = request.logprobs
     options.update(_tool_options(request, limits))
-    if "tools" in options and "response_format" in options:
-        path = request.paths.response_format
-        raise RequestError(f"{dotted(path)} and tools cannot be combined in one request", path)
-    if "tools" in options and request.prefill is not None:
+    calls = request.tools is not None and options.get("tool_choice") != "none"
+    if calls and request.prefill is not None:
         raise RequestError(
             "a final assistant message (prefill) cannot be combined with tools", ("messages",)
         )
-    options.update(_reasoning_options(request, "tools" in options, limits))
+    options.update(_reasoning_options(request, calls, limits))
     if request.cache_key is not None:
         options["prompt_cache_key"] = request.cache_key
     return options
@@ -251,51 +251,19 @@ def _max_tokens(request: GenerationRequest, limit: int, default: int | None) -> 
     return min(asked or default or limit, limit)
 
 
-def _checked_format(request: GenerationRequest) -> dict:
-    try:
-        check_response_format(request.response_format)
-    except LocalspecError as exc:
-        raise RequestError(str(exc), request.paths.response_format, code="invalid_value") from None
-    return request.response_format
-
-
 def _tool_options(request: GenerationRequest, limits: Limits) -> dict:
-    """``tools`` / ``tool_choice`` / ``parallel_tool_calls`` ({} without tools or with
-    tool_choice none)."""
-    choice = request.tool_choice or "auto"
+    """``tools`` / ``tool_choice`` / ``parallel_tool_calls`` as the request sets them (checked
+    with the options record); RequestError where the model has no tool-call format."""
     if request.tools is None:
-        if choice not in ("none", "auto"):
-            raise RequestError("tool_choice needs tools", ("tool_choice",), code="invalid_value")
-        return {}
-    tools = list(request.tools)
-    check_tool_list(tools, choice)
-    if choice == "none":
-        return {}
-    if not limits.tools:
+        return {} if request.tool_choice is None else {"tool_choice": request.tool_choice}
+    choice = request.tool_choice or "auto"
+    if choice != "none" and not limits.tools:
         message = f"{limits.model_name} has no tool-call format in its chat template"
         raise RequestError(message, ("tools",), code="unsupported_value")
-    options = {"tools": tools, "tool_choice": choice}
+    options = {"tools": list(request.tools), "tool_choice": choice}
     if request.parallel_tool_calls is not None:
         options["parallel_tool_calls"] = request.parallel_tool_calls
     return options
-
-
-def check_tool_list(tools: list[dict], choice: str | dict) -> None:
-    """RequestError naming ``tools`` (or the tool's own field) for bad tools, then
-    ``tool_choice`` for a choice that names none of them."""
-    try:
-        check_tools(tools, "auto")
-    except InvalidOptionError as exc:
-        raise RequestError(
-            str(exc), path_of(exc.param) or ("tools",), code="invalid_value"
-        ) from None
-    if choice == "auto":
-        return
-    names_only = [{"type": "function", "function": {"name": t["function"]["name"]}} for t in tools]
-    try:
-        check_tools(names_only, choice)
-    except LocalspecError as exc:
-        raise RequestError(str(exc), ("tool_choice",), code="invalid_value") from None
 
 
 def prompt_tokens(target, messages, prefill: str | None, tools: list[dict] | None) -> list[int]:
