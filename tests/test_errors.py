@@ -184,3 +184,31 @@ def test_bench_options_that_make_no_run_fail_in_one_line_before_any_model_loads(
     assert [line for line in run.stderr.splitlines() if line.startswith("localspec: error:")] == [
         next(line for line in run.stderr.splitlines() if says in line)
     ]
+
+
+TOOL = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+JSON = {"type": "json_object"}
+
+
+@pytest.mark.parametrize(
+    "options, param, says",
+    [
+        ({"tool_choice": "required"}, "tool_choice", "tool_choice needs tools"),
+        ({"tools": [{"type": "function"}]}, "tools.0", "function.name"),
+        ({"tools": TOOL, "tool_choice": {"type": "function", "function": {"name": "g"}}},
+         "tool_choice", "names no tool"),
+        ({"tools": TOOL, "response_format": {"type": "json_object"}}, "response_format",
+         "cannot be combined"),
+        ({"response_format": {"type": "yaml"}}, "response_format", "must be"),
+    ],
+)  # fmt: skip
+def test_an_options_record_is_checked_once_when_made_naming_the_option(options, param, says):
+    from localspec.decoding.params import DraftParams
+
+    with pytest.raises(InvalidOptionError, match=says) as err:
+        call_options(options, DraftParams())
+    assert err.value.param == param
+    none = call_options(
+        {"tools": TOOL, "tool_choice": "none", "response_format": JSON}, DraftParams()
+    )
+    assert not none.calls_tools and none.format_grammar is not None  # "none": the format holds

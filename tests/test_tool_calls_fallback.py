@@ -12,6 +12,7 @@ import pytest
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.grammar import Constraint
+from localspec.decoding.params import CallOptions
 from localspec.decoding.tool_calls import ToolFormat, check_tools, tool_request
 from localspec.decoding.tool_parser import ToolCallParser, split_tool_calls
 from localspec.errors import InvalidOptionError
@@ -125,7 +126,7 @@ def test_tool_names_as_clients_send_them_are_accepted_and_control_characters_ref
 
 def test_tool_request_carries_the_declared_names_and_a_text_trigger():
     request = tool_request(
-        {"tools": _tools(DOTTED, "b"), "tool_choice": "auto"}, lambda: HERMES, "m"
+        CallOptions(tools=_tools(DOTTED, "b"), tool_choice="auto"), lambda: HERMES, "m"
     )
     assert request.format.tools == (DOTTED, "b")
     assert request.trigger.token == 0
@@ -134,7 +135,9 @@ def test_tool_request_carries_the_declared_names_and_a_text_trigger():
         b'x {"name": "' + DOTTED.encode() + b'"'
     )  # not at a line's start
     assert request.trigger.pattern.search(b'{"name"')  # before the name: the grammar then holds it
-    required = tool_request({"tools": _tools("b"), "tool_choice": "required"}, lambda: HERMES, "m")
+    required = tool_request(
+        CallOptions(tools=_tools("b"), tool_choice="required"), lambda: HERMES, "m"
+    )
     assert required.trigger is None
 
 
@@ -150,7 +153,7 @@ def synth(tmp_path_factory):
 def _walk(model, tools: list[dict], text: str) -> dict:
     """Feed ``text``'s tokens one by one through the auto-mode constraint as the loop does
     (``allowed`` on the rest as a draft, ``settle`` with the emitted token)."""
-    request = tool_request({"tools": tools, "tool_choice": "auto"}, lambda: HERMES, "m")
+    request = tool_request(CallOptions(tools=tools, tool_choice="auto"), lambda: HERMES, "m")
     tokenizer = grammar_tokenizer(model.target)
 
     def run():

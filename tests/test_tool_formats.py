@@ -14,6 +14,7 @@ import pytest
 from support.served import RunningServer
 
 from localspec.api import SpeculativeModel
+from localspec.decoding.params import CallOptions
 from localspec.decoding.tool_calls import LLAMA3_JSON, normalise_messages, tool_format, tool_request
 from localspec.decoding.tool_parser import ToolCallParser, split_tool_calls
 from localspec.errors import InvalidOptionError
@@ -101,7 +102,7 @@ def test_the_call_renders_back_for_the_next_turn(llama_model):
 )
 def test_auto_allows_one_call_or_prose_that_does_not_open_one(llama_model, text, ok):
     tools = tool_request(
-        {"tools": TOOLS, "tool_choice": "auto"}, lambda: llama_model.tool_format, "m"
+        CallOptions(tools=TOOLS, tool_choice="auto"), lambda: llama_model.tool_format, "m"
     )
     assert tools.trigger is None  # active from the first token: the call is the whole answer
     constraint = llama_model._constraint(tools.grammar, tools.trigger)
