@@ -25,8 +25,8 @@ class Verifying:
 
     def _verify(self, last: int, draft: Draft, rng: np.random.Generator, forced: bool = False):
         """One target decode of [last, d_1..d_k]; returns (n_accepted, the emitted
-        :class:`TokenEvent` list, not yet handed out); kept draft tokens are FORCED when a grammar drafted
-        them (``forced``: all; ``draft.forced``: per token), else ACCEPTED."""
+        :class:`TokenEvent` list, not yet handed out); kept draft tokens are FORCED when a
+        grammar drafted them (``forced``: all; ``draft.forced``: per token), else ACCEPTED."""
         k = len(draft.tokens)
         logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
         rows = logits if self.constraint is None else self.constraint.rows(logits, draft.tokens)
