@@ -208,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     took = time.perf_counter() - started
     print(f"built {app} ({size_mib(app):.0f} MiB) in {took / 60:.1f} min")
     if sys.platform == "linux":
+        entry = app / "localspec.desktop"
         print(
-            f"start it: {app / 'localspec-gui'}; menu entry: cp {app / 'localspec.desktop'} ~/.local/share/applications/"
+            f"start it: {app / 'localspec-gui'}; "
+            f"menu entry: cp {entry} ~/.local/share/applications/"
         )
     return 0
 
