@@ -320,7 +320,7 @@ F = {"type": "function", "function": {"name": "f"}}
         ),
         (
             dict(messages=OK, tools=[{"type": "function", "function": {"name": "get\nweather"}}]),
-            "tools",
+            "tools.0.function.name",
         ),
         (
             dict(
