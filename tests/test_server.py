@@ -700,3 +700,16 @@ def test_a_chat_body_becomes_one_request_validated_once():
             chat_request(ChatRequest.model_validate({"messages": OK, "tools": [F]})), no_tools
         )
     assert err.value.param == "tools" and err.value.code == "unsupported_value"
+
+
+def test_n_min_over_n_max_is_refused_once_by_the_library_naming_the_servers_field():
+    from localspec.server.errors import RequestError
+    from localspec.server.openai_chat import chat_request
+    from localspec.server.request import Limits, request_options
+    from localspec.server.schemas import ChatRequest
+
+    body = ChatRequest.model_validate({"messages": OK, "speculative": {"n_min": 5, "n_max": 2}})
+    with pytest.raises(RequestError) as err:
+        request_options(chat_request(body), Limits("pair", 64, tools=True, fim=False))
+    assert err.value.path == ("speculative", "n_min")
+    assert err.value.message == "speculative.n_min (5) must not exceed speculative.n_max (2)"

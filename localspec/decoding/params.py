@@ -44,7 +44,8 @@ class DraftParams:
         require_int("draft_min", self.draft_min, 0)
         if not self.adaptive and self.draft_min > self.draft_max:
             raise InvalidOptionError(
-                f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})"
+                f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max})",
+                param="draft_min",
             )
         if (
             isinstance(self.p_min, bool)

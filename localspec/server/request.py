@@ -30,6 +30,10 @@ NO_FIM = (
 )
 
 
+# the options whose refusals name the protocol's own field (FieldPaths)
+OWN_NAMES = ("response_format", "max_tokens", "strategy", "draft_min", "draft_max")
+
+
 def given(**options) -> dict:
     """``options`` without those that are None (not set by the client)."""
     return {name: value for name, value in options.items() if value is not None}
@@ -109,6 +113,8 @@ class FieldPaths:
     prompt: FieldPath = ("messages",)  # named when the prompt does not fit the context
     suffix: FieldPath = ("suffix",)  # named when the model has no FIM tokens
     strategy: FieldPath = ("speculative", "strategy")
+    draft_min: FieldPath = ("speculative", "n_min")  # llama.cpp's server names
+    draft_max: FieldPath = ("speculative", "n_max")
 
 
 @dataclass(frozen=True)
@@ -180,9 +186,11 @@ def request_options(request: GenerationRequest, limits: Limits) -> CallOptions:
     try:
         return call_options(_option_values(request, limits), limits.draft)
     except InvalidOptionError as exc:
-        if exc.param in ("response_format", "max_tokens", "strategy"):  # the protocol's own
+        if exc.param in OWN_NAMES:  # the library's name of a field the protocol names its way
             path = getattr(request.paths, exc.param)
-            message = str(exc).replace(exc.param, dotted(path), 1)
+            message = str(exc)
+            for name in OWN_NAMES:
+                message = message.replace(name, dotted(getattr(request.paths, name)))
             raise RequestError(message, path, code="invalid_value") from None
         raise from_localspec_error(exc) from None
 

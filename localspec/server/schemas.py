@@ -174,12 +174,6 @@ class SpeculativeOptions(BaseModel):
             **(options.as_options() if options is not None else {}), prediction=prediction
         )
 
-    @model_validator(mode="after")
-    def _min_below_max(self):
-        if isinstance(self.n_max, int) and self.n_min is not None and self.n_min > self.n_max:
-            raise ValueError(f"n_min ({self.n_min}) must not exceed n_max ({self.n_max})")
-        return self
-
 
 class JsonSchemaFormat(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
