@@ -97,11 +97,7 @@ class Generation(PromptPhase, RoundPhase, Drafting, Verifying, Emitting):
         self._on_end = on_end  # told once when the generation ends (its slot is free again)
         self._prompt_truncated = plan.prompt_truncated  # the caller cut the prompt (FIM)
         self._thinking = plan.thinking  # how the output splits into thinking and answer
-        thinking = plan.thinking
-        if thinking is not None and plan.constraint is not None and thinking.budget >= 0:
-            raise InvalidOptionError(
-                "a thinking budget cannot be combined with response_format or tools"
-            )
+        # (a budget beside a grammar was refused when the plan was made: check_thinking)
         self._events = self._run()
         self._ready: deque[TokenEvent] = deque()
 
