@@ -531,3 +531,10 @@ def test_stop_reasons_and_text_held_back_for_a_tool_call_that_never_came():
         json.loads(c.split("data: ", 1)[1])["delta"] for c in sse if "content_block_delta" in c
     ]
     assert "".join(d["text"] for d in deltas) == "1 <"
+
+
+def test_a_prefill_beside_tools_it_may_not_call_is_taken():
+    prefill = [*ASK, {"role": "assistant", "content": "Sure"}]
+    body = _body(messages=prefill, tools=TOOLS, tool_choice={"type": "none"})
+    options = request_options(messages_request(body), LIMITS)
+    assert options.tool_choice == "none" and not options.calls_tools

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from localspec.api import SpeculativeModel, load
-from localspec.decoding.params import call_options
+from localspec.decoding.params import CallOptions, call_options
 from localspec.errors import IncompatibleDraftError, InvalidOptionError, ModelFileError
 from localspec.llama.synthetic import vocabulary, write_model
 from localspec.models.compat import check_compatibility
@@ -107,6 +107,14 @@ def test_a_call_takes_one_options_record_or_keywords_not_both(target_gguf):
         tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
         with pytest.raises(InvalidOptionError, match="tools need a chat call"):
             m.infill("def f(", ")", call_options({"tools": tools}, m.default_draft))
+        unused = call_options({"tools": tools, "tool_choice": "none"}, m.default_draft)
+        assert m.generate("the cat sat", unused).tokens  # "none": no call, nothing to render
+        with pytest.raises(InvalidOptionError, match="reasoning options need a chat call"):
+            m.generate("the cat sat", m.options(enable_thinking=False))
+        with pytest.raises(InvalidOptionError, match="params must be a GenerationParams"):
+            CallOptions(params={"max_tokens": 3})
+        with pytest.raises(InvalidOptionError, match="parallel_tool_calls"):
+            CallOptions(tools=tools, parallel_tool_calls="no")
 
 
 def _cli(*args):

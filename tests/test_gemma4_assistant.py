@@ -17,7 +17,7 @@ import pytest
 from support.sampling import assert_same_distribution_per_position
 
 from localspec.api import SpeculativeModel
-from localspec.errors import IncompatibleDraftError, UnsupportedModelError
+from localspec.errors import IncompatibleDraftError, InvalidOptionError, UnsupportedModelError
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.synthetic_gemma4 import write_gemma4_pair
 
@@ -115,8 +115,19 @@ def test_it_is_named_and_refused_where_it_cannot_draft(gemma4, target_gguf):
         assert model.builtin_drafter == "assistant drafter (assistant.gguf)"
     with pytest.raises(IncompatibleDraftError, match="drafts for 'gemma4' targets, not 'llama'"):
         SpeculativeModel(target_gguf, assistant, n_ctx=256)
-    with pytest.raises(UnsupportedModelError, match="one sequence: parallel 1"):
+    with pytest.raises(UnsupportedModelError, match="one sequence: load it with parallel 1"):
         SpeculativeModel(target, assistant, n_ctx=256, parallel=2)
+    with pytest.raises(InvalidOptionError, match="not as a draft model"):
+        SpeculativeModel(target, assistant, n_ctx=256, strategy="draft-model")
+
+
+def test_serve_takes_one_slot_for_it_unless_told(gemma4, target_gguf, capsys):
+    from localspec.cli.loading import DEFAULT_PARALLEL, _default_parallel
+
+    target, assistant = gemma4
+    assert _default_parallel(str(target), str(assistant)) == 1
+    assert "serving one request at a time (-np 1)" in capsys.readouterr().err
+    assert _default_parallel(str(target_gguf), None) == DEFAULT_PARALLEL
 
 
 def test_the_memory_estimate_counts_only_the_kv_layers_keep(gemma4):

@@ -547,3 +547,17 @@ def test_a_cut_or_empty_stream_ends_incomplete_with_a_message_item():
         TypeAdapter(ResponseStreamEvent).validate_python(payload)
     assert payloads[-1]["response"]["output"][0]["content"][0]["text"] == ""
     assert [p["type"] for p in payloads].count("response.content_part.done") == 1
+
+
+@pytest.mark.parametrize(
+    "tool, param",
+    [
+        ({"type": "function", "name": "a\nb", "parameters": {"type": "object"}}, "tools.0.name"),
+        ({"type": "function", "name": "f", "parameters": {"type": "banana"}}, "tools.0.parameters"),
+    ],
+)
+def test_a_bad_tool_is_named_in_the_responses_own_tool_shape(tool, param):
+    body = ResponsesRequest.model_validate({"input": "x", "tools": [tool]})
+    with pytest.raises(RequestError) as err:
+        request_options(responses_request(body), LIMITS)
+    assert err.value.param == param and err.value.code == "invalid_value"

@@ -212,8 +212,12 @@ class GenerationCalls:
                 "give either a CallOptions or keyword options, not both "
                 f"(also given: {', '.join(sorted(keywords))})"
             )
-        if not chat and options.tools is not None:
+        if not chat and options.calls_tools:
             raise InvalidOptionError("tools need a chat call (a chat template renders them)")
+        if not chat and options.asks_reasoning:
+            raise InvalidOptionError(
+                "reasoning options need a chat call (a chat template renders the thinking)"
+            )
         return options
 
     @property

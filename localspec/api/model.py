@@ -18,7 +18,7 @@ from localspec.decoding.policy import adaptive_parts, batch_sizes
 from localspec.decoding.policy.costs import DRAFT_MODEL, fastest_of_two
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.thinking import ChatReasoning, read_chat_template
-from localspec.errors import EngineError, UnsupportedModelError
+from localspec.errors import EngineError, InvalidOptionError, UnsupportedModelError
 from localspec.llama.assistant import is_assistant
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
@@ -137,7 +137,13 @@ class SpeculativeModel(GenerationCalls):
             return None
         if self.load_options.parallel > 1:
             raise UnsupportedModelError(
-                f"{self.draft_path.name} (Gemma 4's assistant) drafts for one sequence: parallel 1"
+                f"{self.draft_path.name} (Gemma 4's assistant) drafts for one sequence: "
+                "load it with parallel 1 (localspec serve -np 1)"
+            )
+        if self.load_options.strategy == "draft-model":
+            raise InvalidOptionError(
+                f"{self.draft_path.name} is Gemma 4's assistant: it drafts as the target's MTP "
+                "block does (strategy 'mtp' or 'auto'), not as a draft model"
             )
         return self.draft_path
 

@@ -120,9 +120,9 @@ def _add_serve_parser(sub) -> None:
         "-np",
         "--parallel",
         type=int,
-        default=4,
-        help="requests generating at once, their target decodes batched (default 4; as "
-        "llama-server's -np)",
+        default=None,
+        help="requests generating at once, their target decodes batched (default 4, or 1 with "
+        "a drafter that runs one sequence: Gemma 4's assistant; as llama-server's -np)",
     )
     g.add_argument(
         "--cache-ram",

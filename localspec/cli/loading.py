@@ -25,6 +25,27 @@ def _ctrl_c_deferred():
         raise KeyboardInterrupt
 
 
+DEFAULT_PARALLEL = 4
+
+
+def _default_parallel(model, draft) -> int:
+    """serve's slots when -np is not given: 4, or 1 where the draft is Gemma 4's assistant
+    (it drafts for one sequence), said on stderr."""
+    from localspec.api import resolve_pair
+    from localspec.llama.assistant import is_assistant
+    from localspec.models.gguf_info import check_gguf_file
+
+    resolved = resolve_pair(model, draft)
+    if resolved.draft is None or not is_assistant(check_gguf_file(resolved.draft).architecture):
+        return DEFAULT_PARALLEL
+    print(
+        f"localspec: {resolved.draft.name} (Gemma 4's assistant) drafts for one sequence: "
+        "serving one request at a time (-np 1)",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def load_models(args):
     from localspec.llama.report import warn_gpu_once
 
@@ -38,10 +59,9 @@ def load_models(args):
         n_threads=args.threads,
         verbose=args.verbose,
     )
-    if (
-        getattr(args, "parallel", None) is not None
-    ):  # serve's slots and prompt cache, its requests' thinking
-        kwargs.update(parallel=args.parallel, cache_ram_mib=args.cache_ram)
+    if hasattr(args, "parallel"):  # serve's slots and prompt cache, its requests' thinking
+        parallel = args.parallel or _default_parallel(args.model, draft)
+        kwargs.update(parallel=parallel, cache_ram_mib=args.cache_ram)
         for key in ("reasoning_budget", "reasoning_budget_message", "reasoning_format"):
             if getattr(args, key, None) is not None:
                 kwargs[key] = getattr(args, key)

@@ -31,7 +31,8 @@ def check_server_args(args) -> None:
     """Refuse bad server options (port, slots, prompt cache, queue, body size, key); raises
     InvalidOptionError."""
     require_int("--port", args.port, 1, 65535, what="")
-    require_int("--parallel", args.parallel, 1, 64, what="")
+    if args.parallel is not None:
+        require_int("--parallel", args.parallel, 1, 64, what="")
     require_int("--cache-ram", args.cache_ram, 0, expected="0 (off) or more MiB")
     require_int("--queue", args.queue, 1, 4096, what="")
     require_int("--max-body", args.max_body, 1024, expected="at least 1024", unit=" bytes")

@@ -197,6 +197,15 @@ class CallOptions:
     parse_as: type | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.params, GenerationParams):
+            raise InvalidOptionError(
+                f"params must be a GenerationParams, got {type(self.params).__name__}"
+            )
+        if not isinstance(self.parallel_tool_calls, bool):
+            raise InvalidOptionError(
+                f"parallel_tool_calls must be True or False, got {self.parallel_tool_calls!r}",
+                param="parallel_tool_calls",
+            )
         if self.tools is not None:
             tools, choice = check_tools(self.tools, self.tool_choice or "auto")
             object.__setattr__(self, "tools", tools)
@@ -219,6 +228,20 @@ class CallOptions:
     def calls_tools(self) -> bool:
         """Tools are given and tool_choice is not "none": the model may call them."""
         return self.tools is not None and self.tool_choice != "none"
+
+    @property
+    def asks_reasoning(self) -> bool:
+        """A reasoning option is set (they need a chat template)."""
+        return any(
+            value is not None
+            for value in (
+                self.reasoning_budget,
+                self.reasoning_budget_message,
+                self.reasoning_format,
+                self.enable_thinking,
+                self.chat_template_kwargs,
+            )
+        )
 
 
 GENERATION_OPTIONS = frozenset(

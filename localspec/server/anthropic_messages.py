@@ -63,7 +63,13 @@ from localspec.server.reasoning_fields import (
     anthropic_reasoning,
     checked_thinking,
 )
-from localspec.server.request import GenerationRequest, Sampling, prompt_tokens
+from localspec.server.request import (
+    ANTHROPIC_TOOLS,
+    FieldPaths,
+    GenerationRequest,
+    Sampling,
+    prompt_tokens,
+)
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -290,7 +296,12 @@ def messages_request(
     messages, prefill = conversation(body, keys)
     choice = body.tool_choice
     parallel = False if choice is not None and choice.disable_parallel_tool_use else None
-    tools = {"tools": _tools(body), "tool_choice": _choice(choice), "parallel_tool_calls": parallel}
+    tools = {
+        "tools": _tools(body),
+        "tool_choice": _choice(choice),
+        "parallel_tool_calls": parallel,
+        "paths": FieldPaths(tool_fields=ANTHROPIC_TOOLS),
+    }
     if not isinstance(body, MessagesRequest):
         return GenerationRequest(
             "anthropic.messages", messages=tuple(messages), prefill=prefill, **tools

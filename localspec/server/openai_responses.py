@@ -39,7 +39,7 @@ from localspec.decoding.params import CallOptions
 from localspec.server.content import need, text_of
 from localspec.server.errors import FieldPath, RequestError, dotted
 from localspec.server.reasoning_fields import ReasoningKeys, effort_reasoning
-from localspec.server.request import FieldPaths, GenerationRequest, Sampling
+from localspec.server.request import FLAT_TOOLS, FieldPaths, GenerationRequest, Sampling
 from localspec.server.responses_shape import ResponseShape
 from localspec.server.responses_store import ResponseStore
 from localspec.server.responses_tools import Toolset, call_arguments, toolset
@@ -305,7 +305,10 @@ def responses_request(
         if isinstance(key := (body.model_extra or {}).get("prompt_cache_key"), str)
         else None,
         paths=FieldPaths(
-            max_tokens=("max_output_tokens",), response_format=("text", "format"), prompt=("input",)
+            max_tokens=("max_output_tokens",),
+            response_format=("text", "format"),
+            prompt=("input",),
+            tool_fields=FLAT_TOOLS,
         ),
     )
 

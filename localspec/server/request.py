@@ -115,6 +115,25 @@ class FieldPaths:
     strategy: FieldPath = ("speculative", "strategy")
     draft_min: FieldPath = ("speculative", "n_min")  # llama.cpp's server names
     draft_max: FieldPath = ("speculative", "n_max")
+    # a tool's fields as the protocol writes them: (OpenAI chat's name, the protocol's)
+    tool_fields: tuple[tuple[str, str], ...] = ()
+
+    def tool_param(self, param: str) -> str:
+        """``param`` ("tools.0.function.parameters") in the protocol's own tool shape."""
+        for chat_name, own in self.tool_fields:
+            head, dot, rest = param.partition(".")
+            index, _, field_path = rest.partition(".")
+            if head == "tools" and index.isdigit() and field_path == chat_name:
+                return ".".join(p for p in ("tools", index, own) if p)
+        return param
+
+
+FLAT_TOOLS = (("function.parameters", "parameters"), ("function.name", "name"), ("function", ""))
+ANTHROPIC_TOOLS = (
+    ("function.parameters", "input_schema"),
+    ("function.name", "name"),
+    ("function", ""),
+)
 
 
 @dataclass(frozen=True)
@@ -192,6 +211,8 @@ def request_options(request: GenerationRequest, limits: Limits) -> CallOptions:
             for name in OWN_NAMES:
                 message = message.replace(name, dotted(getattr(request.paths, name)))
             raise RequestError(message, path, code="invalid_value") from None
+        if exc.param and exc.param.startswith("tools."):
+            exc = InvalidOptionError(str(exc), request.paths.tool_param(exc.param))
         raise from_localspec_error(exc) from None
 
 
