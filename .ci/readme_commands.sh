@@ -76,8 +76,8 @@ sleep 20
 kill -0 $gui 2>/dev/null || { wait $gui; echo "localspec gui exited with status $?" >&2; exit 1; }
 kill $gui; wait $gui || true
 
-# The README's benchmark command (one repetition: a third of the 34 minutes three took on a 2-core
-# Xeon); its results go to a scratch folder, not over the committed ones.
+# The README's benchmark command (one repetition: 10 min 23 s on a 2-core Xeon at 7a4848f); its
+# results go to a scratch folder, not over the committed ones.
 bench_extras=".venv/bin/pip install -e '.[bench]'"
 bench_cmd='.venv/bin/localspec bench --quick'
 shown "$bench_extras && $bench_cmd"
