@@ -157,3 +157,24 @@ def test_localspec_run_drafts_with_it(gemma4):
     )
     assert done.returncode == 0, done.stderr
     assert "[mtp 0/" in done.stderr and "no compatible draft model" not in done.stderr
+
+
+def test_a_strategy_the_served_pair_cannot_run_names_the_servers_field(gemma4):
+    from starlette.testclient import TestClient
+
+    from localspec.server.app import create_app
+    from localspec.server.state import ServerConfig
+
+    target, _ = gemma4
+    body = {
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 4,
+        "speculative": {"strategy": "draft-model"},
+    }
+    with SpeculativeModel(target, None, n_ctx=256) as model:
+        with TestClient(create_app(model, ServerConfig(model_name="m"))) as client:
+            got = client.post("/v1/chat/completions", json=body, headers={"host": "localhost"})
+    assert got.status_code == 400
+    error = got.json()["error"]
+    assert error["param"] == "speculative.strategy"
+    assert error["message"].startswith("speculative.strategy 'draft-model' needs a draft model")

@@ -114,14 +114,19 @@ class Slot:
         same policy as a generation without thinking, the thinking by its own (its key ends
         with ``"reasoning"``)."""
         if dp.strategy == "draft-model" and self.drafter is None:
-            raise InvalidOptionError("strategy 'draft-model' needs a draft model; none is loaded")
+            raise InvalidOptionError(
+                "strategy 'draft-model' needs a draft model; none is loaded", param="strategy"
+            )
         if dp.strategy == "mtp" and self.mtp is None:
             raise InvalidOptionError(
-                "strategy 'mtp' needs a target with an MTP (NextN) block, loaded with parallel 1"
+                "strategy 'mtp' needs a target with an MTP (NextN) block or Gemma 4's assistant, "
+                "loaded with parallel 1 and a strategy that may use it ('auto' or 'mtp')",
+                param="strategy",
             )
         if dp.strategy == "prediction" and not predicted:
             raise InvalidOptionError(
-                "strategy 'prediction' needs a prediction (the expected output text)"
+                "strategy 'prediction' needs a prediction (the expected output text)",
+                param="strategy",
             )
         if dp.strategy == "none" or dp.draft_max == 0:
             return FixedPolicy(None, 0)

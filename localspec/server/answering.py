@@ -17,8 +17,8 @@ from localspec.decoding.params import CallOptions
 from localspec.decoding.stats import TokenEvent
 from localspec.errors import LocalspecError
 from localspec.server.access_log import RequestRecord, log_request
-from localspec.server.errors import APIError, from_localspec_error
-from localspec.server.request import GenerationRequest, start_generation
+from localspec.server.errors import APIError
+from localspec.server.request import GenerationRequest, refusal, start_generation
 from localspec.server.shape import Shape
 from localspec.server.worker import FINAL, Done, Emitted, Failed, Job, JobItem, Skipped
 
@@ -184,9 +184,7 @@ def _start_error(item: JobItem, request: GenerationRequest) -> APIError | None:
     """The error a job's item means for the request (None: not an error)."""
     if isinstance(item, Failed):
         return (
-            from_localspec_error(item.error, request.paths.prompt)
-            if isinstance(item.error, LocalspecError)
-            else _internal()
+            refusal(item.error, request) if isinstance(item.error, LocalspecError) else _internal()
         )
     if isinstance(item, Skipped):
         return APIError(503, "the server is shutting down", type="server_error", retry=True)

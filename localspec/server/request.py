@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 
 from localspec.decoding.params import CallOptions, DraftParams, call_options
 from localspec.decoding.tool_calls import normalise_messages
-from localspec.errors import InvalidOptionError
+from localspec.errors import InvalidOptionError, LocalspecError
 from localspec.server.errors import (
     FieldPath,
     RequestError,
@@ -205,15 +205,22 @@ def request_options(request: GenerationRequest, limits: Limits) -> CallOptions:
     try:
         return call_options(_option_values(request, limits), limits.draft)
     except InvalidOptionError as exc:
-        if exc.param in OWN_NAMES:  # the library's name of a field the protocol names its way
-            path = getattr(request.paths, exc.param)
-            message = str(exc)
-            for name in OWN_NAMES:
-                message = message.replace(name, dotted(getattr(request.paths, name)))
-            raise RequestError(message, path, code="invalid_value") from None
-        if exc.param and exc.param.startswith("tools."):
-            exc = InvalidOptionError(str(exc), request.paths.tool_param(exc.param))
-        raise from_localspec_error(exc) from None
+        raise refusal(exc, request) from None
+
+
+def refusal(exc: LocalspecError, request: GenerationRequest) -> RequestError:
+    """The library's refusal of ``request`` (when its options are made, or when it starts) as
+    a 400 naming the protocol's own field: its names for the library's options (FieldPaths),
+    its shape of a tool, the prompt for a prompt over the context."""
+    param = exc.param if isinstance(exc, InvalidOptionError) else None
+    if param in OWN_NAMES:  # the library's name of a field the protocol names its way
+        message = str(exc)
+        for name in OWN_NAMES:
+            message = message.replace(name, dotted(getattr(request.paths, name)))
+        return RequestError(message, getattr(request.paths, param), code="invalid_value")
+    if param and param.startswith("tools."):
+        exc = InvalidOptionError(str(exc), request.paths.tool_param(param))
+    return from_localspec_error(exc, request.paths.prompt)
 
 
 def _option_values(request: GenerationRequest, limits: Limits) -> dict:
