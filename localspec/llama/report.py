@@ -135,12 +135,7 @@ def report() -> dict:
             "amx_probe": str(amx_probe.cache_file()),
         },
         "learned": learned_report(),
-        "hybrid_models": {
-            "snapshots": RS_SNAPSHOTS,
-            "snapshot_archs": list(SNAPSHOT_ARCHS),
-            "saved_state_archs": list(SAVED_STATE_ARCHS),
-            "not_cached": NOT_CACHED,
-        },
+        "hybrid_models": hybrid_models(),
         "default_pair": {
             "name": pair.name,
             **{
@@ -152,6 +147,17 @@ def report() -> dict:
                 for role, entry in (("target", pair.target), ("draft", pair.draft))
             },
         },
+    }
+
+
+def hybrid_models() -> dict:
+    """How models that keep a recurrent state go back after a rejected draft, and what of
+    them is not cached (:mod:`localspec.models.architectures`)."""
+    return {
+        "snapshots": RS_SNAPSHOTS,
+        "snapshot_archs": list(SNAPSHOT_ARCHS),
+        "saved_state_archs": list(SAVED_STATE_ARCHS),
+        "not_cached": NOT_CACHED,
     }
 
 
