@@ -96,7 +96,6 @@ def report() -> dict:
     from localspec.models.catalog import load_catalog
 
     gpu = machine.gpu_hardware()
-    decision = amx_probe.amx_decision()
     pair = load_catalog().pair()
     on_disk = {
         role: cache.find_local(entry)
@@ -120,15 +119,7 @@ def report() -> dict:
         "reinstall_command": reinstall_command(gpu)
         if gpu and not backend.supports_gpu_offload()
         else None,
-        "amx": {
-            "cpu_has_amx": machine.cpu_has_amx(),
-            "in_build": backend.amx_in_build(),
-            "forced_off": amx_probe.forced_off(),
-            "avoided": decision.avoid_amx,
-            "status": decision.status,
-            "source": decision.source,
-            "cpu_buffer_types": sorted(backend.cpu_extra_buffer_types()),
-        },
+        "amx": amx_report(),
         "caches": {
             "models": str(cache.cache_dir()),
             "huggingface": str(constants.HF_HUB_CACHE),
@@ -147,6 +138,20 @@ def report() -> dict:
                 for role, entry in (("target", pair.target), ("draft", pair.draft))
             },
         },
+    }
+
+
+def amx_report() -> dict:
+    """The CPU's AMX, the build's, and whether localspec avoids llama.cpp's AMX kernels here."""
+    decision = amx_probe.amx_decision()
+    return {
+        "cpu_has_amx": machine.cpu_has_amx(),
+        "in_build": backend.amx_in_build(),
+        "forced_off": amx_probe.forced_off(),
+        "avoided": decision.avoid_amx,
+        "status": decision.status,
+        "source": decision.source,
+        "cpu_buffer_types": sorted(backend.cpu_extra_buffer_types()),
     }
 
 
