@@ -5,7 +5,7 @@ chat / generate / infill calls, :mod:`.pairs` how names become checked GGUF file
 :mod:`.calls` the one-call functions.
 """
 
-from localspec.api.calls import chat, check_response_format, load
+from localspec.api.calls import chat, load
 from localspec.api.generation_calls import Messages
 from localspec.api.model import SpeculativeModel
 from localspec.api.pairs import ResolvedPair, resolve_pair
@@ -15,7 +15,6 @@ __all__ = [
     "ResolvedPair",
     "SpeculativeModel",
     "chat",
-    "check_response_format",
     "load",
     "resolve_pair",
 ]

@@ -1,5 +1,4 @@
-"""The one-call functions: :func:`load` a pair by name, :func:`chat` with it kept loaded, and
-:func:`check_response_format` for a server to answer 400 before anything loads."""
+"""The one-call functions: :func:`load` a pair by name and :func:`chat` with it kept loaded."""
 
 from __future__ import annotations
 
@@ -9,16 +8,9 @@ from pathlib import Path
 from localspec.api.generation_calls import Messages
 from localspec.api.model import SpeculativeModel
 from localspec.api.pairs import resolve_pair
-from localspec.decoding.grammar import response_format_grammar
 from localspec.decoding.loop import Generation
 from localspec.decoding.stats import GenerationResult
 from localspec.models.cache import ProgressFn
-
-
-def check_response_format(response_format) -> None:
-    """Raise InvalidOptionError (with the reason) unless ``response_format`` is one
-    :meth:`SpeculativeModel.chat` takes; loads nothing (for a server to answer 400 early)."""
-    response_format_grammar(response_format)
 
 
 def load(

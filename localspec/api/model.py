@@ -22,7 +22,6 @@ from localspec.errors import EngineError, InvalidOptionError, UnsupportedModelEr
 from localspec.llama.assistant import is_assistant
 from localspec.llama.engine import Engine
 from localspec.llama.owner import LlamaThread
-from localspec.models.gguf_info import check_gguf_file
 
 
 class SpeculativeModel(GenerationCalls):
@@ -65,7 +64,7 @@ class SpeculativeModel(GenerationCalls):
         self.default_draft = self.load_options.draft
         self.target_path = Path(target)
         self.draft_path = Path(draft) if draft is not None else None
-        check_pair(self.target_path, self.draft_path)
+        self._draft_info = check_pair(self.target_path, self.draft_path)
         chat_template = read_chat_template(self.load_options.chat_template)
         self.auto_context = None
         if self.load_options.n_ctx == "auto":
@@ -131,9 +130,7 @@ class SpeculativeModel(GenerationCalls):
     def _assistant_path(self) -> Path | None:
         """The draft GGUF when it is Gemma 4's assistant (it drafts as the target's MTP block
         does, not as a draft model); UnsupportedModelError where it cannot run."""
-        if self.draft_path is None or not is_assistant(
-            check_gguf_file(self.draft_path).architecture
-        ):
+        if self._draft_info is None or not is_assistant(self._draft_info.architecture):
             return None
         if self.load_options.parallel > 1:
             raise UnsupportedModelError(

@@ -20,7 +20,7 @@ from localspec.models.discovery import (
     pick_draft,
     recommended_pair,
 )
-from localspec.models.gguf_info import check_gguf_file
+from localspec.models.gguf_info import GGUFInfo, check_gguf_file
 from localspec.models.memory import AutoContext, auto_context
 
 
@@ -62,18 +62,21 @@ def resolve_pair(
     return ResolvedPair(target=target_path, draft=draft_path, pair=pair)
 
 
-def check_pair(target: Path, draft: Path | None) -> None:
-    """Raise ModelFileError for a missing, non-GGUF or truncated file, IncompatibleDraftError
-    for a draft whose vocabulary does not match the target's; loads nothing."""
+def check_pair(target: Path, draft: Path | None) -> GGUFInfo | None:
+    """The draft's header (None without a draft), read once; raise ModelFileError for a
+    missing, non-GGUF or truncated file, IncompatibleDraftError for a draft whose vocabulary
+    does not match the target's; loads nothing."""
     target_info = check_gguf_file(target)
     if draft is None:
-        return
-    verdict = check_compatibility(target_info, check_gguf_file(draft))
+        return None
+    draft_info = check_gguf_file(draft)
+    verdict = check_compatibility(target_info, draft_info)
     if not verdict.compatible:
         raise IncompatibleDraftError(
             f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.reasons),
             verdict.reasons,
         )
+    return draft_info
 
 
 def auto_context_for(target: Path, draft: Path | None, options: LoadOptions) -> AutoContext:
