@@ -14,7 +14,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 import pytest
-from support.sampling import assert_same_distribution_per_position
+from support.sampling import assert_mtp_sampling_keeps_the_targets_distribution
 
 from localspec.api import SpeculativeModel
 from localspec.errors import IncompatibleDraftError, InvalidOptionError, UnsupportedModelError
@@ -96,17 +96,8 @@ def test_sampling_with_the_assistant_keeps_the_targets_distribution(gemma4):
     assistant's drafts (its own q in the acceptance rule): one distribution by a chi-squared
     test."""
     target, assistant = gemma4
-    draws = {}
     with SpeculativeModel(target, assistant, n_ctx=256, p_min=0.0) as model:
-        fixed = {"strategy": "mtp", "draft_max": 2}
-        for name, options in (("plain", {"draft_max": 0}), ("assistant", fixed)):
-            got = [
-                model.generate(PROMPT, max_tokens=3, temperature=1.5, seed=s, **options)
-                for s in range(200)
-            ]
-            draws[name] = np.array([r.tokens for r in got])
-            assert (sum(r.stats.drafted_tokens for r in got) > 0) == (name == "assistant")
-    assert_same_distribution_per_position(draws["plain"], draws["assistant"])
+        assert_mtp_sampling_keeps_the_targets_distribution(model, PROMPT)
 
 
 def test_it_is_named_and_refused_where_it_cannot_draft(gemma4, target_gguf):

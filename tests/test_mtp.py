@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.sampling import assert_same_distribution_per_position
+from support.sampling import assert_mtp_sampling_keeps_the_targets_distribution
 
 from localspec.api import SpeculativeModel
 from localspec.errors import InvalidOptionError
@@ -83,18 +83,8 @@ def test_mtp_needs_a_block(target_gguf):
 def test_sampling_with_the_block_keeps_the_targets_distribution(mtp_target):
     """The first sampled tokens after the prompt, drawn 200 times each way, plain and with the
     block's drafts (its own q in the acceptance rule): one distribution by a chi-squared test."""
-    draws = {}
     with SpeculativeModel(mtp_target, None, n_ctx=256, p_min=0.0) as model:
-        fixed = {"strategy": "mtp", "draft_max": 2}
-        for name, options in (("plain", {"draft_max": 0}), ("mtp", fixed)):
-            got = [
-                model.generate(PROMPT, max_tokens=3, temperature=1.5, seed=s, **options)
-                for s in range(200)
-            ]
-            draws[name] = np.array([r.tokens for r in got])
-            drafted = sum(r.stats.drafted_tokens for r in got)
-            assert (drafted > 0) == (name == "mtp")
-    assert_same_distribution_per_position(draws["plain"], draws["mtp"])
+        assert_mtp_sampling_keeps_the_targets_distribution(model, PROMPT)
 
 
 def test_lists_say_the_model_drafts_for_itself(mtp_target, target_gguf):
