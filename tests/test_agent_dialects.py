@@ -21,7 +21,7 @@ from localspec.server.access_log import LineFormatter
 from localspec.server.anthropic_messages import MessagesRequest, messages_request
 from localspec.server.openai_chat import chat_request
 from localspec.server.openai_responses import ResponsesRequest, responses_request
-from localspec.server.request import Limits, fold_late_system, request_options
+from localspec.server.request import Limits, fold_late_system
 from localspec.server.schemas import ChatRequest
 
 AGENTS = Path(__file__).parent / "data" / "agents"
@@ -41,8 +41,8 @@ def captured(path: Path) -> dict:
 def translated(path: Path):
     capture = captured(path)
     body_type, translate = PARSERS[capture["path"]]
-    request = translate(body_type.model_validate_json(json.dumps(capture["body"])))
-    return request, request_options(request, LIMITS)
+    request = translate(body_type.model_validate_json(json.dumps(capture["body"])), LIMITS)
+    return request, request.options
 
 
 @pytest.mark.parametrize("path", CAPTURED, ids=lambda p: p.stem)
@@ -58,7 +58,7 @@ def test_every_captured_body_translates(path):
     if "codex" in path.stem:
         names = [t["function"]["name"] for t in options.tools]
         assert "web_search" not in names and "tool_search" not in names
-        assert options.prompt_cache_key == request.cache_key == body["prompt_cache_key"]
+        assert options.prompt_cache_key == body["prompt_cache_key"]
         assert ("spawn_agent" in names) == ("gpt-5.5" not in path.stem)
         assert ("apply_patch" in names) == ("gpt-5.5" in path.stem)
 
@@ -540,7 +540,7 @@ def test_claude_codes_billing_header_is_left_out_of_the_prompt():
         "x-anthropic-billing-header: cc_version=9.9.999.abc; cc_entrypoint=cli;"
     )
     first, second = (
-        messages_request(MessagesRequest.model_validate_json(json.dumps(b)))
+        messages_request(MessagesRequest.model_validate_json(json.dumps(b)), LIMITS)
         for b in (capture["body"], other)
     )
     assert first.messages == second.messages
@@ -553,4 +553,4 @@ def test_prompt_cache_key_reaches_the_library_as_the_slot_hint(path):
     body_type, translate = PARSERS[path]
     turn = {"messages": [{"role": "user", "content": "hi"}]} if "chat" in path else {"input": "hi"}
     body = body_type.model_validate({"model": "pair", "prompt_cache_key": "session-1", **turn})
-    assert request_options(translate(body), LIMITS).prompt_cache_key == "session-1"
+    assert translate(body, LIMITS).options.prompt_cache_key == "session-1"

@@ -3,7 +3,6 @@ with the real pair: answers equal the library's greedy ones, streams reassemble 
 answer, tool use round-trips, errors come in Anthropic's shape."""
 
 import json
-from dataclasses import replace
 
 import anthropic
 import httpx
@@ -13,9 +12,14 @@ from support.greedy import assert_same_greedy
 from support.served import KEY, RunningServer, answer_batches, serve_once
 from support.tools import WEATHER
 
-from localspec.server.anthropic_messages import MessagesRequest, conversation, messages_request
+from localspec.server.anthropic_messages import (
+    CountTokensRequest,
+    MessagesRequest,
+    conversation,
+    messages_request,
+)
 from localspec.server.errors import RequestError
-from localspec.server.request import Limits, request_options
+from localspec.server.request import Limits
 
 SYSTEM = "You are a helpful programming assistant."
 ASK = [{"role": "user", "content": "Write a Python function that reverses a string."}]
@@ -369,11 +373,11 @@ def test_blocks_translate_to_the_models_messages_and_tools():
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: boom"},
         {"role": "user", "content": "Thanks."},
     ]
-    request = messages_request(body)
+    counted = CountTokensRequest.model_validate(body.model_dump(exclude={"max_tokens"}))
+    request = messages_request(counted, LIMITS)  # count_tokens: a prefill counts beside tools
     assert request.prefill == "The sum" and list(request.messages) == messages
-    options = request_options(
-        replace(request, prefill=None), LIMITS
-    )  # a prefill is not combined with tools
+    asked = body.model_copy(update={"messages": body.messages[:-1]})
+    options = messages_request(asked, LIMITS).options  # a prefill is not combined with tools
     assert options.tool_choice == {"type": "function", "function": {"name": "add"}}
     assert (
         options.parallel_tool_calls is False
@@ -394,9 +398,7 @@ def _body(**fields) -> MessagesRequest:
 )
 def test_tool_choice_translates_to_openais(choice, expected):
     assert (
-        request_options(
-            messages_request(_body(tools=TOOLS, tool_choice=choice)), LIMITS
-        ).tool_choice
+        messages_request(_body(tools=TOOLS, tool_choice=choice), LIMITS).options.tool_choice
         == expected
     )
 
@@ -424,7 +426,7 @@ def test_tool_choice_translates_to_openais(choice, expected):
 )
 def test_bad_tools_are_refused_naming_the_field(bad, words, path):
     with pytest.raises(RequestError, match=words) as err:
-        request_options(messages_request(_body(**bad)), LIMITS)
+        messages_request(_body(**bad), LIMITS)
     assert err.value.path == path
 
 
@@ -436,12 +438,12 @@ def test_a_document_block_is_refused_and_max_tokens_lowered_to_the_limit():
         conversation(_body(messages=[{"role": "user", "content": [doc]}]))
     assert err.value.path == ("messages", 0, "content", 0)
     assert (
-        request_options(messages_request(_body(max_tokens=32000)), LIMITS).params.max_tokens
+        messages_request(_body(max_tokens=32000), LIMITS).options.params.max_tokens
         == LIMITS.max_tokens
     )
     prefill = [*ASK, {"role": "assistant", "content": "Sure"}]
     with pytest.raises(RequestError, match="prefill"):
-        request_options(messages_request(_body(messages=prefill, tools=TOOLS)), LIMITS)
+        messages_request(_body(messages=prefill, tools=TOOLS), LIMITS)
 
 
 def test_the_stream_shape_splits_text_and_tool_use_as_the_sdk_reads_it():
@@ -536,5 +538,5 @@ def test_stop_reasons_and_text_held_back_for_a_tool_call_that_never_came():
 def test_a_prefill_beside_tools_it_may_not_call_is_taken():
     prefill = [*ASK, {"role": "assistant", "content": "Sure"}]
     body = _body(messages=prefill, tools=TOOLS, tool_choice={"type": "none"})
-    options = request_options(messages_request(body), LIMITS)
+    options = messages_request(body, LIMITS).options
     assert options.tool_choice == "none" and not options.calls_tools

@@ -9,12 +9,12 @@ from support.fakes import FakeDrafter
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.drafters import Draft
-from localspec.decoding.learned import LearnedState
 from localspec.decoding.policy import AdaptivePolicy, CostAverage, CostModel
 from localspec.decoding.policy.estimates import (
     ANSWER_PRIOR_TOKENS,
     AnswerLength,
 )
+from localspec.decoding.policy.learned import LearnedState
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.machine_store import MachineStore
 

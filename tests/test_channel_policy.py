@@ -13,7 +13,6 @@ from support.thinking import QUESTION, R1_DISTILL
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.drafters import Draft
-from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.params import DraftParams
 from localspec.decoding.policy import (
     BATCH_SIZES,
@@ -25,6 +24,7 @@ from localspec.decoding.policy import (
     Policy,
     adaptive_parts,
 )
+from localspec.decoding.policy.learned import LearnedState, kind_name
 from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.machine_store import MachineStore

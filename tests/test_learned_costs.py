@@ -14,7 +14,6 @@ from support.fakes import FakeDrafter
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.drafters import Draft
-from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.policy import (
     BATCH_SIZES,
     AdaptivePolicy,
@@ -28,6 +27,7 @@ from localspec.decoding.policy.costs import (
     stored_c1_holds,
     warm_up,
 )
+from localspec.decoding.policy.learned import LearnedState, kind_name
 from localspec.decoding.rounds import RoundOutcome
 from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.machine_store import MachineStore
@@ -155,7 +155,7 @@ def test_another_gguf_starts_fresh_and_a_corrupt_store_still_loads(
 
 
 def test_a_generation_that_ends_writes_what_it_learnt(target_gguf, monkeypatch):
-    from localspec.decoding import learned
+    from localspec.decoding.policy import learned
 
     monkeypatch.setattr(learned, "SAVE_EVERY_S", 0.0)
     with SpeculativeModel(target_gguf, target_gguf, n_ctx=512) as model:

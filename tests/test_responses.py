@@ -24,7 +24,7 @@ from localspec.server.openai_responses import (
     messages_from,
     responses_request,
 )
-from localspec.server.request import Limits, request_options
+from localspec.server.request import Limits
 
 INSTRUCTIONS = "You are a helpful programming assistant."
 ASK = "Write a Python function that reverses a string."
@@ -424,11 +424,11 @@ def test_a_body_translates_to_the_generation_request_and_its_options():
             "parallel_tool_calls": False,
         }
     )
-    request = responses_request(body)
+    request = responses_request(body, LIMITS)
     assert request.protocol == "openai.responses" and request.messages == (
         {"role": "user", "content": "x"},
     )
-    options = request_options(request, LIMITS)
+    options = request.options
     assert options.tool_choice == {"type": "function", "function": {"name": "add"}}
     assert options.tools[0] == {
         "type": "function",
@@ -443,13 +443,13 @@ def test_a_body_translates_to_the_generation_request_and_its_options():
         {"input": "x", "tools": TOOLS, "text": {"format": {"type": "json_object"}}}
     )
     with pytest.raises(RequestError, match="cannot be combined") as err:
-        request_options(responses_request(body), LIMITS)
+        responses_request(body, LIMITS)
     assert err.value.path == ("text", "format")
     schema = {"type": "json_schema", "name": "p", "schema": WEATHER, "strict": True}
     body = ResponsesRequest.model_validate(
         {"input": "x", "max_output_tokens": 7, "text": {"format": schema}}
     )
-    options = request_options(responses_request(body), LIMITS)
+    options = responses_request(body, LIMITS).options
     assert options.response_format == {
         "type": "json_schema",
         "json_schema": {"name": "p", "schema": WEATHER},
@@ -459,7 +459,7 @@ def test_a_body_translates_to_the_generation_request_and_its_options():
     with pytest.raises(
         RequestError, match="max_output_tokens is 101; this server allows at most 100"
     ) as err:
-        request_options(responses_request(body), LIMITS)
+        responses_request(body, LIMITS)
     assert err.value.param == "max_output_tokens"
 
 
@@ -559,5 +559,5 @@ def test_a_cut_or_empty_stream_ends_incomplete_with_a_message_item():
 def test_a_bad_tool_is_named_in_the_responses_own_tool_shape(tool, param):
     body = ResponsesRequest.model_validate({"input": "x", "tools": [tool]})
     with pytest.raises(RequestError) as err:
-        request_options(responses_request(body), LIMITS)
+        responses_request(body, LIMITS)
     assert err.value.param == param and err.value.code == "invalid_value"

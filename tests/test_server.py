@@ -652,7 +652,7 @@ def test_a_chat_body_becomes_one_request_validated_once():
     from localspec.server.anthropic_messages import error_response
     from localspec.server.errors import RequestError
     from localspec.server.openai_chat import chat_request
-    from localspec.server.request import Limits, request_options
+    from localspec.server.request import Limits
     from localspec.server.schemas import ChatRequest
 
     limits = Limits(
@@ -672,9 +672,9 @@ def test_a_chat_body_becomes_one_request_validated_once():
             "stream": True,
         }
     )
-    request = chat_request(body)
-    assert request.protocol == "openai.chat" and request.stream and request.stop == ("x",)
-    options = request_options(request, limits)
+    request = chat_request(body, limits)
+    assert request.protocol == "openai.chat" and request.stream
+    options = request.options
     assert options.params == GenerationParams(
         max_tokens=16,
         sampling=SamplingParams(temperature=0.5, top_k=3),
@@ -684,9 +684,7 @@ def test_a_chat_body_becomes_one_request_validated_once():
     )
     bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "x"}}}
     with pytest.raises(RequestError) as err:
-        request_options(
-            chat_request(ChatRequest.model_validate({"messages": OK, "tools": [bad]})), limits
-        )
+        chat_request(ChatRequest.model_validate({"messages": OK, "tools": [bad]}), limits)
     assert err.value.path == ("tools", 0, "function", "parameters")
     assert json.loads(err.value.response().body)["error"]["param"] == "tools.0.function.parameters"
     anthropic = json.loads(error_response(err.value).body)
@@ -696,20 +694,18 @@ def test_a_chat_body_becomes_one_request_validated_once():
     }
     no_tools = Limits("pair", max_tokens=64, tools=False, fim=False)
     with pytest.raises(RequestError, match="no tool-call format") as err:
-        request_options(
-            chat_request(ChatRequest.model_validate({"messages": OK, "tools": [F]})), no_tools
-        )
+        chat_request(ChatRequest.model_validate({"messages": OK, "tools": [F]}), no_tools)
     assert err.value.param == "tools" and err.value.code == "unsupported_value"
 
 
 def test_n_min_over_n_max_is_refused_once_by_the_library_naming_the_servers_field():
     from localspec.server.errors import RequestError
     from localspec.server.openai_chat import chat_request
-    from localspec.server.request import Limits, request_options
+    from localspec.server.request import Limits
     from localspec.server.schemas import ChatRequest
 
     body = ChatRequest.model_validate({"messages": OK, "speculative": {"n_min": 5, "n_max": 2}})
     with pytest.raises(RequestError) as err:
-        request_options(chat_request(body), Limits("pair", 64, tools=True, fim=False))
+        chat_request(body, Limits("pair", 64, tools=True, fim=False))
     assert err.value.path == ("speculative", "n_min")
     assert err.value.message == "speculative.n_min (5) must not exceed speculative.n_max (2)"

@@ -30,7 +30,7 @@ from localspec.server.errors import RequestError
 from localspec.server.openai_chat import chat_request
 from localspec.server.openai_responses import ResponsesRequest, messages_from, responses_request
 from localspec.server.reasoning_fields import ReasoningKeys, channel_runs
-from localspec.server.request import GenerationRequest, Limits, Reasoning, request_options
+from localspec.server.request import Limits, generation_request
 from localspec.server.schemas import ChatRequest
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
@@ -177,7 +177,7 @@ def test_an_earlier_turns_reasoning_content_goes_to_the_template_which_drops_it(
         and kept.choices[0].message == plain.choices[0].message
     )
     body = ChatRequest.model_validate({"messages": [*ASK, thought, *later]})
-    assert chat_request(body).messages[1] == {
+    assert chat_request(body, LIMITS).messages[1] == {
         "role": "assistant",
         **{k: thought[k] for k in ("content", "reasoning_content")},
     }
@@ -413,9 +413,9 @@ REASONING_OPTIONS = (
 )
 
 
-def _given(request, limits=LIMITS) -> dict:
+def _given(request) -> dict:
     """The call's max_tokens and the reasoning options it sets (the rest left to the model)."""
-    options = request_options(request, limits)
+    options = request.options
     reasoning = {name: getattr(options, name) for name in REASONING_OPTIONS}
     return {
         "max_tokens": options.params.max_tokens,
@@ -424,7 +424,7 @@ def _given(request, limits=LIMITS) -> dict:
 
 
 def _chat_options(**fields) -> dict:
-    return _given(chat_request(ChatRequest.model_validate({"messages": ASK, **fields})))
+    return _given(chat_request(ChatRequest.model_validate({"messages": ASK, **fields}), LIMITS))
 
 
 def test_efforts_map_to_budgets_and_reach_the_template():
@@ -452,7 +452,7 @@ def test_efforts_map_to_budgets_and_reach_the_template():
     body = ResponsesRequest.model_validate(
         {"input": "x", "reasoning": {"effort": "medium", "summary": "auto"}}
     )
-    assert _given(responses_request(body))["reasoning_budget"] == 4096
+    assert _given(responses_request(body, LIMITS))["reasoning_budget"] == 4096
     for thinking, expected in (
         ({"type": "enabled", "budget_tokens": 2048}, {"reasoning_budget": 2048}),
         ({"type": "disabled"}, {"enable_thinking": False}),
@@ -461,12 +461,12 @@ def test_efforts_map_to_budgets_and_reach_the_template():
         body = MessagesRequest.model_validate(
             {"model": "m", "max_tokens": 8, "messages": ASK, "thinking": thinking}
         )
-        assert _given(messages_request(body)) == {"max_tokens": 8, **expected}
+        assert _given(messages_request(body, LIMITS)) == {"max_tokens": 8, **expected}
     adaptive = {"thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}
     body = MessagesRequest.model_validate(
         {"model": "m", "max_tokens": 8, "messages": ASK, **adaptive}
     )
-    assert _given(messages_request(body))["reasoning_budget"] == -1
+    assert _given(messages_request(body, LIMITS))["reasoning_budget"] == -1
 
 
 def test_with_tools_no_budget_is_forced_and_raw_text_has_no_reasoning_options():
@@ -477,13 +477,15 @@ def test_with_tools_no_budget_is_forced_and_raw_text_has_no_reasoning_options():
     thinks_off = Limits(
         "pair", 100, tools=True, fim=False, reasoning_budget=0, reads_enable_thinking=True
     )
-    request = chat_request(ChatRequest.model_validate({"messages": ASK, "tools": [TOOL]}))
-    options = _given(request, thinks_off)
+    request = chat_request(
+        ChatRequest.model_validate({"messages": ASK, "tools": [TOOL]}), thinks_off
+    )
+    options = _given(request)
     assert options["enable_thinking"] is False and "reasoning_budget" not in options
-    raw = GenerationRequest("openai.completions", prompt="x", reasoning=Reasoning(budget=3))
+    raw = generation_request("openai.completions", LIMITS, prompt="x", reasoning_budget=3)
     assert "reasoning_budget" not in _given(raw)
-    prefill = GenerationRequest(
-        "anthropic.messages", messages=tuple(ASK), prefill="Sure", reasoning=Reasoning(budget=3)
+    prefill = generation_request(
+        "anthropic.messages", LIMITS, messages=ASK, prefill="Sure", reasoning_budget=3
     )
     assert "reasoning_budget" not in _given(prefill)
 
@@ -498,18 +500,18 @@ def test_a_thinking_block_sent_back_must_be_whole_and_signed():
         {"model": "m", "max_tokens": 8, "messages": [*ASK, turn, *ASK]}
     )
     with pytest.raises(RequestError, match="a thinking block needs thinking, signature") as err:
-        messages_request(body, keys)
+        messages_request(body, LIMITS, keys)
     assert err.value.path == ("messages", 1, "content", 0)
     turn["content"][0]["signature"] = keys.sign("hmm")
     body = MessagesRequest.model_validate(
         {"model": "m", "max_tokens": 8, "messages": [*ASK, turn, *ASK]}
     )
-    assert messages_request(body, keys).messages[1] == {
+    assert messages_request(body, LIMITS, keys).messages[1] == {
         "role": "assistant",
         "content": "4",
         "reasoning_content": "hmm",
     }
-    assert messages_request(body).messages[1] == {
+    assert messages_request(body, LIMITS).messages[1] == {
         "role": "assistant",
         "content": "4",
     }  # no keys: dropped

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from localspec.api.generation_calls import GenerationCalls
 from localspec.api.pairs import auto_context_for, check_pair
-from localspec.decoding.learned import LearnedState, kind_name
 from localspec.decoding.loop import Generation
 from localspec.decoding.params import DraftParams, LoadOptions
 from localspec.decoding.policy import adaptive_parts, batch_sizes
 from localspec.decoding.policy.costs import DRAFT_MODEL, fastest_of_two
+from localspec.decoding.policy.learned import LearnedState, kind_name
 from localspec.decoding.slots import SlotPool
 from localspec.decoding.thinking import ChatReasoning, read_chat_template
 from localspec.errors import EngineError, InvalidOptionError, UnsupportedModelError

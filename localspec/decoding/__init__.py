@@ -1,3 +1,3 @@
 """Speculative decoding: the loop (``loop``), the acceptance rules (``sampling``), the
-policy that picks each round's drafter and length (``policy``, ``calibration``),
-statistics (``stats``), the offline replay (``replay``) and the drafters (``drafters/``)."""
+policy that picks each round's drafter and length, its cost model and what it learnt on this
+machine (``policy/``), statistics (``stats``) and the drafters (``drafters/``)."""

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from localspec.decoding.params import CallOptions
 from localspec.decoding.stats import TokenEvent
 from localspec.errors import LocalspecError
 from localspec.server.access_log import RequestRecord, log_request
@@ -39,11 +38,10 @@ class Answering:
         self,
         http: Request,
         request: GenerationRequest,
-        options: CallOptions,
         shape: Shape,
         on_start: Callable | None = None,
     ) -> Response:
-        """Queue ``request`` (with its :meth:`options`) and answer in ``shape``'s protocol: a
+        """Queue ``request`` and answer in ``shape``'s protocol: a
         stream of its events when ``request.stream``, else its whole response.
         ``on_start(generation)`` is called on the model's thread once the prompt
         is rendered.  A stream starts once the prompt is rendered, or after
@@ -51,7 +49,7 @@ class Answering:
         nothing else was sent for KEEPALIVE_S (the prompt is being read)."""
 
         def start(model):
-            generation = start_generation(model, request, options)
+            generation = start_generation(model, request)
             if on_start is not None:
                 on_start(generation)
             return generation
@@ -184,7 +182,9 @@ def _start_error(item: JobItem, request: GenerationRequest) -> APIError | None:
     """The error a job's item means for the request (None: not an error)."""
     if isinstance(item, Failed):
         return (
-            refusal(item.error, request) if isinstance(item.error, LocalspecError) else _internal()
+            refusal(item.error, request.paths)
+            if isinstance(item.error, LocalspecError)
+            else _internal()
         )
     if isinstance(item, Skipped):
         return APIError(503, "the server is shutting down", type="server_error", retry=True)

@@ -67,8 +67,10 @@ from localspec.server.request import (
     ANTHROPIC_TOOLS,
     FieldPaths,
     GenerationRequest,
-    Sampling,
+    Limits,
+    generation_request,
     prompt_tokens,
+    sampling_of,
 )
 
 _ERROR_TYPES = {
@@ -289,37 +291,39 @@ def _tools(body: CountTokensRequest) -> tuple[dict, ...] | None:
 
 
 def messages_request(
-    body: CountTokensRequest, keys: ReasoningKeys | None = None
+    body: CountTokensRequest, limits: Limits, keys: ReasoningKeys | None = None
 ) -> GenerationRequest:
-    """A Messages (or count_tokens) body as the generation it asks for; ``max_tokens`` is
-    lowered to the server's limit (Claude Code asks for 32000); RequestError (400)."""
+    """A Messages (or count_tokens) body as the generation it asks for, under the server's
+    ``limits``; ``max_tokens`` is lowered to the server's limit (Claude Code asks for 32000);
+    RequestError (400).  A count_tokens body's prefill is counted beside its tools."""
     messages, prefill = conversation(body, keys)
     choice = body.tool_choice
-    parallel = False if choice is not None and choice.disable_parallel_tool_use else None
-    tools = {
+    asked = {
+        "messages": messages,
         "tools": _tools(body),
         "tool_choice": _choice(choice),
-        "parallel_tool_calls": parallel,
+        "parallel_tool_calls": False
+        if choice is not None and choice.disable_parallel_tool_use
+        else None,
         "paths": FieldPaths(tool_fields=ANTHROPIC_TOOLS),
     }
     if not isinstance(body, MessagesRequest):
-        return GenerationRequest(
-            "anthropic.messages", messages=tuple(messages), prefill=prefill, **tools
-        )
+        request = generation_request("anthropic.messages", limits, **asked)
+        return replace(request, prefill=prefill)
     thinking, effort = _reasoning(body)
-    return GenerationRequest(
+    return generation_request(
         "anthropic.messages",
-        messages=tuple(messages),
+        limits,
         prefill=prefill,
-        sampling=Sampling.of(body),
-        stop=tuple(body.stop_sequences) if body.stop_sequences else None,
+        stop=body.stop_sequences or None,
         max_tokens=body.max_tokens,
         clip_max_tokens=True,
         stream=body.stream,
         thinking=thinking,
         effort=effort,
-        reasoning=anthropic_reasoning(body.thinking, effort),
-        **tools,
+        **asked,
+        **sampling_of(body),
+        **anthropic_reasoning(body.thinking, effort),
     )
 
 
@@ -337,20 +341,20 @@ def routes(state) -> list[Route]:
     """``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` on a :class:`ServerState`."""
 
     async def answer(http: Request) -> Response:
-        request = messages_request(await state.read_body(http, MessagesRequest), state.keys)
-        options = state.options(request)
-        stops, token_bytes = list(request.stop or ()), state.model.target.token_bytes
+        body = await state.read_body(http, MessagesRequest)
+        request = messages_request(body, state.limits(), state.keys)
+        stops, token_bytes = list(request.options.params.stop), state.model.target.token_bytes
         shape = MessagesShape(state.config.model_name, stops, token_bytes, state.keys)
 
         def started(generation) -> None:
             shape.input_tokens = len(generation.prompt_tokens)
 
-        return await state.run(http, request, options, shape, on_start=started)
+        return await state.run(http, request, shape, on_start=started)
 
     async def count(http: Request) -> Response:
-        request = messages_request(await state.read_body(http, CountTokensRequest), state.keys)
-        options = state.options(replace(request, prefill=None))  # a prefill counts beside tools
-        tools = options.tools if options.calls_tools else None
+        body = await state.read_body(http, CountTokensRequest)
+        request = messages_request(body, state.limits(), state.keys)
+        tools = request.options.tools if request.options.calls_tools else None
         try:
             tokens = await asyncio.to_thread(
                 prompt_tokens, state.model.target, request.messages, request.prefill, tools

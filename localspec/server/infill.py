@@ -27,8 +27,14 @@ from starlette.routing import Route
 from localspec.decoding.stats import GenerationResult
 from localspec.server import sse
 from localspec.server.openai_shapes import timings
-from localspec.server.request import FieldPaths, GenerationRequest, Sampling
-from localspec.server.schemas import SpeculativeOptions
+from localspec.server.request import (
+    FieldPaths,
+    GenerationRequest,
+    Limits,
+    generation_request,
+    sampling_of,
+)
+from localspec.server.schemas import SpeculativeOptions, speculative_options
 from localspec.server.shape import Shape
 
 
@@ -106,21 +112,22 @@ def _stop_type(result: GenerationResult) -> str:
     return "limit" if result.finish_reason in ("length", "context") else "eos"
 
 
-def infill_request(body: InfillRequest) -> GenerationRequest:
+def infill_request(body: InfillRequest, limits: Limits) -> GenerationRequest:
     """An /infill body as the generation it asks for (``n_predict`` -1: the server's limit)."""
-    return GenerationRequest(
+    return generation_request(
         "llama.infill",
+        limits,
         prompt=body.input_prefix + body.prompt,
         suffix=body.input_suffix,
-        extra=tuple(c.model_dump() for c in body.input_extra),
-        sampling=Sampling.of(body),
-        speculative=SpeculativeOptions.of(body.speculative),
-        stop=None if body.stop is None else tuple(body.stop),
+        extra=[c.model_dump() for c in body.input_extra],
+        stop=body.stop,
         max_tokens=None if body.n_predict < 0 else body.n_predict or 1,
         stream=body.stream,
         paths=FieldPaths(
             max_tokens=("n_predict",), prompt=("input_prefix",), suffix=("input_prefix",)
         ),
+        **sampling_of(body),
+        **speculative_options(body.speculative),
     )
 
 
@@ -128,8 +135,7 @@ def routes(state) -> list[Route]:
     """``POST /infill`` on a :class:`ServerState`."""
 
     async def answer(http: Request) -> Response:
-        request = infill_request(await state.read_body(http, InfillRequest))
-        options = state.options(request)
-        return await state.run(http, request, options, InfillShape(state.config.model_name))
+        request = infill_request(await state.read_body(http, InfillRequest), state.limits())
+        return await state.run(http, request, InfillShape(state.config.model_name))
 
     return [state.route("/infill", answer, protocol="llama.infill")]

@@ -31,65 +31,74 @@ from starlette.routing import Route
 
 from localspec.server.openai_shapes import ChatShape, CompletionShape
 from localspec.server.reasoning_fields import chat_reasoning
-from localspec.server.request import FieldPaths, GenerationRequest, Sampling
+from localspec.server.request import (
+    FieldPaths,
+    GenerationRequest,
+    Limits,
+    generation_request,
+    sampling_of,
+)
 from localspec.server.schemas import (
     ChatRequest,
     CommonRequest,
     CompletionRequest,
-    SpeculativeOptions,
+    speculative_options,
 )
 
 
-def _common(body: CommonRequest, prediction: str | None = None) -> dict:
-    """The fields chat and completions share, as :class:`GenerationRequest`'s."""
+def _common(body: CommonRequest) -> dict:
+    """The fields chat and completions share, as :func:`generation_request`'s arguments."""
     stop = [body.stop] if isinstance(body.stop, str) else body.stop
     usage = body.stream_options is not None and body.stream_options.include_usage
     return {
-        "sampling": Sampling.of(body),
-        "speculative": SpeculativeOptions.of(body.speculative, prediction),
-        "stop": None if stop is None else tuple(stop),
+        **sampling_of(body),
+        **speculative_options(body.speculative),
+        "stop": stop,
         "response_format": body.response_format.as_option()
         if body.response_format is not None
         else None,
-        "stream": bool(body.stream),
-        "include_usage": bool(usage),
+        "stream": body.stream,
+        "include_usage": usage,
     }
 
 
-def chat_request(body: ChatRequest) -> GenerationRequest:
-    """A chat completion's body as the generation it asks for."""
+def chat_request(body: ChatRequest, limits: Limits) -> GenerationRequest:
+    """A chat completion's body as the generation it asks for, under the server's ``limits``."""
     choice = (
         body.tool_choice.model_dump()
         if isinstance(body.tool_choice, BaseModel)
         else body.tool_choice
     )
-    prediction = body.prediction.text() if body.prediction is not None else None
-    return GenerationRequest(
+    reasoning = chat_reasoning(
+        body.reasoning_format,
+        body.chat_template_kwargs,
+        body.reasoning_effort,
+        body.reasoning_budget,
+        body.reasoning_budget_message,
+    )
+    return generation_request(
         "openai.chat",
-        messages=tuple(m.for_model() for m in body.messages),
-        tools=None if body.tools is None else tuple(t.for_model() for t in body.tools),
+        limits,
+        messages=[m.for_model() for m in body.messages],
+        tools=None if body.tools is None else [t.for_model() for t in body.tools],
         tool_choice=choice,
         parallel_tool_calls=body.parallel_tool_calls,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        prediction=body.prediction.text() if body.prediction is not None else None,
         effort=body.reasoning_effort,
-        cache_key=body.prompt_cache_key,
-        reasoning=chat_reasoning(
-            body.reasoning_format,
-            body.chat_template_kwargs,
-            body.reasoning_effort,
-            body.reasoning_budget,
-            body.reasoning_budget_message,
-        ),
-        **_common(body, prediction),
+        prompt_cache_key=body.prompt_cache_key,
+        **reasoning,
+        **_common(body),
     )
 
 
-def completion_request(body: CompletionRequest) -> GenerationRequest:
+def completion_request(body: CompletionRequest, limits: Limits) -> GenerationRequest:
     """A legacy completion's body (one prompt; with ``suffix``, fill in the middle)."""
     prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
-    return GenerationRequest(
+    return generation_request(
         "openai.completions",
+        limits,
         prompt=prompt,
         suffix=body.suffix,
         max_tokens=body.max_tokens,
@@ -104,19 +113,16 @@ def routes(state) -> list[Route]:
 
     async def chat(http: Request) -> Response:
         body = await state.read_body(http, ChatRequest)
-        request = chat_request(body)
-        options = state.options(request)
+        request = chat_request(body, state.limits())
         shape = ChatShape(state.config.model_name, body.logprobs, state.model.target.token_bytes)
-        return await state.run(http, request, options, shape)
+        return await state.run(http, request, shape)
 
     async def completions(http: Request) -> Response:
         body = await state.read_body(http, CompletionRequest)
-        request = completion_request(body)
-        options = state.options(request)
+        request = completion_request(body, state.limits())
         return await state.run(
             http,
             request,
-            options,
             CompletionShape(
                 state.config.model_name, body.logprobs is not None, state.model.target.token_bytes
             ),

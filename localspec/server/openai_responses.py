@@ -39,11 +39,18 @@ from localspec.decoding.params import CallOptions
 from localspec.server.content import need, text_of
 from localspec.server.errors import FieldPath, RequestError, dotted
 from localspec.server.reasoning_fields import ReasoningKeys, effort_reasoning
-from localspec.server.request import FLAT_TOOLS, FieldPaths, GenerationRequest, Sampling
+from localspec.server.request import (
+    FLAT_TOOLS,
+    FieldPaths,
+    GenerationRequest,
+    Limits,
+    generation_request,
+    sampling_of,
+)
 from localspec.server.responses_shape import ResponseShape
 from localspec.server.responses_store import ResponseStore
 from localspec.server.responses_tools import Toolset, call_arguments, toolset
-from localspec.server.schemas import SpeculativeOptions
+from localspec.server.schemas import SpeculativeOptions, speculative_options
 
 __all__ = [
     "ResponseShape",
@@ -273,11 +280,14 @@ def _format(body: ResponsesRequest) -> dict | None:
 
 
 def responses_request(
-    body: ResponsesRequest, history: list[dict] = (), keys: ReasoningKeys | None = None
+    body: ResponsesRequest,
+    limits: Limits,
+    history: list[dict] = (),
+    keys: ReasoningKeys | None = None,
 ) -> GenerationRequest:
-    """A Responses body as the generation it asks for, after ``history`` (the stored
-    conversation ``previous_response_id`` names, as chat messages); ``keys``: the server's,
-    decrypting replayed reasoning; RequestError (400)."""
+    """A Responses body as the generation it asks for, under the server's ``limits``, after
+    ``history`` (the stored conversation ``previous_response_id`` names, as chat messages);
+    ``keys``: the server's, decrypting replayed reasoning; RequestError (400)."""
     for name in _REFUSED:
         if (body.model_extra or {}).get(name):
             raise RequestError(f"{name} is not supported by localspec serve", (name,))
@@ -288,28 +298,28 @@ def responses_request(
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     choice = _choice(body.tool_choice, tools)
     effort = _effort(body)
-    return GenerationRequest(
+    key = (body.model_extra or {}).get("prompt_cache_key")
+    return generation_request(
         "openai.responses",
-        messages=(*system, *conversation),
-        tools=tuple(tools.tools) or None,
+        limits,
+        messages=[*system, *conversation],
+        tools=list(tools.tools) or None,
         tool_choice=None if not tools.tools and choice == "auto" else choice,
         parallel_tool_calls=body.parallel_tool_calls,
         response_format=_format(body),
-        sampling=Sampling.of(body),
-        speculative=SpeculativeOptions.of(body.speculative),
         max_tokens=body.max_output_tokens,
-        stream=bool(body.stream),
+        stream=body.stream,
         effort=effort,
-        reasoning=effort_reasoning(effort),
-        cache_key=key
-        if isinstance(key := (body.model_extra or {}).get("prompt_cache_key"), str)
-        else None,
+        prompt_cache_key=key if isinstance(key, str) else None,
         paths=FieldPaths(
             max_tokens=("max_output_tokens",),
             response_format=("text", "format"),
             prompt=("input",),
             tool_fields=FLAT_TOOLS,
         ),
+        **sampling_of(body),
+        **speculative_options(body.speculative),
+        **effort_reasoning(effort),
     )
 
 
@@ -402,10 +412,9 @@ def routes(state) -> list[Route]:
             if body.previous_response_id
             else []
         )
-        request = responses_request(body, history, state.keys)
+        request = responses_request(body, state.limits(), history, state.keys)
         tools = tools_of(body)
         conversation = list(request.messages[1:] if body.instructions else request.messages)
-        options = state.options(request)
 
         def done(response: dict) -> None:
             if body.store is not False:
@@ -413,8 +422,8 @@ def routes(state) -> list[Route]:
                 store.keep(response, conversation + [answer])
 
         include = tuple(body.include or ())
-        shape = ResponseShape(_echo(state, body, options), done, tools, state.keys, include)
-        return await state.run(http, request, options, shape)
+        shape = ResponseShape(_echo(state, body, request.options), done, tools, state.keys, include)
+        return await state.run(http, request, shape)
 
     async def look_up(http: Request) -> Response:
         response_id = http.path_params["response_id"]

@@ -1,5 +1,5 @@
 """Reasoning models in the server's protocols (docs/reasoning.md): what each protocol's
-reasoning fields ask of the library (:class:`~localspec.server.request.Reasoning`), the
+reasoning fields ask of the library (its reasoning options, by their keyword names), the
 per-server keys that sign Anthropic ``thinking`` blocks and encrypt the Responses API's
 ``encrypted_content``, and the helpers the answer shapes share.
 
@@ -20,7 +20,7 @@ import uuid
 from cryptography.fernet import Fernet, InvalidToken
 
 from localspec.server.errors import FieldPath, RequestError, dotted
-from localspec.server.request import Reasoning
+from localspec.server.request import given
 
 REASONING, CONTENT = "reasoning", "content"
 EFFORT_BUDGETS = {
@@ -72,15 +72,16 @@ class ReasoningKeys:
 # --- requests: the protocols' fields as the library's options --------------------------------
 
 
-def effort_reasoning(effort: str | None) -> Reasoning:
+def effort_reasoning(effort: str | None) -> dict:
     """An effort (OpenAI's ``reasoning_effort`` / ``reasoning.effort``, Anthropic's
-    ``output_config.effort``) as a thinking budget (:data:`EFFORT_BUDGETS`)."""
+    ``output_config.effort``) as the library's reasoning options: a thinking budget
+    (:data:`EFFORT_BUDGETS`), {} for an effort this server does not know."""
     if effort == "none":
-        return Reasoning(enable_thinking=False)
+        return {"enable_thinking": False}
     if effort not in EFFORT_BUDGETS:
-        return Reasoning()
+        return {}
     kwargs = {"reasoning_effort": effort} if effort in TEMPLATE_EFFORTS else None
-    return Reasoning(budget=EFFORT_BUDGETS[effort], template_kwargs=kwargs)
+    return given(reasoning_budget=EFFORT_BUDGETS[effort], chat_template_kwargs=kwargs)
 
 
 def chat_reasoning(
@@ -89,35 +90,35 @@ def chat_reasoning(
     effort: str | None,
     budget: int | None,
     budget_message: str | None = None,
-) -> Reasoning:
-    """OpenAI chat's (llama-server's) fields: ``reasoning_format`` ("none": thinking left in
-    the content; "deepseek" / "auto": apart, in ``reasoning_content``), ``chat_template_kwargs``
-    (its ``enable_thinking`` also turns the budget off, whatever the template), then
-    ``reasoning_effort``, then our ``reasoning_budget`` (tokens) over the effort's, and
-    ``reasoning_budget_message`` (llama-server's flag, per request)."""
+) -> dict:
+    """OpenAI chat's (llama-server's) fields as the library's reasoning options:
+    ``reasoning_format`` ("none": thinking left in the content; "deepseek" / "auto": apart,
+    in ``reasoning_content``), ``chat_template_kwargs`` (its ``enable_thinking`` also turns
+    the budget off, whatever the template), then ``reasoning_effort``, then our
+    ``reasoning_budget`` (tokens) over the effort's, and ``reasoning_budget_message``
+    (llama-server's flag, per request)."""
     base = effort_reasoning(effort)
-    kwargs = {**(base.template_kwargs or {}), **(template_kwargs or {})} or None
+    kwargs = {**base.get("chat_template_kwargs", {}), **(template_kwargs or {})} or None
     enable = (template_kwargs or {}).get("enable_thinking")
-    enable = enable if isinstance(enable, bool) else base.enable_thinking
-    return Reasoning(
-        budget=budget if budget is not None else base.budget,
-        budget_message=budget_message,
-        enable_thinking=enable,
+    return given(
+        reasoning_budget=budget if budget is not None else base.get("reasoning_budget"),
+        reasoning_budget_message=budget_message,
+        enable_thinking=enable if isinstance(enable, bool) else base.get("enable_thinking"),
         reasoning_format=None
         if reasoning_format is None
         else ("none" if reasoning_format == "none" else "auto"),
-        template_kwargs=kwargs,
+        chat_template_kwargs=kwargs,
     )
 
 
-def anthropic_reasoning(thinking: dict | None, effort: str | None) -> Reasoning:
+def anthropic_reasoning(thinking: dict | None, effort: str | None) -> dict:
     """Anthropic's ``thinking``: ``{"type": "enabled", "budget_tokens": N}`` (N >= 1024) is a
     budget of N; ``{"type": "disabled"}`` turns thinking off; ``{"type": "adaptive"}`` or
     none leaves the budget to ``output_config.effort`` (:func:`effort_reasoning`), else to
     the server.  RequestError (400) naming ``thinking``'s field otherwise."""
     kind = (thinking or {}).get("type")
     if kind == "disabled":
-        return Reasoning(enable_thinking=False)
+        return {"enable_thinking": False}
     if kind == "enabled":
         budget = thinking.get("budget_tokens")
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < MIN_BUDGET_TOKENS:
@@ -127,7 +128,7 @@ def anthropic_reasoning(thinking: dict | None, effort: str | None) -> Reasoning:
                 f"{MIN_BUDGET_TOKENS}"
             )
             raise RequestError(message, path)
-        return Reasoning(budget=budget)
+        return {"reasoning_budget": budget}
     if kind in (None, "adaptive"):
         return effort_reasoning(effort)
     raise RequestError(

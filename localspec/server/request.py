@@ -1,20 +1,26 @@
 """One generation request, whatever protocol asked for it.
 
-Each protocol module translates its own body into a :class:`GenerationRequest` at the edge
-(chat-format messages, OpenAI-format tools and ``tool_choice``, the field paths its errors
-name); :func:`request_options` validates it, once for every protocol, against the server's
-:class:`Limits` and gives the one :class:`~localspec.decoding.params.CallOptions` that
-:meth:`localspec.api.SpeculativeModel.chat` takes; :func:`start_generation` starts it on the
-model's thread.  Every refusal is a
+Each protocol module translates its own body at the edge (chat-format messages, OpenAI-format
+tools and ``tool_choice``, the library's option names, the field paths its errors name) and
+:func:`generation_request` makes the :class:`GenerationRequest`: the prompt, and the one
+:class:`~localspec.decoding.params.CallOptions` that :meth:`localspec.api.SpeculativeModel.chat`
+takes, checked once for every protocol against the server's :class:`Limits`;
+:func:`start_generation` starts it on the model's thread.  Every refusal is a
 :class:`~localspec.server.errors.RequestError` naming the protocol's own field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from localspec.decoding.params import CallOptions, DraftParams, call_options
+from localspec.decoding.params import (
+    REASONING_OPTIONS,
+    TOOL_OPTIONS,
+    CallOptions,
+    DraftParams,
+    call_options,
+)
 from localspec.decoding.tool_calls import normalise_messages
 from localspec.errors import InvalidOptionError, LocalspecError
 from localspec.server.errors import (
@@ -39,69 +45,14 @@ def given(**options) -> dict:
     return {name: value for name, value in options.items() if value is not None}
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling options a request sets (None: the server's default)."""
-
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-
-    @classmethod
-    def of(cls, body) -> Sampling:
-        """The sampling fields a protocol's pydantic ``body`` declares (others stay None,
-        even when an ``extra="allow"`` body carries them)."""
-        declared = type(body).model_fields
-        return cls(**{f.name: getattr(body, f.name) for f in fields(cls) if f.name in declared})
-
-    def options(self) -> dict:
-        return {
-            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
-        }
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed")
 
 
-@dataclass(frozen=True)
-class Speculative:
-    """Speculative options under the library's names; ``prediction``: Predicted Outputs' text."""
-
-    draft_max: int | str | None = None
-    draft_min: int | None = None
-    p_min: float | None = None
-    strategy: str | None = None
-    prediction: str | None = None
-
-    def options(self) -> dict:
-        return {
-            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
-        }
-
-
-@dataclass(frozen=True)
-class Reasoning:
-    """What a request asks of a reasoning model's thinking, under the library's names
-    (None: the server's default, ``--reasoning-budget``): ``budget`` thinking tokens (-1
-    unlimited, 0 none), ``enable_thinking`` (False: thinking off), ``reasoning_format``
-    ("auto": thinking apart from the answer, "none": all of it answer), ``template_kwargs``
-    (more chat-template variables) and ``budget_message`` (text forced before the close when
-    the budget ends the thinking).  See docs/reasoning.md."""
-
-    budget: int | None = None
-    budget_message: str | None = None
-    enable_thinking: bool | None = None
-    reasoning_format: str | None = None
-    template_kwargs: dict | None = None
-
-    def options(self) -> dict:
-        """The :meth:`SpeculativeModel.chat` options set (``reasoning_budget``, ...)."""
-        return given(
-            reasoning_budget=self.budget,
-            reasoning_budget_message=self.budget_message,
-            enable_thinking=self.enable_thinking,
-            reasoning_format=self.reasoning_format,
-            chat_template_kwargs=self.template_kwargs,
-        )
+def sampling_of(body) -> dict:
+    """The sampling options a protocol's pydantic ``body`` declares and sets, under the
+    library's names (others are left out, even when an ``extra="allow"`` body carries them)."""
+    declared = type(body).model_fields
+    return given(**{name: getattr(body, name) for name in SAMPLING_FIELDS if name in declared})
 
 
 @dataclass(frozen=True)
@@ -138,44 +89,31 @@ ANTHROPIC_TOOLS = (
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """What a protocol asks of one generation.
+    """What a protocol asks of one generation: its prompt, and the one options record the
+    library takes (:func:`generation_request` makes both).
 
     ``protocol``: who asked ("openai.chat", "openai.completions", "anthropic.messages",
     "openai.responses", "llama.infill").  The prompt is ``messages`` (chat-format dicts),
     plus ``prefill`` (text the answer continues), or else ``prompt`` (plain text) with
     ``suffix`` and ``extra`` (fill in the middle; ``extra``: other files as ``{"filename",
-    "text"}``).  ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` / ``response_format``
-    in OpenAI's chat form.  ``max_tokens``: None for the server's default; over the
-    server's limit it is refused, or lowered when ``clip_max_tokens``.  ``logprobs``: how
-    many alternatives per token (None: no logprobs).  ``include_usage``: a stream ends with
-    usage (OpenAI's ``stream_options``).  ``thinking`` ("enabled", "adaptive", "disabled";
-    None: not asked) and ``effort`` ("low" … "max"): what the client asked of the model's
-    reasoning, as it asked it; ``reasoning``: the same as the library's options
-    (:class:`Reasoning`); ``cache_key``: the client's conversation key (Responses'
-    ``prompt_cache_key``), a hint for the prompt cache."""
+    "text"}``).  ``options``: the :class:`CallOptions` of
+    :meth:`~localspec.api.SpeculativeModel.chat` (``generate``, ``infill``), under the
+    server's defaults and limits.  ``include_usage``: a stream ends with usage (OpenAI's
+    ``stream_options``).  ``thinking`` ("enabled", "adaptive", "disabled"; None: not asked)
+    and ``effort`` ("low" … "max"): what the client asked of the model's reasoning, as it
+    asked it.  ``paths``: where its body holds what a refusal names."""
 
     protocol: str
+    options: CallOptions
     messages: tuple[dict, ...] = ()
     prefill: str | None = None
     prompt: str | None = None
     suffix: str | None = None
     extra: tuple[dict, ...] = ()
-    tools: tuple[dict, ...] | None = None
-    tool_choice: str | dict | None = None
-    parallel_tool_calls: bool | None = None
-    response_format: dict | None = None
-    sampling: Sampling = field(default_factory=Sampling)
-    speculative: Speculative = field(default_factory=Speculative)
-    stop: tuple[str, ...] | None = None
-    max_tokens: int | None = None
-    clip_max_tokens: bool = False
-    logprobs: int | None = None
     stream: bool = False
     include_usage: bool = False
     thinking: str | None = None
     effort: str | None = None
-    reasoning: Reasoning = field(default_factory=Reasoning)
-    cache_key: str | None = None
     paths: FieldPaths = field(default_factory=FieldPaths)
 
 
@@ -198,71 +136,114 @@ class Limits:
     draft: DraftParams = field(default_factory=DraftParams)
 
 
-def request_options(request: GenerationRequest, limits: Limits) -> CallOptions:
-    """The :class:`CallOptions` of :meth:`SpeculativeModel.chat` (``generate``, ``infill``)
-    for ``request``: the server's defaults, then what the request sets; RequestError (400)
-    for what this server cannot run, or for a value out of range."""
+def generation_request(
+    protocol: str,
+    limits: Limits,
+    *,
+    messages=(),
+    prefill: str | None = None,
+    prompt: str | None = None,
+    suffix: str | None = None,
+    extra=(),
+    stream: bool = False,
+    include_usage: bool = False,
+    thinking: str | None = None,
+    effort: str | None = None,
+    clip_max_tokens: bool = False,
+    paths: FieldPaths | None = None,
+    **asked,
+) -> GenerationRequest:
+    """The :class:`GenerationRequest` a protocol's body asks for.  ``asked``: the options it
+    sets, under the library's keyword names (:meth:`~localspec.api.SpeculativeModel.chat`;
+    None: not set), over the server's defaults; ``max_tokens`` over the server's limit is
+    refused, or lowered when ``clip_max_tokens``.  RequestError (400) naming the protocol's
+    own field for what this server cannot run, or for a value out of range."""
+    paths = paths or FieldPaths()
+    if suffix is not None and not limits.fim:
+        raise RequestError(NO_FIM.format(limits.model_name), paths.suffix, code="unsupported_value")
+    answers_chat = prompt is None and prefill is None  # only such a turn has thinking
+    values = _option_values(
+        given(**asked), limits, paths, clip_max_tokens, prefill is not None, answers_chat
+    )
     try:
-        return call_options(_option_values(request, limits), limits.draft)
+        options = call_options(values, limits.draft)
     except InvalidOptionError as exc:
-        raise refusal(exc, request) from None
+        raise refusal(exc, paths) from None
+    return GenerationRequest(
+        protocol,
+        options,
+        tuple(messages),
+        prefill,
+        prompt,
+        suffix,
+        tuple(extra),
+        bool(stream),
+        bool(include_usage),
+        thinking,
+        effort,
+        paths,
+    )
 
 
-def refusal(exc: LocalspecError, request: GenerationRequest) -> RequestError:
-    """The library's refusal of ``request`` (when its options are made, or when it starts) as
-    a 400 naming the protocol's own field: its names for the library's options (FieldPaths),
+def refusal(exc: LocalspecError, paths: FieldPaths) -> RequestError:
+    """The library's refusal of a request (when its options are made, or when it starts) as
+    a 400 naming the protocol's own field (``paths``): its names for the library's options,
     its shape of a tool, the prompt for a prompt over the context."""
     param = exc.param if isinstance(exc, InvalidOptionError) else None
     if param in OWN_NAMES:  # the library's name of a field the protocol names its way
         message = str(exc)
         for name in OWN_NAMES:
-            message = message.replace(name, dotted(getattr(request.paths, name)))
-        return RequestError(message, getattr(request.paths, param), code="invalid_value")
+            message = message.replace(name, dotted(getattr(paths, name)))
+        return RequestError(message, getattr(paths, param), code="invalid_value")
     if param and param.startswith("tools."):
-        exc = InvalidOptionError(str(exc), request.paths.tool_param(param))
-    return from_localspec_error(exc, request.paths.prompt)
+        exc = InvalidOptionError(str(exc), paths.tool_param(param))
+    return from_localspec_error(exc, paths.prompt)
 
 
-def _option_values(request: GenerationRequest, limits: Limits) -> dict:
-    """The request's option values under the library's names, over the server's defaults."""
-    if request.suffix is not None and not limits.fim:
-        raise RequestError(
-            NO_FIM.format(limits.model_name), request.paths.suffix, code="unsupported_value"
-        )
-    options = dict(limits.defaults)
-    options["max_tokens"] = _max_tokens(request, limits.max_tokens, options.get("max_tokens"))
-    options.update(request.sampling.options())
-    if request.stop is not None:
-        options["stop"] = list(request.stop)
-    if request.response_format is not None:
-        options["response_format"] = request.response_format
-    options.update(request.speculative.options())
-    if request.speculative.prediction is None and options.get("strategy") == "prediction":
-        message = f"{dotted(request.paths.strategy)} 'prediction' needs a prediction"
-        raise RequestError(message, request.paths.strategy, code="invalid_value")
-    if request.logprobs is not None:
-        options["logprobs"] = request.logprobs
-    options.update(_tool_options(request, limits))
-    calls = request.tools is not None and options.get("tool_choice") != "none"
-    if calls and request.prefill is not None:
+def _option_values(
+    asked: dict,
+    limits: Limits,
+    paths: FieldPaths,
+    clip_max_tokens: bool,
+    prefill: bool,
+    answers_chat: bool,
+) -> dict:
+    """The options ``asked`` under the server's defaults and limits."""
+    options = {**limits.defaults, **_plain_options(asked)}
+    options["max_tokens"] = _max_tokens(
+        asked.get("max_tokens"),
+        limits.max_tokens,
+        limits.defaults.get("max_tokens"),
+        clip_max_tokens,
+        paths,
+    )
+    if "prediction" not in asked and options.get("strategy") == "prediction":
+        message = f"{dotted(paths.strategy)} 'prediction' needs a prediction"
+        raise RequestError(message, paths.strategy, code="invalid_value")
+    options.update(_tool_options(asked, limits))
+    calls = asked.get("tools") is not None and options.get("tool_choice") != "none"
+    if calls and prefill:
         raise RequestError(
             "a final assistant message (prefill) cannot be combined with tools", ("messages",)
         )
-    options.update(_reasoning_options(request, calls, limits))
-    if request.cache_key is not None:
-        options["prompt_cache_key"] = request.cache_key
+    if answers_chat:
+        options.update(_reasoning_options(asked, calls, limits))
     return options
 
 
-def _reasoning_options(request: GenerationRequest, tools: bool, limits: Limits) -> dict:
-    """The request's reasoning options, for a chat without a prefill only (raw text and a
+def _plain_options(asked: dict) -> dict:
+    """The options ``asked`` that need no server rule (sampling, stop, draft options, ...)."""
+    ruled = TOOL_OPTIONS | REASONING_OPTIONS | {"max_tokens"}
+    return {name: value for name, value in asked.items() if name not in ruled}
+
+
+def _reasoning_options(asked: dict, tools: bool, limits: Limits) -> dict:
+    """The reasoning options ``asked``, for a chat without a prefill (raw text and a
     continued answer have no thinking).  With tools no budget is enforced (the library
     cannot force the close beside a tool-call grammar yet): the thinking is bounded by
     ``max_tokens`` only; thinking off (budget 0) stays off where the template reads
     ``enable_thinking``, and is unbounded where it cannot be turned off in the prompt."""
-    if request.prompt is not None or request.prefill is not None:
-        return {}
-    options = request.reasoning.options()
+    options = {name: value for name, value in asked.items() if name in REASONING_OPTIONS}
     if not tools:
         return options
     budget = options.pop("reasoning_budget", None)
@@ -277,28 +258,28 @@ def _reasoning_options(request: GenerationRequest, tools: bool, limits: Limits) 
     return options
 
 
-def _max_tokens(request: GenerationRequest, limit: int, default: int | None) -> int:
-    asked = request.max_tokens
-    if asked is not None and asked > limit and not request.clip_max_tokens:
-        message = (
-            f"{dotted(request.paths.max_tokens)} is {asked}; this server allows at most {limit}"
-        )
-        raise RequestError(message, request.paths.max_tokens, code="invalid_value")
+def _max_tokens(
+    asked: int | None, limit: int, default: int | None, clip: bool, paths: FieldPaths
+) -> int:
+    if asked is not None and asked > limit and not clip:
+        message = f"{dotted(paths.max_tokens)} is {asked}; this server allows at most {limit}"
+        raise RequestError(message, paths.max_tokens, code="invalid_value")
     return min(asked or default or limit, limit)
 
 
-def _tool_options(request: GenerationRequest, limits: Limits) -> dict:
+def _tool_options(asked: dict, limits: Limits) -> dict:
     """``tools`` / ``tool_choice`` / ``parallel_tool_calls`` as the request sets them (checked
     with the options record); RequestError where the model has no tool-call format."""
-    if request.tools is None:
-        return {} if request.tool_choice is None else {"tool_choice": request.tool_choice}
-    choice = request.tool_choice or "auto"
+    tools, choice = asked.get("tools"), asked.get("tool_choice")
+    if tools is None:
+        return {} if choice is None else {"tool_choice": choice}
+    choice = choice or "auto"
     if choice != "none" and not limits.tools:
         message = f"{limits.model_name} has no tool-call format in its chat template"
         raise RequestError(message, ("tools",), code="unsupported_value")
-    options = {"tools": list(request.tools), "tool_choice": choice}
-    if request.parallel_tool_calls is not None:
-        options["parallel_tool_calls"] = request.parallel_tool_calls
+    options = {"tools": list(tools), "tool_choice": choice}
+    if "parallel_tool_calls" in asked:
+        options["parallel_tool_calls"] = asked["parallel_tool_calls"]
     return options
 
 
@@ -336,11 +317,12 @@ def _has_late_system(messages) -> bool:
     return any(m["role"] == "system" for m in list(messages)[1:])
 
 
-def start_generation(model, request: GenerationRequest, options: CallOptions):
-    """Start ``request`` on ``model`` with ``options`` (:func:`request_options`): a streaming
+def start_generation(model, request: GenerationRequest):
+    """Start ``request`` on ``model`` with its options: a streaming
     :class:`~localspec.decoding.loop.Generation`.  System messages after the first turn are
     rendered as the chat template writes them; a template that refuses them gets them folded
     into the nearest user turn (:func:`fold_late_system`).  Runs on the model's thread."""
+    options = request.options
     if request.prompt is not None:
         return _start_plain(model, request, options)
     try:

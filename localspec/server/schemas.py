@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from localspec.decoding.params import STRATEGIES
-from localspec.server.request import Speculative, given
+from localspec.server.request import given
 
 
 def _refused(*fields: str, why: str):
@@ -166,13 +166,10 @@ class SpeculativeOptions(BaseModel):
             draft_max=self.n_max, draft_min=self.n_min, p_min=self.p_min, strategy=self.strategy
         )
 
-    @staticmethod
-    def of(options: SpeculativeOptions | None, prediction: str | None = None) -> Speculative:
-        """A body's ``speculative`` (None: not given) and Predicted Outputs' text as the
-        request's."""
-        return Speculative(
-            **(options.as_options() if options is not None else {}), prediction=prediction
-        )
+
+def speculative_options(options: SpeculativeOptions | None) -> dict:
+    """A body's ``speculative`` (None: not given) under the library's names."""
+    return options.as_options() if options is not None else {}
 
 
 class JsonSchemaFormat(BaseModel):

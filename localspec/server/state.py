@@ -1,6 +1,6 @@
 """The server's state and plumbing shared by every protocol: :class:`ServerConfig`,
 :class:`ServerState` (the model, its worker, the key and ``Host`` checks, reading a body,
-validating a :class:`~localspec.server.request.GenerationRequest`; answering it in a
+the limits a :class:`~localspec.server.request.GenerationRequest` is made under; answering it in a
 protocol's shape, whole or streamed, is :class:`~localspec.server.answering.Answering`'s)."""
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from localspec.decoding.params import CallOptions
 from localspec.server.access_log import RequestRecord, log_request
 from localspec.server.answering import Answering
 from localspec.server.errors import APIError, from_validation_error
 from localspec.server.metrics import Metrics
 from localspec.server.reasoning_fields import ReasoningKeys
-from localspec.server.request import GenerationRequest, Limits, request_options
+from localspec.server.request import Limits
 from localspec.server.served_model import ServedModel
 from localspec.server.worker import DEFAULT_QUEUE, ModelWorker
 
@@ -108,10 +107,6 @@ class ServerState(Answering):
             self._reads_enable,
             self.model.default_draft,
         )
-
-    def options(self, request: GenerationRequest) -> CallOptions:
-        """:func:`~localspec.server.request.request_options` under this server's limits."""
-        return request_options(request, self.limits())
 
     # --- plumbing --------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ does); :class:`AdaptivePolicy` picks the drafter and length with the most expect
 second from the pair's :class:`CostModel` (:mod:`.costs`: measured, learnt, stored) and one
 :class:`~localspec.decoding.policy.estimates.DrafterRecord` per drafter (:mod:`.estimates`);
 :class:`ChannelPolicy` keeps an adaptive policy per channel of a reasoning model.  All of them
-are a :class:`Policy` (:mod:`.protocol`), what the loop asks.
+are a :class:`Policy` (:mod:`.protocol`), what the loop asks.  What they learn is kept
+between processes by :mod:`.learned` (imported by name: it reads the machine's store).
 """
 
 from localspec.decoding.policy.adaptive import AdaptivePolicy, draft_cap

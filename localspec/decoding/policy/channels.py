@@ -10,7 +10,7 @@ machine).  A round belongs to the channel in force when it starts, as
 :class:`~localspec.decoding.stats.ChannelStats` counts it; the loop says which
 (:meth:`ChannelPolicy.enter_channel`).  The answer's policy is the one a generation without
 thinking uses; the thinking's is stored under its own kind
-(:func:`~localspec.decoding.learned.kind_name`, ``"auto|greedy|reasoning"``).
+(:func:`~localspec.decoding.policy.learned.kind_name`, ``"auto|greedy|reasoning"``).
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ LEARNT_PRIOR_TRIALS = 2.0  # trials' worth of the drafter's fixed prior mixed in
 class LearntAcceptance:
     """A drafter's acceptance over all the texts of one kind, slowly decayed (unlike
     :class:`DrafterAcceptance`, not pulled back at each new text): what a later process
-    starts from (:mod:`localspec.decoding.learned`).  Empty until the drafter is judged."""
+    starts from (:mod:`localspec.decoding.policy.learned`).  Empty until the drafter is judged."""
 
     successes: float = 0.0
     trials: float = 0.0

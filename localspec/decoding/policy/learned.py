@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from localspec.decoding.params import LoadOptions
-from localspec.decoding.policy import AdaptivePolicy, CostModel
+from localspec.decoding.policy.adaptive import AdaptivePolicy
+from localspec.decoding.policy.costs import CostModel
 from localspec.decoding.reasoning import CONTENT, REASONING
 from localspec.llama import backend
 from localspec.llama.engine_config import default_threads
