@@ -1,7 +1,9 @@
-"""Tiny random-weight GGUF files of the architectures that keep a recurrent state: LFM2 (short
+"""Random-weight GGUF files of the architectures that keep a recurrent state: LFM2 (short
 convolutions beside attention, a hybrid llama.cpp rolls back with recurrent-state snapshots,
-``n_rs_seq``) and Mamba2 (recurrent only, rolled back from a saved state).  The tensors are the
-ones llama.cpp's loader asks for (src/models/lfm2.cpp and mamba2.cpp of the pinned llama.cpp,
+``n_rs_seq``), Mamba2 (recurrent only, rolled back from a saved state) and Qwen3.5 (Gated
+DeltaNet beside attention, with an MTP block); tiny for the tests, or a real model's dimensions
+for ``localspec bench rollback``.  The tensors are the ones llama.cpp's loader asks for
+(src/models/lfm2.cpp, mamba2.cpp and qwen35.cpp of the pinned llama.cpp,
 shapes as ``create_tensor`` gives them, outermost last); the tokenizer and chat template are
 those of :mod:`localspec.llama.synthetic`.  Same seed, same weights."""
 
@@ -55,19 +57,25 @@ LFM2_350M = HybridShape(
 
 
 def write_hybrid_model(
-    path: Path, seed: int, architecture: str = "lfm2", shape: HybridShape = TINY
+    path: Path,
+    seed: int,
+    architecture: str = "lfm2",
+    shape: HybridShape | Qwen35Shape | None = None,
 ) -> Path:
-    """Write a ``lfm2`` (hybrid, of ``shape``), a tiny ``mamba2`` (recurrent) or a tiny
-    ``qwen35`` (hybrid, with one MTP block) model; returns ``path``."""
+    """Write a ``lfm2`` (hybrid, of ``shape``: a :class:`HybridShape`), a tiny ``mamba2``
+    (recurrent) or a ``qwen35`` (hybrid, with one MTP block, of ``shape``: a
+    :class:`Qwen35Shape`) model, tiny unless ``shape`` says otherwise; returns ``path``."""
     writers = {"lfm2": _lfm2, "mamba2": _mamba2, "qwen35": _qwen35}
     if architecture not in writers:
         raise ValueError(f"no synthetic {architecture!r}; one of {', '.join(writers)}")
+    if shape is None:
+        shape = QWEN35_TINY if architecture == "qwen35" else TINY
     tokens, scores, types = vocabulary(shape.extra_words)
     writer = GGUFWriter(str(path), architecture)
     writer.add_name(f"synthetic-{architecture}-{seed}")
     writer.add_size_label("1M")
     writer.add_context_length(N_CTX_TRAIN)
-    writer.add_embedding_length(shape.n_embd if architecture == "lfm2" else N_EMBD)
+    writer.add_embedding_length(N_EMBD if architecture == "mamba2" else shape.n_embd)
     _add_tokenizer(writer, "llama", (tokens, scores, types), 1)
     writer.add_chat_template(TEMPLATE)
     rng = np.random.default_rng(seed)
@@ -155,64 +163,105 @@ def _mamba2(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
     _output(writer, w, n_vocab, "output_norm.weight")
 
 
-QWEN35_LAYERS, QWEN35_HEAD, QWEN35_HEAD_KV = 4, 4, 2  # the 4th layer attention, then MTP
-GDN_STATE, GDN_K_HEADS, GDN_V_HEADS = 16, 2, 4  # Gated DeltaNet: head size, key / value heads
+@dataclass(frozen=True)
+class Qwen35Shape:
+    """A Qwen3.5's dimensions: ``n_layer`` layers (every 4th attention, the rest Gated
+    DeltaNet) and one MTP block after them; attention heads of ``head_dim`` (a gated query),
+    its rotary dimensions and their M-RoPE sections; the DeltaNet's head size (``gdn_state``,
+    keys and values alike) and key / value heads; words added to the vocabulary, and the
+    weights' float type."""
+
+    n_layer: int = 4
+    n_embd: int = N_EMBD
+    n_ff: int = N_FF
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = N_EMBD // 4
+    rope_dims: int = N_EMBD // 4
+    rope_sections: tuple[int, ...] = (4, 2, 2, 0)
+    gdn_state: int = 16
+    gdn_k_heads: int = 2
+    gdn_v_heads: int = 4
+    extra_words: int = 0
+    dtype: type = np.float32
 
 
-def _qwen35(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
+QWEN35_TINY = Qwen35Shape()
+# Qwen3.5-0.8B's dimensions (its config.json: 24 layers, hidden 1024, feed-forward 3584, 8
+# heads of 256 with 2 KV heads, a quarter of each rotated (M-RoPE sections 11 / 11 / 10),
+# DeltaNet heads 16 keys / 16 values of 128, a 248,320-token vocabulary, one MTP layer)
+QWEN35_0_8B = Qwen35Shape(
+    n_layer=24,
+    n_embd=1024,
+    n_ff=3584,
+    n_head=8,
+    n_head_kv=2,
+    head_dim=256,
+    rope_dims=64,
+    rope_sections=(11, 11, 10, 0),
+    gdn_state=128,
+    gdn_k_heads=16,
+    gdn_v_heads=16,
+    extra_words=248320 - 321,  # the synthetic tokenizer has 321 tokens of its own
+    dtype=np.float16,
+)
+
+
+def _qwen35(writer: GGUFWriter, w, n_vocab: int, shape: Qwen35Shape) -> None:
     """Qwen3.5's layout (src/models/qwen35.cpp): Gated DeltaNet layers, every 4th one
     attention with a gated query, then one MTP (NextN) block: an attention block fed with the
     target's hidden state and the next token's embedding (``nextn_predict_layers`` 1)."""
-    head = N_EMBD // QWEN35_HEAD
-    writer.add_block_count(QWEN35_LAYERS + 1)
+    d, head, n = shape.n_embd, shape.head_dim, shape.n_layer
+    writer.add_block_count(n + 1)
     writer.add_uint32(f"{writer.arch}.nextn_predict_layers", 1)
     writer.add_uint32(f"{writer.arch}.full_attention_interval", 4)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(QWEN35_HEAD)
-    writer.add_head_count_kv(QWEN35_HEAD_KV)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head_kv)
     writer.add_key_length(head)
     writer.add_value_length(head)
     writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_rope_dimension_count(head)
-    writer.add_rope_dimension_sections([4, 2, 2, 0])
+    writer.add_rope_dimension_count(shape.rope_dims)
+    writer.add_rope_dimension_sections(list(shape.rope_sections))
     writer.add_ssm_conv_kernel(4)
-    writer.add_ssm_state_size(GDN_STATE)
-    writer.add_ssm_group_count(GDN_K_HEADS)
-    writer.add_ssm_time_step_rank(GDN_V_HEADS)
-    writer.add_ssm_inner_size(GDN_STATE * GDN_V_HEADS)
-    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, std=1.0))
-    for i in range(QWEN35_LAYERS + 1):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", _ones(N_EMBD))
-        writer.add_tensor(f"blk.{i}.post_attention_norm.weight", _ones(N_EMBD))
-        if i < QWEN35_LAYERS and (i + 1) % 4 != 0:
-            _gated_delta_net(writer, w, i)
+    writer.add_ssm_state_size(shape.gdn_state)
+    writer.add_ssm_group_count(shape.gdn_k_heads)
+    writer.add_ssm_time_step_rank(shape.gdn_v_heads)
+    writer.add_ssm_inner_size(shape.gdn_state * shape.gdn_v_heads)
+    writer.add_tensor("token_embd.weight", w(n_vocab, d, std=1.0))
+    for i in range(n + 1):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", _ones(d))
+        writer.add_tensor(f"blk.{i}.post_attention_norm.weight", _ones(d))
+        if i < n and (i + 1) % 4 != 0:
+            _gated_delta_net(writer, w, i, shape)
         else:
-            writer.add_tensor(f"blk.{i}.attn_q.weight", w(2 * QWEN35_HEAD * head, N_EMBD))
-            writer.add_tensor(f"blk.{i}.attn_k.weight", w(QWEN35_HEAD_KV * head, N_EMBD))
-            writer.add_tensor(f"blk.{i}.attn_v.weight", w(QWEN35_HEAD_KV * head, N_EMBD))
-            writer.add_tensor(f"blk.{i}.attn_output.weight", w(N_EMBD, QWEN35_HEAD * head))
+            writer.add_tensor(f"blk.{i}.attn_q.weight", w(2 * shape.n_head * head, d))
+            writer.add_tensor(f"blk.{i}.attn_k.weight", w(shape.n_head_kv * head, d))
+            writer.add_tensor(f"blk.{i}.attn_v.weight", w(shape.n_head_kv * head, d))
+            writer.add_tensor(f"blk.{i}.attn_output.weight", w(d, shape.n_head * head))
             writer.add_tensor(f"blk.{i}.attn_q_norm.weight", _ones(head))
             writer.add_tensor(f"blk.{i}.attn_k_norm.weight", _ones(head))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(N_FF, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(N_EMBD, N_FF))
-    mtp = QWEN35_LAYERS
-    writer.add_tensor(f"blk.{mtp}.nextn.eh_proj.weight", w(N_EMBD, 2 * N_EMBD))
-    writer.add_tensor(f"blk.{mtp}.nextn.enorm.weight", _ones(N_EMBD))
-    writer.add_tensor(f"blk.{mtp}.nextn.hnorm.weight", _ones(N_EMBD))
-    writer.add_tensor(f"blk.{mtp}.nextn.shared_head_norm.weight", _ones(N_EMBD))
-    _output(writer, w, n_vocab, "output_norm.weight")
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", w(shape.n_ff, d))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", w(shape.n_ff, d))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", w(d, shape.n_ff))
+    writer.add_tensor(f"blk.{n}.nextn.eh_proj.weight", w(d, 2 * d))
+    writer.add_tensor(f"blk.{n}.nextn.enorm.weight", _ones(d))
+    writer.add_tensor(f"blk.{n}.nextn.hnorm.weight", _ones(d))
+    writer.add_tensor(f"blk.{n}.nextn.shared_head_norm.weight", _ones(d))
+    _output(writer, w, n_vocab, "output_norm.weight", d)
 
 
-def _gated_delta_net(writer: GGUFWriter, w, i: int) -> None:
-    key_dim, value_dim = GDN_STATE * GDN_K_HEADS, GDN_STATE * GDN_V_HEADS
+def _gated_delta_net(writer: GGUFWriter, w, i: int, shape: Qwen35Shape) -> None:
+    d, state, v_heads = shape.n_embd, shape.gdn_state, shape.gdn_v_heads
+    key_dim, value_dim = state * shape.gdn_k_heads, state * v_heads
     conv_dim = 2 * key_dim + value_dim
-    writer.add_tensor(f"blk.{i}.attn_qkv.weight", w(conv_dim, N_EMBD))
-    writer.add_tensor(f"blk.{i}.attn_gate.weight", w(value_dim, N_EMBD))
-    writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", w(conv_dim, 4, std=0.5))
-    writer.add_tensor(f"blk.{i}.ssm_dt.bias", np.zeros(GDN_V_HEADS, dtype=np.float32))
-    writer.add_tensor(f"blk.{i}.ssm_a", -np.exp(w(GDN_V_HEADS, std=0.5)))
-    writer.add_tensor(f"blk.{i}.ssm_beta.weight", w(GDN_V_HEADS, N_EMBD))
-    writer.add_tensor(f"blk.{i}.ssm_alpha.weight", w(GDN_V_HEADS, N_EMBD))
-    writer.add_tensor(f"blk.{i}.ssm_norm.weight", _ones(GDN_STATE))
-    writer.add_tensor(f"blk.{i}.ssm_out.weight", w(N_EMBD, value_dim))
+    writer.add_tensor(f"blk.{i}.attn_qkv.weight", w(conv_dim, d))
+    writer.add_tensor(f"blk.{i}.attn_gate.weight", w(value_dim, d))
+    # float32 whatever the shape's type: llama.cpp's ssm_conv reads its kernel as f32
+    writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", w(conv_dim, 4, std=0.5).astype(np.float32))
+    writer.add_tensor(f"blk.{i}.ssm_dt.bias", np.zeros(v_heads, dtype=np.float32))
+    writer.add_tensor(f"blk.{i}.ssm_a", -np.exp(w(v_heads, std=0.5).astype(np.float32)))
+    writer.add_tensor(f"blk.{i}.ssm_beta.weight", w(v_heads, d))
+    writer.add_tensor(f"blk.{i}.ssm_alpha.weight", w(v_heads, d))
+    writer.add_tensor(f"blk.{i}.ssm_norm.weight", _ones(state))
+    writer.add_tensor(f"blk.{i}.ssm_out.weight", w(d, value_dim))
