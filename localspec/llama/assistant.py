@@ -33,6 +33,8 @@ class AssistantHead(MtpHead):
     :class:`~localspec.llama.engine.Engine` of the Gemma 4 it was made for), in step with it.
     UnsupportedModelError when the two do not fit (vocabulary, hidden width)."""
 
+    shares_memory = True
+
     def __init__(self, target, path: Path):
         self.path = Path(path)
         self._model = _load(self.path, target.config.n_gpu_layers)

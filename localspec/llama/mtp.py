@@ -16,7 +16,13 @@ weights (``ctx_type = LLAMA_CONTEXT_TYPE_MTP``, ``ctx_other`` = the target's con
   the draft positions are then taken back (:meth:`MtpHead.draft`);
 - a trim of the target trims the MTP context too (:meth:`MtpHead.trim`).
 
-One sequence (``n_seq_max`` 1); one MTP block (``nextn_predict_layers`` 1, as Qwen3.5 ships).
+A model with several MTP blocks (Step-3.5: ``nextn_predict_layers`` 3) chains them as
+llama.cpp's ``draft-mtp`` does: each block follows every target decode over the same rows
+(``llama_set_nextn_layer_offset`` selects the block), and draft token ``i`` comes from block
+``i``, run over the whole draft so far (the last target state, then each block's own output
+state), so a draft holds at most one token per block.  Qwen3.5 ships one block.
+
+One sequence (``n_seq_max`` 1).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ log = logging.getLogger("localspec.engine")
 class MtpHead:
     """The MTP context of ``target`` (an :class:`~localspec.llama.engine.Engine` loaded with
     ``load_mtp``), kept in step with it; :meth:`draft` proposes tokens."""
+
+    shares_memory = False  # True: the drafter reads the target's KV cache (Gemma 4's assistant)
 
     def __init__(self, target, model=None):
         model = target._model if model is None else model
@@ -67,6 +75,7 @@ class MtpHead:
         self.decode_s = 0.0  # seconds drafting
         self.follow_s = 0.0  # seconds following the target's decodes (part of the target's)
         self.active = True  # False once a decode here failed: it drafts no more
+        self.chained = self.n_layer_nextn > 1 and not self.shares_memory
 
     @property
     def label(self) -> str:
@@ -78,16 +87,19 @@ class MtpHead:
         decode them here too, each with the hidden state of the position before it."""
         rows = self._target_rows(first_row, len(tokens))
         before = self._state_before(pos0)
-        self._trim_to(pos0)
         states = np.vstack([before[None, :], rows[:-1]])
         started = time.perf_counter()
         try:
-            self._decode(tokens, pos0, states, output=False)
+            for head in range(self.n_layer_nextn if self.chained else 1):
+                self._trim_to(pos0)
+                self._use_head(head)
+                self._decode(tokens, pos0, states, output=False)
         except EngineError as exc:  # out of step with the target from here: stop drafting
             self.active = False
             log.warning("localspec: the MTP block stops drafting (%s)", exc)
             return
         finally:
+            self._use_head(0)
             self.follow_s += time.perf_counter() - started
         self._rows, self._rows_at, self._held = rows, pos0, pos0 + len(tokens)
         self._before = before
@@ -102,12 +114,19 @@ class MtpHead:
         """The target keeps ``n_keep`` positions: so does the MTP context."""
         self._trim_to(min(n_keep, self._held))
 
+    @property
+    def max_draft(self) -> int | None:
+        """The most tokens one draft holds: one per block where blocks chain (None: any)."""
+        return self.n_layer_nextn if self.chained else None
+
     def draft(self, last: int, k: int, pick) -> tuple[list[int], list]:
         """Up to ``k`` tokens after ``last`` (the context's last token, at the position after
         the target's cache).  ``pick(logits)`` -> (token, confidence, whether it is the last
         one), or None to stop before it.  Returns the tokens and what ``pick`` gave for each."""
         if not self.active:
             return [], []
+        if self.chained:
+            return self._draft_chained(last, min(k, self.n_layer_nextn), pick)
         pos0 = self._held
         state = self._state_before(pos0)
         tokens, picked = [], []
@@ -116,10 +135,7 @@ class MtpHead:
             started = time.perf_counter()
             self._decode([token], self._draft_position(pos0, i), state[None, :], output=True)
             self.decode_s += time.perf_counter() - started
-            logits = np.ctypeslib.as_array(
-                llama_cpp.llama_get_logits_ith(self._ctx, -1), shape=(self.target.n_vocab,)
-            )
-            choice = pick(logits)
+            choice = pick(self._last_logits())
             if choice is None:
                 break
             token = choice[0]
@@ -130,6 +146,43 @@ class MtpHead:
             state = self._own_state()
         self._trim_to(pos0)
         return tokens, picked
+
+    def _draft_chained(self, last: int, k: int, pick) -> tuple[list[int], list]:
+        """:meth:`draft` with one block per token: block ``i`` decodes the whole draft so far
+        (``last`` and the tokens drafted), each paired with the state before it."""
+        pos0 = self._held
+        inputs, states = [last], [self._state_before(pos0)]
+        tokens, picked = [], []
+        try:
+            for i in range(k):
+                self._trim_to(pos0)
+                self._use_head(i)
+                started = time.perf_counter()
+                self._decode(inputs, pos0, np.vstack(states), output=True)
+                self.decode_s += time.perf_counter() - started
+                choice = pick(self._last_logits())
+                if choice is None:
+                    break
+                tokens.append(choice[0])
+                picked.append(choice)
+                if choice[2]:
+                    break
+                inputs.append(choice[0])
+                states.append(self._own_state())
+        finally:
+            self._use_head(0)
+            self._trim_to(pos0)
+        return tokens, picked
+
+    def _use_head(self, i: int) -> None:
+        """Run MTP block ``i`` from the next decode on (a model whose blocks chain)."""
+        if self.chained:
+            llama_cpp_ext.llama_set_nextn_layer_offset(self._ctx, i)
+
+    def _last_logits(self) -> np.ndarray:
+        return np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits_ith(self._ctx, -1), shape=(self.target.n_vocab,)
+        )
 
     def _draft_position(self, pos0: int, i: int) -> int:
         """Where draft token ``i`` is decoded: each after the one before."""

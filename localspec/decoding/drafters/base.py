@@ -114,6 +114,7 @@ class Drafter(Protocol):
         None  # a fixed-length draft is cut to this many times its match (Draft.depth[0])
     )
     prior_acceptance: float = 0.5  # a first guess of its per-token acceptance
+    most_tokens: int | None = None  # the longest draft it can make (None: no limit of its own)
     prior_cost_s: float | None = (
         None  # a first guess of its seconds per draft token (None: half a target step)
     )

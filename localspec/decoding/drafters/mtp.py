@@ -25,6 +25,7 @@ class MtpDrafter(Drafter):
         self.head = head
         self.is_eog = is_eog
         self.constraint = None
+        self.most_tokens = head.max_draft  # one token per block where the blocks chain
 
     @property
     def decode_s(self) -> float:

@@ -196,6 +196,7 @@ class DrafterRecord:
     @classmethod
     def new(cls, drafter: Drafter, cap: int) -> DrafterRecord:
         prior = drafter.prior_acceptance
+        cap = min(cap, drafter.most_tokens or cap)
         return cls(drafter, cap, prior, DrafterAcceptance(successes=2.0 * prior, trials=2.0))
 
     def start_text(self, keep: float) -> None:
