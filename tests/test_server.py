@@ -709,3 +709,33 @@ def test_n_min_over_n_max_is_refused_once_by_the_library_naming_the_servers_fiel
         chat_request(body, Limits("pair", 64, tools=True, fim=False))
     assert err.value.path == ("speculative", "n_min")
     assert err.value.message == "speculative.n_min (5) must not exceed speculative.n_max (2)"
+
+
+def test_top_logprobs_without_logprobs_is_refused_naming_it():
+    from localspec.server.errors import RequestError
+    from localspec.server.openai_chat import chat_request
+    from localspec.server.request import Limits
+    from localspec.server.schemas import ChatRequest
+
+    limits = Limits("pair", 64, tools=True, fim=False)
+    body = ChatRequest.model_validate({"messages": OK, "top_logprobs": 3})
+    with pytest.raises(RequestError, match="needs logprobs") as err:
+        chat_request(body, limits)
+    assert err.value.param == "top_logprobs"
+    body = ChatRequest.model_validate({"messages": OK, "top_logprobs": 3, "logprobs": True})
+    assert chat_request(body, limits).options.params.logprobs == 3
+
+
+def test_an_earlier_call_whose_arguments_are_not_json_is_refused_naming_them():
+    from pydantic import ValidationError
+
+    from localspec.server.errors import from_validation_error
+    from localspec.server.schemas import ChatRequest
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not"}}
+    messages = [*OK, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    with pytest.raises(ValidationError) as err:
+        ChatRequest.model_validate({"messages": messages})
+    refused = from_validation_error(err.value)
+    assert refused.param == f"messages.{len(OK)}.tool_calls.0.function.arguments"
+    assert "must be JSON" in refused.message

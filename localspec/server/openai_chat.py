@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from localspec.server.errors import RequestError
 from localspec.server.openai_shapes import ChatShape, CompletionShape
 from localspec.server.reasoning_fields import chat_reasoning
 from localspec.server.request import (
@@ -64,6 +65,8 @@ def _common(body: CommonRequest) -> dict:
 
 def chat_request(body: ChatRequest, limits: Limits) -> GenerationRequest:
     """A chat completion's body as the generation it asks for, under the server's ``limits``."""
+    if body.top_logprobs is not None and not body.logprobs:
+        raise RequestError("top_logprobs needs logprobs: true", ("top_logprobs",))
     choice = (
         body.tool_choice.model_dump()
         if isinstance(body.tool_choice, BaseModel)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -43,6 +44,15 @@ class _NamedFunction(BaseModel):
 
 class _CalledFunction(_NamedFunction):
     arguments: str
+
+    @field_validator("arguments")
+    @classmethod
+    def _json(cls, value: str) -> str:
+        try:
+            json.loads(value or "{}")
+        except ValueError:
+            raise ValueError(f"the arguments must be JSON, got {value[:80]!r}") from None
+        return value
 
 
 class _TextPart(BaseModel):
