@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 import llama_cpp
-import numpy as np
 import pytest
+from support.mtp import assert_drafts_are_the_traces, greedy_pick
 from support.sampling import assert_mtp_sampling_keeps_the_targets_distribution
 
 from localspec.api import SpeculativeModel
@@ -29,10 +29,6 @@ PROMPT = "hello world the code def return print hello world the code"
 def gemma4(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gemma4")
     return write_gemma4_pair(folder / "target.gguf", folder / "assistant.gguf", 1)
-
-
-def greedy_pick(logits):
-    return int(np.argmax(logits)), 1.0, False
 
 
 @pytest.mark.parametrize("strategy", ["mtp", "auto"])
@@ -55,23 +51,9 @@ def test_its_drafts_are_llama_cpps_draft_mtp_on_the_same_files(gemma4):
     trace = json.loads(TRACE.read_text())
     assert hashlib.sha256(target.read_bytes()).hexdigest() == trace["target_sha256"]
     assert hashlib.sha256(assistant.read_bytes()).hexdigest() == trace["assistant_sha256"]
-    rounds = trace["rounds"]  # nothing accepted: round i drafts after the prompt and i tokens
-    assert all(r["accepted"] == 0 for r in rounds)
-    with SpeculativeModel(target, None, n_ctx=512) as model:
-        plain = model.generate(trace["prompt"], max_tokens=len(rounds), draft_max=0)
-        prompt = model.target.tokenize(trace["prompt"])
-    assert plain.tokens[: len(rounds)] == [r["target_token"] for r in rounds]
-    context = prompt + plain.tokens
-    fresh = Engine(target, EngineConfig(n_ctx=512, load_mtp=True, assistant=assistant))
-    try:
-        for i, r in enumerate(rounds):  # llama.cpp drafts first after the prompt's last token
-            last = len(prompt) - 1 + i
-            fresh.trim(0)
-            fresh.decode(context[:last], [last - 1])
-            k = len(r["draft"])  # 3, fewer as the answer's end nears
-            assert fresh.mtp.draft(context[last], k, greedy_pick)[0] == r["draft"], i
-    finally:
-        fresh.close()
+    assert all(r["accepted"] == 0 for r in trace["rounds"])  # round i: after i tokens
+    config = EngineConfig(n_ctx=512, load_mtp=True, assistant=assistant)
+    assert_drafts_are_the_traces(target, trace, config)
 
 
 def test_drafting_adds_nothing_to_the_targets_cache(gemma4):

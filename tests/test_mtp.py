@@ -5,8 +5,12 @@ the same accepted text, and the sampling rule exact with the block's own q."""
 
 from __future__ import annotations
 
-import numpy as np
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
+from support.mtp import assert_drafts_are_the_traces, greedy_pick
 from support.sampling import assert_mtp_sampling_keeps_the_targets_distribution
 
 from localspec.api import SpeculativeModel
@@ -20,10 +24,6 @@ PROMPT = "hello world the code def return print hello world the code"
 @pytest.fixture(scope="module")
 def mtp_target(tmp_path_factory):
     return write_hybrid_model(tmp_path_factory.mktemp("mtp") / "qwen35-mtp.gguf", 1, "qwen35")
-
-
-def greedy_pick(logits):
-    return int(np.argmax(logits)), 1.0, False
 
 
 def test_the_block_is_loaded_only_where_a_drafter_may_use_it(mtp_target):
@@ -110,24 +110,6 @@ def test_its_drafts_are_llama_cpps_draft_mtp_on_the_same_gguf(mtp_target):
     """llama.cpp's own draft-mtp (llama-speculative-simple, recorded in
     tests/data/mtp/draft-mtp-trace.json with the command and the GGUF's sha256) on this GGUF:
     the same target tokens, and at every round the same drafted tokens from our MTP head."""
-    import hashlib
-    import json
-    from pathlib import Path
-
     trace = json.loads((Path(__file__).parent / "data/mtp/draft-mtp-trace.json").read_text())
     assert hashlib.sha256(mtp_target.read_bytes()).hexdigest() == trace["gguf_sha256"]
-    rounds = [r for r in trace["rounds"] if len(r["draft"]) == 3]
-    with SpeculativeModel(mtp_target, None, n_ctx=512) as model:
-        plain = model.generate(trace["prompt"], max_tokens=len(rounds), draft_max=0)
-        prompt = model.target.tokenize(trace["prompt"])
-    assert plain.tokens[: len(rounds)] == [r["target_token"] for r in rounds]
-    context = prompt + plain.tokens
-    fresh = Engine(mtp_target, EngineConfig(n_ctx=512, load_mtp=True))
-    try:
-        for i, r in enumerate(rounds):  # llama.cpp drafts first after the prompt's last token
-            last = len(prompt) - 1 + i
-            fresh.trim(0)
-            fresh.decode(context[:last], [last - 1])
-            assert fresh.mtp.draft(context[last], 3, greedy_pick)[0] == r["draft"], i
-    finally:
-        fresh.close()
+    assert_drafts_are_the_traces(mtp_target, trace, EngineConfig(n_ctx=512, load_mtp=True), k=3)

@@ -9,13 +9,13 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+from support.mtp import assert_drafts_are_the_traces
 from support.sampling import assert_mtp_sampling_keeps_the_targets_distribution
 
 from localspec.api import SpeculativeModel
 from localspec.decoding.policy import AdaptivePolicy
-from localspec.llama.engine import Engine, EngineConfig
+from localspec.llama.engine import EngineConfig
 from localspec.llama.synthetic_step35 import N_NEXTN, write_step35_model
 
 TRACE = Path(__file__).parent / "data/mtp/chained-draft-mtp-trace.json"
@@ -26,38 +26,21 @@ def step35(tmp_path_factory):
     return write_step35_model(tmp_path_factory.mktemp("step35") / "step35-mtp.gguf", 1)
 
 
-def greedy_pick(logits):
-    return int(np.argmax(logits)), 1.0, False
-
-
 def test_its_drafts_are_llama_cpps_chained_draft_mtp_on_the_same_gguf(step35):
     """llama.cpp's draft-mtp (llama-speculative-simple, recorded with its command and the
     GGUF's sha256): the same target tokens, and at every round the same three drafted tokens,
     block 0, 1 and 2 in turn."""
     trace = json.loads(TRACE.read_text())
     assert hashlib.sha256(step35.read_bytes()).hexdigest() == trace["gguf_sha256"]
-    rounds = [r for r in trace["rounds"] if len(r["draft"]) == N_NEXTN]
-    with SpeculativeModel(step35, None, n_ctx=512) as model:
-        plain = model.generate(trace["prompt"], max_tokens=len(rounds), draft_max=0)
-        prompt = model.target.tokenize(trace["prompt"])
-    assert plain.tokens[: len(rounds)] == [r["target_token"] for r in rounds]
-    context = prompt + plain.tokens
-    fresh = Engine(step35, EngineConfig(n_ctx=512, load_mtp=True))
-    try:
-        assert fresh.mtp.chained and fresh.mtp.max_draft == N_NEXTN
-        for i, r in enumerate(rounds):  # llama.cpp drafts first after the prompt's last token
-            last = len(prompt) - 1 + i
-            fresh.trim(0)
-            fresh.decode(context[:last], [last - 1])
-            assert fresh.mtp.draft(context[last], 8, greedy_pick)[0] == r["draft"], i
-    finally:
-        fresh.close()
+    config = EngineConfig(n_ctx=512, load_mtp=True)
+    assert_drafts_are_the_traces(step35, trace, config, k=N_NEXTN, ask=8)  # 8: one a block
 
 
 @pytest.mark.parametrize("strategy", ["mtp", "auto"])
 def test_greedy_output_is_the_targets_own_and_no_draft_outgrows_the_blocks(step35, strategy):
     with SpeculativeModel(step35, None, n_ctx=512) as model:
         assert model.builtin_drafter == f"built-in drafter (MTP, {N_NEXTN} heads)"
+        assert model.target.mtp.chained and model.target.mtp.max_draft == N_NEXTN
         plain = model.generate(PROMPT, max_tokens=40, temperature=0.0, draft_max=0)
         spec = model.generate(PROMPT, max_tokens=40, temperature=0.0, strategy=strategy)
         assert spec.tokens == plain.tokens
