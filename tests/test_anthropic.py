@@ -16,6 +16,7 @@ from localspec.server.anthropic_messages import (
     CountTokensRequest,
     MessagesRequest,
     conversation,
+    error_response,
     messages_request,
 )
 from localspec.server.errors import RequestError
@@ -540,3 +541,25 @@ def test_a_prefill_beside_tools_it_may_not_call_is_taken():
     body = _body(messages=prefill, tools=TOOLS, tool_choice={"type": "none"})
     options = messages_request(body, LIMITS).options
     assert options.tool_choice == "none" and not options.calls_tools
+
+
+def test_refusals_name_the_messages_fields_in_the_text_anthropic_shows():
+    """Anthropic's error has no param: the field leads the message.  stop_sequences (empty
+    strings refused; [] clears the server's default stops), a "tool" choice without a name."""
+    with pytest.raises(RequestError) as err:
+        messages_request(_body(stop_sequences=[""]), LIMITS)
+    assert err.value.param == "stop_sequences"
+    assert json.loads(error_response(err.value).body)["error"]["message"].startswith(
+        "stop_sequences strings must be non-empty"
+    )
+    stops = Limits("pair", max_tokens=100, tools=True, fim=False, defaults={"stop": ["!"]})
+    assert messages_request(_body(), stops).options.params.stop == ("!",)
+    assert messages_request(_body(stop_sequences=[]), stops).options.params.stop == ()
+    with pytest.raises(RequestError) as err:
+        messages_request(_body(tools=TOOLS, tool_choice={"type": "tool"}), LIMITS)
+    assert err.value.param == "tool_choice.name"
+    bad = [{**TOOLS[0], "input_schema": {"type": "nonsense"}}]
+    with pytest.raises(RequestError) as err:
+        messages_request(_body(tools=bad), LIMITS)
+    shown = json.loads(error_response(err.value).body)["error"]["message"]
+    assert err.value.param == "tools.0.input_schema" and shown.startswith("tools.0.input_schema: ")

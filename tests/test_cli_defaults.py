@@ -80,6 +80,7 @@ def test_serve_keeps_an_unset_max_tokens_for_the_requests_to_decide():
         (["serve", "--port", "0"], "--port"),
         (["serve", "--parallel", "0"], "--parallel"),
         (["serve", "--cache-ram", "-1"], "--cache-ram"),
+        (["serve", "--draft", "prediction"], "per request"),
         (["run", "hi", "--temp", "-1"], "temperature"),
         (["bench", "--reps", "0"], "--reps"),
     ],

@@ -561,3 +561,10 @@ def test_a_bad_tool_is_named_in_the_responses_own_tool_shape(tool, param):
     with pytest.raises(RequestError) as err:
         responses_request(body, LIMITS)
     assert err.value.param == param and err.value.code == "invalid_value"
+
+
+def test_a_prompt_cache_key_that_is_not_text_is_refused_naming_it():
+    body = ResponsesRequest.model_validate({"input": "x", "prompt_cache_key": 5})
+    with pytest.raises(RequestError, match="must be a string") as err:
+        responses_request(body, LIMITS)
+    assert err.value.param == "prompt_cache_key"

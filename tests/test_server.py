@@ -688,9 +688,12 @@ def test_a_chat_body_becomes_one_request_validated_once():
     assert err.value.path == ("tools", 0, "function", "parameters")
     assert json.loads(err.value.response().body)["error"]["param"] == "tools.0.function.parameters"
     anthropic = json.loads(error_response(err.value).body)
-    assert anthropic == {
+    assert anthropic == {  # no param in Anthropic's shape: the field leads the message
         "type": "error",
-        "error": {"type": "invalid_request_error", "message": err.value.message},
+        "error": {
+            "type": "invalid_request_error",
+            "message": f"tools.0.function.parameters: {err.value.message}",
+        },
     }
     no_tools = Limits("pair", max_tokens=64, tools=False, fim=False)
     with pytest.raises(RequestError, match="no tool-call format") as err:
@@ -739,3 +742,40 @@ def test_an_earlier_call_whose_arguments_are_not_json_is_refused_naming_them():
     refused = from_validation_error(err.value)
     assert refused.param == f"messages.{len(OK)}.tool_calls.0.function.arguments"
     assert "must be JSON" in refused.message
+
+
+def test_refusals_name_the_field_the_body_used():
+    """max_completion_tokens when the body sent it; /infill's stop and seed (the library's
+    checks, named by the protocol's fields)."""
+    from localspec.server.errors import RequestError
+    from localspec.server.infill import InfillRequest, infill_request
+    from localspec.server.openai_chat import chat_request
+    from localspec.server.request import Limits
+    from localspec.server.schemas import ChatRequest
+
+    limits = Limits("pair", 64, tools=True, fim=True)
+    for field in ("max_completion_tokens", "max_tokens"):
+        with pytest.raises(RequestError, match=f"^{field} is 65;") as err:
+            chat_request(ChatRequest.model_validate({"messages": OK, field: 65}), limits)
+        assert err.value.param == field
+    for bad, field in (({"stop": [""]}, "stop"), ({"seed": -5}, "seed")):
+        body = InfillRequest.model_validate({"input_prefix": "a", "input_suffix": "b", **bad})
+        with pytest.raises(RequestError) as err:
+            infill_request(body, limits)
+        assert err.value.param == field and err.value.code == "invalid_value"
+
+
+def test_a_draft_bound_the_request_did_not_set_is_called_the_servers():
+    from localspec.decoding.params import DraftParams
+    from localspec.server.errors import RequestError
+    from localspec.server.openai_chat import chat_request
+    from localspec.server.request import Limits
+    from localspec.server.schemas import ChatRequest
+
+    limits = Limits("pair", 64, tools=True, fim=False, draft=DraftParams(draft_max=4))
+    body = ChatRequest.model_validate({"messages": OK, "speculative": {"n_min": 6}})
+    with pytest.raises(RequestError) as err:
+        chat_request(body, limits)
+    assert err.value.message == (
+        "speculative.n_min (6) must not exceed this server's speculative.n_max (4)"
+    )

@@ -1,10 +1,9 @@
 """``localspec bench concurrency --fresh``: several clients at once on prompts no server has
 seen, the adaptive default against plain decoding, and whether their greedy answers agree.
 
-    localspec bench concurrency --fresh                      # 1, 2, 4, 8 clients, fresh and
-    committed prompts localspec bench concurrency --fresh --llama-server PATH  # with llama-server
-    plain beside them localspec bench concurrency --fresh --smoke              # 2 clients, 2 fresh
-    prompts, 16 tokens
+    localspec bench concurrency --fresh                     # 1, 2, 4, 8 clients
+    localspec bench concurrency --fresh --llama-server PATH # llama-server plain beside them
+    localspec bench concurrency --fresh --smoke             # 2 clients, 2 prompts, 16 tokens
 
 Two prompt sets, each measured on every server:
 

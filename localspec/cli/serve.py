@@ -38,6 +38,11 @@ def check_server_args(args) -> None:
     require_int("--max-body", args.max_body, 1024, expected="at least 1024", unit=" bytes")
     if args.api_key is not None and not args.api_key.strip():
         raise InvalidOptionError("--api-key is empty")
+    if args.draft == "prediction":
+        raise InvalidOptionError(
+            "--draft prediction drafts a request's own predicted output, which few requests "
+            "carry: a client asks for it per request (OpenAI chat's prediction.content)"
+        )
 
 
 def examples(base: str, model_name: str, api_key: str | None) -> str:

@@ -157,14 +157,19 @@ class GenerationParams:
     def __post_init__(self) -> None:
         require_int("max_tokens", self.max_tokens, 1)
         if any(not isinstance(s, str) or not s for s in self.stop):
-            raise InvalidOptionError(f"stop strings must be non-empty strings, got {self.stop!r}")
-        if self.seed is not None:
-            require_int(
-                "seed",
-                self.seed,
-                0,
-                expected="a non-negative integer, or None / -1 for a random one",
+            raise InvalidOptionError(
+                f"stop strings must be non-empty strings, got {list(self.stop)!r}", param="stop"
             )
+        if self.seed is not None:
+            try:
+                require_int(
+                    "seed",
+                    self.seed,
+                    0,
+                    expected="a non-negative integer, or None / -1 for a random one",
+                )
+            except InvalidOptionError as exc:
+                raise InvalidOptionError(str(exc), param="seed") from None
         if self.logprobs is not None:
             require_int("logprobs", self.logprobs, 0, 20)
 
@@ -314,7 +319,10 @@ def call_options(options: Mapping, draft: DraftParams, tools: bool = True) -> Ca
     )
     key = options.get("prompt_cache_key")
     if key is not None and not isinstance(key, str):
-        raise InvalidOptionError(f"prompt_cache_key must be a string, got {type(key).__name__}")
+        raise InvalidOptionError(
+            f"prompt_cache_key must be a string, got {type(key).__name__}",
+            param="prompt_cache_key",
+        )
     return CallOptions(
         params=params_from_options(
             {k: v for k, v in options.items() if k in GENERATION_OPTIONS}, draft
@@ -344,7 +352,9 @@ def params_from_options(options: Mapping, draft: DraftParams) -> GenerationParam
     stop = options.get("stop")
     stop = () if stop is None else (stop,) if isinstance(stop, str) else stop
     if not isinstance(stop, (list, tuple)):
-        raise InvalidOptionError(f"stop must be a string or a list of strings, got {stop!r}")
+        raise InvalidOptionError(
+            f"stop must be a string or a list of strings, got {stop!r}", param="stop"
+        )
     seed = options.get("seed")
     return GenerationParams(
         max_tokens=options.get("max_tokens", 512),

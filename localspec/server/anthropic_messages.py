@@ -88,16 +88,17 @@ _ERROR_TYPES = {
 
 def error_response(exc: APIError) -> JSONResponse:
     """An APIError in Anthropic's shape, keeping its status and retry headers; a prompt over
-    the context starts "prompt is too long" as Anthropic's does (Claude Code compacts on it)."""
+    the context starts "prompt is too long" as Anthropic's does (Claude Code compacts on it).
+    Anthropic's error has no ``param``: the field a refusal names leads its message."""
     kind = _ERROR_TYPES.get(
         exc.status, "api_error" if exc.status >= 500 else "invalid_request_error"
     )
     headers = {"x-should-retry": "true" if exc.retry else "false", **exc.headers}
-    message = (
-        f"prompt is too long: {exc.message}"
-        if exc.code == "context_length_exceeded"
-        else exc.message
-    )
+    message = exc.message
+    if exc.code == "context_length_exceeded":
+        message = f"prompt is too long: {message}"
+    elif exc.param and exc.param not in message:
+        message = f"{exc.param}: {message}"
     body = {"type": "error", "error": {"type": kind, "message": message}}
     return JSONResponse(body, status_code=exc.status, headers=headers)
 
@@ -267,9 +268,12 @@ def _function(tool: Tool) -> dict:
 
 
 def _choice(choice: ToolChoice | None) -> str | dict | None:
-    """Anthropic's ``tool_choice`` as OpenAI's."""
+    """Anthropic's ``tool_choice`` as OpenAI's; RequestError for a "tool" choice without a
+    name."""
     if choice is None:
         return None
+    if choice.type == "tool" and not choice.name:
+        raise RequestError("tool_choice.name: Field required", ("tool_choice", "name"))
     named = {"type": "function", "function": {"name": choice.name}}
     return {"auto": "auto", "any": "required", "none": "none"}.get(choice.type, named)
 
@@ -305,7 +309,7 @@ def messages_request(
         "parallel_tool_calls": False
         if choice is not None and choice.disable_parallel_tool_use
         else None,
-        "paths": FieldPaths(tool_fields=ANTHROPIC_TOOLS),
+        "paths": FieldPaths(stop=("stop_sequences",), tool_fields=ANTHROPIC_TOOLS),
     }
     if not isinstance(body, MessagesRequest):
         request = generation_request("anthropic.messages", limits, **asked)
@@ -315,7 +319,7 @@ def messages_request(
         "anthropic.messages",
         limits,
         prefill=prefill,
-        stop=body.stop_sequences or None,
+        stop=body.stop_sequences,
         max_tokens=body.max_tokens,
         clip_max_tokens=True,
         stream=body.stream,

@@ -87,6 +87,9 @@ def chat_request(body: ChatRequest, limits: Limits) -> GenerationRequest:
         tool_choice=choice,
         parallel_tool_calls=body.parallel_tool_calls,
         max_tokens=body.max_completion_tokens or body.max_tokens,
+        paths=FieldPaths(
+            max_tokens=("max_completion_tokens",) if body.max_completion_tokens else ("max_tokens",)
+        ),
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         prediction=body.prediction.text() if body.prediction is not None else None,
         effort=body.reasoning_effort,

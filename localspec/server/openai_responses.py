@@ -310,7 +310,7 @@ def responses_request(
         max_tokens=body.max_output_tokens,
         stream=body.stream,
         effort=effort,
-        prompt_cache_key=key if isinstance(key, str) else None,
+        prompt_cache_key=key,
         paths=FieldPaths(
             max_tokens=("max_output_tokens",),
             response_format=("text", "format"),

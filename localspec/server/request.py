@@ -11,6 +11,7 @@ takes, checked once for every protocol against the server's :class:`Limits`;
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -37,7 +38,7 @@ NO_FIM = (
 
 
 # the options whose refusals name the protocol's own field (FieldPaths)
-OWN_NAMES = ("response_format", "max_tokens", "strategy", "draft_min", "draft_max")
+OWN_NAMES = ("response_format", "max_tokens", "strategy", "draft_min", "draft_max", "stop", "seed")
 
 
 def given(**options) -> dict:
@@ -63,6 +64,8 @@ class FieldPaths:
     response_format: FieldPath = ("response_format",)
     prompt: FieldPath = ("messages",)  # named when the prompt does not fit the context
     suffix: FieldPath = ("suffix",)  # named when the model has no FIM tokens
+    stop: FieldPath = ("stop",)
+    seed: FieldPath = ("seed",)
     strategy: FieldPath = ("speculative", "strategy")
     draft_min: FieldPath = ("speculative", "n_min")  # llama.cpp's server names
     draft_max: FieldPath = ("speculative", "n_max")
@@ -162,13 +165,14 @@ def generation_request(
     if suffix is not None and not limits.fim:
         raise RequestError(NO_FIM.format(limits.model_name), paths.suffix, code="unsupported_value")
     answers_chat = prompt is None and prefill is None  # only such a turn has thinking
+    asked = given(**asked)
     values = _option_values(
-        given(**asked), limits, paths, clip_max_tokens, prefill is not None, answers_chat
+        asked, limits, paths, clip_max_tokens, prefill is not None, answers_chat
     )
     try:
         options = call_options(values, limits.draft)
     except InvalidOptionError as exc:
-        raise refusal(exc, paths) from None
+        raise refusal(exc, paths, asked) from None
     return GenerationRequest(
         protocol,
         options,
@@ -185,15 +189,19 @@ def generation_request(
     )
 
 
-def refusal(exc: LocalspecError, paths: FieldPaths) -> RequestError:
+def refusal(exc: LocalspecError, paths: FieldPaths, asked: Mapping | None = None) -> RequestError:
     """The library's refusal of a request (when its options are made, or when it starts) as
     a 400 naming the protocol's own field (``paths``): its names for the library's options,
-    its shape of a tool, the prompt for a prompt over the context."""
+    its shape of a tool, the prompt for a prompt over the context.  Another option the
+    message names that the request did not set (``asked``) is called the server's."""
     param = exc.param if isinstance(exc, InvalidOptionError) else None
     if param in OWN_NAMES:  # the library's name of a field the protocol names its way
         message = str(exc)
         for name in OWN_NAMES:
-            message = message.replace(name, dotted(getattr(paths, name)))
+            own = dotted(getattr(paths, name))
+            if asked is not None and name != param and name not in asked:
+                own = f"this server's {own}"
+            message = re.sub(rf"\b{name}\b", own, message)
         return RequestError(message, getattr(paths, param), code="invalid_value")
     if param and param.startswith("tools."):
         exc = InvalidOptionError(str(exc), paths.tool_param(param))
@@ -217,9 +225,6 @@ def _option_values(
         clip_max_tokens,
         paths,
     )
-    if "prediction" not in asked and options.get("strategy") == "prediction":
-        message = f"{dotted(paths.strategy)} 'prediction' needs a prediction"
-        raise RequestError(message, paths.strategy, code="invalid_value")
     options.update(_tool_options(asked, limits))
     calls = asked.get("tools") is not None and options.get("tool_choice") != "none"
     if calls and prefill:
