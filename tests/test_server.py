@@ -779,3 +779,21 @@ def test_a_draft_bound_the_request_did_not_set_is_called_the_servers():
     assert err.value.message == (
         "speculative.n_min (6) must not exceed this server's speculative.n_max (4)"
     )
+
+
+def test_strategy_prediction_without_a_prediction_is_refused_once_by_the_library(target_gguf):
+    from starlette.testclient import TestClient
+
+    from localspec.api import SpeculativeModel
+    from localspec.server.app import create_app
+    from localspec.server.state import ServerConfig
+
+    body = {"messages": OK, "max_tokens": 4, "speculative": {"strategy": "prediction"}}
+    with SpeculativeModel(target_gguf, None, n_ctx=256) as model:
+        with TestClient(create_app(model, ServerConfig(model_name="m"))) as client:
+            got = client.post("/v1/chat/completions", json=body, headers={"host": "localhost"})
+            body["prediction"] = {"type": "content", "content": "hello there"}
+            taken = client.post("/v1/chat/completions", json=body, headers={"host": "localhost"})
+    assert got.status_code == 400 and got.json()["error"]["param"] == "speculative.strategy"
+    assert "needs a prediction" in got.json()["error"]["message"]
+    assert taken.status_code == 200
