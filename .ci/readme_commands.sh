@@ -45,7 +45,7 @@ status=$(tail -n1 <<<"$reply")
 [ "$status" = 200 ] || { echo "curl example answered $status: $reply" >&2; exit 1; }
 head -n -1 <<<"$reply" | .venv/bin/python -c "import json, sys; c = json.load(sys.stdin)['choices'][0]['message']['content']; assert c.strip(), 'empty answer'; print(c[:80])"
 
-py_cmd=$(grep -m1 -F "python -c \"import os; from openai import OpenAI" README.md | sed 's/^ *//')
+py_cmd=$(grep -m1 -F "python -c \"from openai import OpenAI" README.md | sed 's/^ *//')
 [ -n "$py_cmd" ] || { echo "README.md shows no openai example" >&2; exit 1; }
 grep -qF -- "python -c${py_cmd#*python -c}" "$log" || { echo "serve printed another openai example than the README's" >&2; exit 1; }
 echo "\$ $py_cmd"

@@ -44,7 +44,9 @@ def add_arguments(parser) -> None:
         "(plain is always run: speed-ups are against it)",
     )
     parser.add_argument(
-        "--out", default=DEFAULT_OUT, help="folder for JSON, Markdown and PNG results"
+        "--out",
+        default=DEFAULT_OUT,
+        help=f"folder for JSON, Markdown and PNG results (default {DEFAULT_OUT})",
     )
 
 

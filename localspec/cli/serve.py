@@ -50,6 +50,7 @@ def examples(base: str, model_name: str, api_key: str | None) -> str:
     key, both read it from $LOCALSPEC_API_KEY (so it is not printed)."""
     curl_key = "$LOCALSPEC_API_KEY" if api_key else "none"
     py_key = "os.environ['LOCALSPEC_API_KEY']" if api_key else "'none'"
+    py_import = "import os; " if api_key else ""
     note = "  (export LOCALSPEC_API_KEY=<your key> first)\n" if api_key else ""
     return (
         f"{note}"
@@ -57,7 +58,7 @@ def examples(base: str, model_name: str, api_key: str | None) -> str:
         f'-H "Authorization: Bearer {curl_key}" '
         f'-d \'{{"model": "{model_name}", '
         f'"messages": [{{"role": "user", "content": "Hello"}}]}}\'\n'
-        f"  python -c \"import os; from openai import OpenAI; c = OpenAI(base_url='{base}/v1', "
+        f"  python -c \"{py_import}from openai import OpenAI; c = OpenAI(base_url='{base}/v1', "
         f"api_key={py_key}); "
         f"print(c.chat.completions.create(model='{model_name}', "
         f"messages=[{{'role': 'user', 'content': 'Hello'}}]).choices[0].message.content)\""
