@@ -14,7 +14,7 @@ from localspec.llama.engine import Engine, EngineConfig
 from localspec.llama.synthetic_hybrid import write_hybrid_model
 
 PROMPT = "hello world the code def return print hello world the code"
-WAY_BACK = {"lfm2": "snapshot", "mamba2": "checkpoint"}  # after a rejected draft
+WAY_BACK = {"lfm2": "snapshot", "mamba2": "checkpoint", "nemotron_h": "snapshot"}  # going back
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,9 @@ def test_only_the_architectures_with_snapshots_get_them(recurrent_models):
 @pytest.mark.parametrize("arch", list(WAY_BACK))
 def test_the_state_after_every_round_equals_a_fresh_prefill(recurrent_models, arch):
     """At the first event of each round, a probe token's logits are a fresh prefill's: the
-    rejected positions left no trace in the recurrent state."""
+    rejected positions left no trace in the recurrent state.  Within 0.02, or twice the
+    model's own path noise where that is larger (the same prefill read in two pieces:
+    Nemotron-H's Mamba2 mixers part by 0.03 there)."""
     target, other = recurrent_models[arch]
     ref = Engine(target, EngineConfig(n_ctx=512))
     with SpeculativeModel(target, other, n_ctx=512, p_min=0.0, draft_max=3) as model:
@@ -76,13 +78,22 @@ def test_the_state_after_every_round_equals_a_fresh_prefill(recurrent_models, ar
                 assert cache == prompt + emitted
                 got = model.target.decode([7], [0])[0].copy()
                 model.target.trim(len(cache))
-                ref.trim(0)
-                want = ref.decode(cache + [7], [len(cache)])[0]
-                np.testing.assert_allclose(got, want, atol=2e-2, rtol=0)
+                want = _fresh(ref, cache + [7])
+                noise = np.abs(_fresh(ref, cache + [7], pieces=2) - want).max()
+                np.testing.assert_allclose(got, want, atol=max(2e-2, 2 * noise), rtol=0)
                 checks += 1
             emitted.append(event.token)
         assert checks >= 5 and model.target.rollbacks[WAY_BACK[arch]] > 0
     ref.close()
+
+
+def _fresh(engine, tokens, pieces: int = 1):
+    """The last token's logits after a fresh prefill of ``tokens``, read in ``pieces``."""
+    engine.trim(0)
+    cut = len(tokens) // 2 if pieces == 2 else 0
+    if cut:
+        engine.decode(tokens[:cut], [cut - 1])
+    return engine.decode(tokens[cut:], [len(tokens) - cut - 1])[0].copy()
 
 
 def test_two_sequences_of_a_hybrid_target_each_keep_their_own_state(recurrent_models):

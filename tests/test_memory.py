@@ -181,7 +181,7 @@ def test_a_header_value_of_the_wrong_type_is_a_model_file_error(tmp_path):
         check_gguf_file(path)
 
 
-@pytest.mark.parametrize("arch", ["lfm2", "mamba2", "qwen35"])
+@pytest.mark.parametrize("arch", ["lfm2", "mamba2", "qwen35", "nemotron_h"])
 def test_a_recurrent_state_is_counted_with_its_snapshots(tmp_path, arch):
     """The estimate of a hybrid or recurrent model's state, per copy, is what llama.cpp saves
     of one sequence's state (llama_state_seq_get_size_ext, a few bytes of framing besides);

@@ -21,6 +21,7 @@ HYBRID_LAYERS = ("conv", "attention", "conv")  # LFM2: a layer without KV heads 
 L_CACHE = 3  # LFM2's short convolution: the kernel's length
 N_EMBD, N_HEAD, N_FF = 64, 4, 128
 MAMBA_LAYERS, D_STATE, D_CONV, N_GROUP, HEAD_DIM = 2, 16, 4, 1, 16
+NEMOTRON_H_LAYERS = ("mamba", "attention", "mlp", "mamba")
 TEMPLATE = (
     "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
@@ -65,7 +66,7 @@ def write_hybrid_model(
     """Write a ``lfm2`` (hybrid, of ``shape``: a :class:`HybridShape`), a tiny ``mamba2``
     (recurrent) or a ``qwen35`` (hybrid, with one MTP block, of ``shape``: a
     :class:`Qwen35Shape`) model, tiny unless ``shape`` says otherwise; returns ``path``."""
-    writers = {"lfm2": _lfm2, "mamba2": _mamba2, "qwen35": _qwen35}
+    writers = {"lfm2": _lfm2, "mamba2": _mamba2, "qwen35": _qwen35, "nemotron_h": _nemotron_h}
     if architecture not in writers:
         raise ValueError(f"no synthetic {architecture!r}; one of {', '.join(writers)}")
     if shape is None:
@@ -75,7 +76,7 @@ def write_hybrid_model(
     writer.add_name(f"synthetic-{architecture}-{seed}")
     writer.add_size_label("1M")
     writer.add_context_length(N_CTX_TRAIN)
-    writer.add_embedding_length(N_EMBD if architecture == "mamba2" else shape.n_embd)
+    writer.add_embedding_length(shape.n_embd if architecture in ("lfm2", "qwen35") else N_EMBD)
     _add_tokenizer(writer, "llama", (tokens, scores, types), 1)
     writer.add_chat_template(TEMPLATE)
     rng = np.random.default_rng(seed)
@@ -136,31 +137,71 @@ def _lfm2(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
 
 
 def _mamba2(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
-    d_inner = 2 * N_EMBD
-    n_head = d_inner // HEAD_DIM
     writer.add_block_count(MAMBA_LAYERS)
     writer.add_feed_forward_length(0)
     writer.add_head_count(0)
     writer.add_layer_norm_rms_eps(1e-5)
+    _ssm_keys(writer)
+    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, std=1.0))
+    for i in range(MAMBA_LAYERS):
+        _mamba2_layer(writer, w, i)
+    _output(writer, w, n_vocab, "output_norm.weight")
+
+
+def _nemotron_h(writer: GGUFWriter, w, n_vocab: int, shape: HybridShape) -> None:
+    """Nemotron-H's layout (src/models/nemotron-h.cpp): each layer a Mamba2 mixer (no KV
+    heads, no feed-forward), attention (KV heads, no feed-forward) or an MLP (a squared-ReLU
+    up / down), told apart by the per-layer ``head_count_kv`` and ``feed_forward_length``."""
+    _ssm_keys(writer)
+    kinds = NEMOTRON_H_LAYERS
+    writer.add_block_count(len(kinds))
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv([N_HEAD // 2 if k == "attention" else 0 for k in kinds])
+    writer.add_feed_forward_length([N_FF if k == "mlp" else 0 for k in kinds])
+    writer.add_layer_norm_eps(1e-5)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, std=1.0))
+    head = N_EMBD // N_HEAD
+    for i, kind in enumerate(kinds):
+        if kind == "mamba":
+            _mamba2_layer(writer, w, i)
+            continue
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", _ones(N_EMBD))
+        if kind == "attention":
+            writer.add_tensor(f"blk.{i}.attn_q.weight", w(N_EMBD, N_EMBD))
+            writer.add_tensor(f"blk.{i}.attn_k.weight", w(N_HEAD // 2 * head, N_EMBD))
+            writer.add_tensor(f"blk.{i}.attn_v.weight", w(N_HEAD // 2 * head, N_EMBD))
+            writer.add_tensor(f"blk.{i}.attn_output.weight", w(N_EMBD, N_EMBD))
+        else:
+            writer.add_tensor(f"blk.{i}.ffn_up.weight", w(N_FF, N_EMBD))
+            writer.add_tensor(f"blk.{i}.ffn_down.weight", w(N_EMBD, N_FF))
+    _output(writer, w, n_vocab, "output_norm.weight")
+
+
+def _ssm_keys(writer: GGUFWriter) -> None:
+    """A Mamba2 mixer's keys (its inner size twice the width, heads of HEAD_DIM)."""
+    d_inner = 2 * N_EMBD
     writer.add_ssm_conv_kernel(D_CONV)
     writer.add_ssm_inner_size(d_inner)
     writer.add_ssm_state_size(D_STATE)
-    writer.add_ssm_time_step_rank(n_head)
+    writer.add_ssm_time_step_rank(d_inner // HEAD_DIM)
     writer.add_ssm_group_count(N_GROUP)
-    writer.add_tensor("token_embd.weight", w(n_vocab, N_EMBD, std=1.0))
+
+
+def _mamba2_layer(writer: GGUFWriter, w, i: int) -> None:
+    d_inner = 2 * N_EMBD
+    n_head = d_inner // HEAD_DIM
     d_in_proj = 2 * d_inner + 2 * N_GROUP * D_STATE + n_head
     conv_dim = d_inner + 2 * N_GROUP * D_STATE
-    for i in range(MAMBA_LAYERS):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", _ones(N_EMBD))
-        writer.add_tensor(f"blk.{i}.ssm_in.weight", w(d_in_proj, N_EMBD))
-        writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", w(conv_dim, D_CONV, std=0.5))
-        writer.add_tensor(f"blk.{i}.ssm_conv1d.bias", np.zeros(conv_dim, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ssm_dt.bias", np.zeros(n_head, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ssm_a", -np.exp(w(n_head, 1, std=0.5)))
-        writer.add_tensor(f"blk.{i}.ssm_d", _ones(n_head).reshape(n_head, 1))
-        writer.add_tensor(f"blk.{i}.ssm_norm.weight", _ones(d_inner).reshape(N_GROUP, -1))
-        writer.add_tensor(f"blk.{i}.ssm_out.weight", w(N_EMBD, d_inner))
-    _output(writer, w, n_vocab, "output_norm.weight")
+    writer.add_tensor(f"blk.{i}.attn_norm.weight", _ones(N_EMBD))
+    writer.add_tensor(f"blk.{i}.ssm_in.weight", w(d_in_proj, N_EMBD))
+    writer.add_tensor(f"blk.{i}.ssm_conv1d.weight", w(conv_dim, D_CONV, std=0.5))
+    writer.add_tensor(f"blk.{i}.ssm_conv1d.bias", np.zeros(conv_dim, dtype=np.float32))
+    writer.add_tensor(f"blk.{i}.ssm_dt.bias", np.zeros(n_head, dtype=np.float32))
+    writer.add_tensor(f"blk.{i}.ssm_a", -np.exp(w(n_head, 1, std=0.5)))
+    writer.add_tensor(f"blk.{i}.ssm_d", _ones(n_head).reshape(n_head, 1))
+    writer.add_tensor(f"blk.{i}.ssm_norm.weight", _ones(d_inner).reshape(N_GROUP, -1))
+    writer.add_tensor(f"blk.{i}.ssm_out.weight", w(N_EMBD, d_inner))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,12 @@ RS_SNAPSHOTS = 16  # recurrent-state snapshots per sequence: the longest draft a
 MAMBA_ARCHS = ("mamba", "mamba2")
 GATED_DELTA_NET_ARCHS = ("qwen35", "qwen35moe", "qwen3next")
 SHORT_CONV_ARCHS = ("lfm2", "lfm2moe")
+# hybrids with Mamba mixers (src/models/*.cpp): a layer without KV heads keeps a state; in
+# Nemotron-H, a layer with neither KV heads nor a feed-forward (its MLP layers have no KV either);
+# in Falcon-H1, every layer keeps both
+MAMBA_HYBRID_ARCHS = ("granitehybrid", "jamba")
+NEMOTRON_H_ARCHS = ("nemotron_h", "nemotron_h_moe")
+PARALLEL_HYBRID_ARCHS = ("falcon-h1",)
 # drafters that run against their target's memory, and the architecture each drafts for
 ASSISTANTS = {"gemma4-assistant": "gemma4"}
 # llama.cpp keeps snapshots for these (src/llama-arch.cpp, llm_arch_supports_rs_rollback)

@@ -32,6 +32,9 @@ from localspec.models.architectures import (
     ASSISTANTS,
     GATED_DELTA_NET_ARCHS,
     MAMBA_ARCHS,
+    MAMBA_HYBRID_ARCHS,
+    NEMOTRON_H_ARCHS,
+    PARALLEL_HYBRID_ARCHS,
     RS_SNAPSHOTS,
     SHORT_CONV_ARCHS,
     SNAPSHOT_ARCHS,
@@ -123,7 +126,8 @@ def model_memory(
     else:
         kv_heads, per_cell = _attention(info, n_layer, n_embd, name)
     recurrent_layers = _recurrent_layers(info, n_layer, kv_heads)
-    kv_heads = [0 if i in recurrent_layers else h for i, h in enumerate(kv_heads)]
+    if arch not in PARALLEL_HYBRID_ARCHS:  # elsewhere a layer keeps KV cells or a state
+        kv_heads = [0 if i in recurrent_layers else h for i, h in enumerate(kv_heads)]
     kv_heads = _without_shared_kv(info, kv_heads)
     kv = n_ctx * sum(kv_heads) * per_cell * CACHE_TYPE_BYTES[cache_type]
     recurrent = len(recurrent_layers) * _state_floats(info, n_embd) * 4 * _planes(arch)
@@ -171,8 +175,16 @@ def _recurrent_layers(info: GGUFInfo, n_layer: int, kv_heads: list) -> set[int]:
         return set(range(n_layer))
     if arch in SHORT_CONV_ARCHS:
         return {i for i, h in enumerate(kv_heads) if h == 0}
+    main = n_layer - int(info.get(f"{arch}.nextn_predict_layers", 0) or 0)
+    if arch in PARALLEL_HYBRID_ARCHS:
+        return set(range(main))
+    if arch in MAMBA_HYBRID_ARCHS:
+        return {i for i in range(main) if kv_heads[i] == 0}
+    if arch in NEMOTRON_H_ARCHS:
+        ff = info.get(f"{arch}.feed_forward_length")
+        ff = ff if isinstance(ff, list) else [ff or 0] * n_layer
+        return {i for i in range(main) if kv_heads[i] == 0 and ff[i] == 0}
     if arch in GATED_DELTA_NET_ARCHS:
-        main = n_layer - int(info.get(f"{arch}.nextn_predict_layers", 0) or 0)
         marked = info.get(f"{arch}.attention.recurrent_layers")
         if isinstance(marked, list):
             return {i for i, r in enumerate(marked[:main]) if r}
