@@ -120,8 +120,8 @@ def test_a_divergence_where_the_target_was_sure_is_not_called_a_near_tie(real_mo
     assert "NOT a near-tie" in fresh_clients._verdict(d)
 
 
-def _level(clients, tps, answers):
-    return {"clients": clients, "aggregate_tps": tps, "answers": answers}
+def _level(clients, tps, answers, each=None):
+    return {"clients": clients, "aggregate_tps": tps, "answers": answers, "request_tps": each}
 
 
 def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_level(tmp_path):
@@ -132,8 +132,8 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
         2: [Prompt("mtbench-writing", "mtbench/81", "q")] * 2,
     }
     results = {
-        fresh_clients.PLAIN: [_level(1, 20.0, ["a"]), _level(2, 30.0, ["b", "c"])],
-        fresh_clients.DEFAULT: [_level(1, 25.0, ["a"]), _level(2, 27.0, ["b", "cX"])],
+        fresh_clients.PLAIN: [_level(1, 20.0, ["a"]), _level(2, 30.0, ["b", "c"], [10.0, 20.0])],
+        fresh_clients.DEFAULT: [_level(1, 25.0, ["a"]), _level(2, 27.0, ["b", "cX"], [9.0, 20.0])],
         fresh_clients.LLAMA: [_level(1, 25.0, ["a"]), _level(2, 36.0, ["b", "c"])],
     }
     rows = fresh_clients.compare(results, work)
@@ -146,6 +146,10 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
         and rows[1]["default_over_llama_server_plain"] == 0.75
     )
     assert rows[1]["equality"]["equal"] == 1 and rows[1]["equality"]["differ"][0]["position"] == 1
+    assert (
+        rows[1]["per_request"]["mean"] == pytest.approx(0.95) and rows[1]["per_request"]["n"] == 2
+    )
+    assert rows[0]["per_request"] == {}  # a level without per-request speeds
     out = Results(tmp_path, fresh_clients.KIND, MACHINE_RECORD, smoke=True, benchmark="concurrency")
     result = {
         "seed": 5,
@@ -163,7 +167,7 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
     )
     md = (tmp_path / "concurrency-fresh-smoke.md").read_text()
     assert (
-        "| 2 | 30.0 | 27.0 | 36.0 | 0.90 | 0.75 | 1 of 2 |" in md
+        "| 2 | 30.0 | 27.0 | 36.0 | 0.90 | 0.95 [0.31, 1.59] | 0.75 | 1 of 2 |" in md
         and "mtbench/81: from character 1" in md
     )
 

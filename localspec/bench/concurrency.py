@@ -131,11 +131,8 @@ async def level(
         await asyncio.gather(*(run_client() for _ in range(clients)))
     wall = max(r["done"] for r in results) - start
     ttfts = sorted(r["ttft_s"] for r in results)
-    texts = (
-        {"answers": [r["text"] for r in sorted(results, key=lambda r: r["index"])]}
-        if answers
-        else {}
-    )
+    in_order = sorted(results, key=lambda r: r["index"])
+    texts = {"answers": [r["text"] for r in in_order]} if answers else {}
     return {
         "clients": clients,
         "requests": len(results),
@@ -145,6 +142,8 @@ async def level(
         "ttft_p50_s": statistics.median(ttfts),
         "ttft_p95_s": ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))],
         "wall_s": wall,
+        # each request's tokens over its seconds from sending to its last token, in work's order
+        "request_tps": [r["tokens"] / max(r["done"] - r["sent"], 1e-9) for r in in_order],
         **texts,
     }
 

@@ -37,6 +37,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
+from localspec.bench.ratios import interval_text, mean_interval
 from localspec.bench.servers import free_port, llama_server, running, serving
 from localspec.bench.workloads import Prompt, concurrency_prompts, fresh_prompts
 from localspec.llama.report import machine_line
@@ -153,6 +154,7 @@ def compare(results: dict, work: dict[int, list[Prompt]]) -> list[dict]:
         row: dict = {"clients": n, "aggregate_tps": tps}
         if tps.get(DEFAULT) and tps.get(PLAIN):
             row["default_over_plain"] = tps[DEFAULT] / tps[PLAIN]
+            row["per_request"] = per_request(at[DEFAULT], at[PLAIN])
             row["equality"] = equality(
                 at[DEFAULT]["answers"], at[PLAIN]["answers"], [p.name for p in prompts]
             )
@@ -160,6 +162,16 @@ def compare(results: dict, work: dict[int, list[Prompt]]) -> list[dict]:
             row["default_over_llama_server_plain"] = tps[DEFAULT] / tps[LLAMA]
         rows.append(row)
     return rows
+
+
+def per_request(default: dict, plain: dict) -> dict:
+    """Each prompt's request speed under default over plain's (the same prompt, the same
+    place in the level's queue): their mean with its 95 % interval
+    (:func:`~localspec.bench.ratios.mean_interval`), the pairs the aggregate ratio has no
+    spread for.  Empty where a level has no per-request speeds (results of an older run)."""
+    pairs = zip(default.get("request_tps") or (), plain.get("request_tps") or ())
+    ratios = [d / p for d, p in pairs if p > 0]
+    return mean_interval(ratios) if ratios else {}
 
 
 def markdown(result: dict) -> str:
@@ -174,10 +186,10 @@ def markdown(result: dict) -> str:
             "",
             f"**{set_name} prompts**, aggregate t/s:",
             "",
-            f"| clients | {PLAIN} | {DEFAULT} | {LLAMA} | default ÷ plain | default ÷ "
-            "llama-server plain "
+            f"| clients | {PLAIN} | {DEFAULT} | {LLAMA} | default ÷ plain | default ÷ plain "
+            "per request, mean [95 % interval] | default ÷ llama-server plain "
             "| default's answers equal to plain's |",
-            "|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for row in got["summary"]:
             lines.append(_table_row(row))
@@ -204,10 +216,11 @@ def _table_row(row: dict) -> str:
 
     tps, eq = row["aggregate_tps"], row.get("equality")
     same = f"{eq['equal']} of {eq['compared']}" if eq else ""
+    each = interval_text(row["per_request"]) if row.get("per_request") else ""
     return (
         f"| {row['clients']} | {f(tps.get(PLAIN), '.1f')} | {f(tps.get(DEFAULT), '.1f')} | "
         f"{f(tps.get(LLAMA), '.1f')} "
-        f"| {f(row.get('default_over_plain'), '.2f')} | "
+        f"| {f(row.get('default_over_plain'), '.2f')} | {each} | "
         f"{f(row.get('default_over_llama_server_plain'), '.2f')} "
         f"| {same} |"
     )
