@@ -136,8 +136,12 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
         fresh_clients.DEFAULT: [_level(1, 25.0, ["a"]), _level(2, 27.0, ["b", "cX"], [9.0, 20.0])],
         fresh_clients.LLAMA: [_level(1, 25.0, ["a"]), _level(2, 36.0, ["b", "c"])],
     }
+    account = {"won": 0.5, "lost": 0.25, "catch_up": 0.0, "draft_prompt": 0.0, "policy": 0.01}
+    account |= {"batch_wait": 0.04, "net": 0.2}
+    results[fresh_clients.DEFAULT][1]["against_plain_s"] = account
     rows = fresh_clients.compare(results, work)
     assert [r["clients"] for r in rows] == [1, 2]
+    assert rows[1]["attribution"] == account and rows[0]["attribution"] == {}
     assert (
         rows[0]["default_over_plain"] == 1.25 and rows[0]["default_over_llama_server_plain"] == 1.0
     )
@@ -169,6 +173,7 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
     assert (
         "| 2 | 30.0 | 27.0 | 36.0 | 0.90 | 0.95 [0.31, 1.59] | 0.75 | 1 of 2 |" in md
         and "mtbench/81: from character 1" in md
+        and "| 2 | +0.50 | +0.25 | +0.00 | +0.00 | +0.01 | +0.04 | +0.20 |" in md
     )
 
 
@@ -316,3 +321,14 @@ def test_each_level_gets_prompts_of_its_own_in_both_sets():
     assert sets["committed"][1][
         0
     ].name == "mtbench/81" and "committed" not in fresh_clients.prompt_sets((1,), 1, 3, False)
+
+
+def test_a_levels_account_is_the_mean_of_its_requests_and_empty_without_one():
+    from localspec.bench.concurrency import account_per_request
+
+    one = {"won_ms": 400.0, "lost_ms": 100.0, "net_ms": 300.0}
+    two = {"won_ms": 200.0, "lost_ms": 300.0, "net_ms": -100.0}
+    got = account_per_request([{"against_plain_ms": one}, {"against_plain_ms": two}])
+    assert got["won"] == pytest.approx(0.3) and got["net"] == pytest.approx(0.1)
+    assert got["catch_up"] == 0.0
+    assert account_per_request([{"against_plain_ms": one}, {"against_plain_ms": None}]) == {}

@@ -80,7 +80,7 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
     sent = time.perf_counter()
     first = None
     pieces: list[str] = []
-    usage = None
+    usage = account = None
     stream = await client.chat.completions.create(
         model="m",
         messages=messages,
@@ -93,6 +93,9 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
     async for chunk in stream:
         if chunk.usage is not None:
             usage = chunk.usage
+        timings = (chunk.model_extra or {}).get("timings")
+        if isinstance(timings, dict) and "against_plain" in timings:
+            account = timings["against_plain"]  # the server's own account, milliseconds
         if chunk.choices and (chunk.choices[0].delta.content or chunk.choices[0].delta.tool_calls):
             pieces.append(chunk.choices[0].delta.content or "")
             if first is None:
@@ -102,6 +105,7 @@ async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
     first = first or done
     return {
         "text": "".join(pieces),
+        "against_plain_ms": account,
         "sent": sent,
         "ttft_s": first - sent,
         "tokens": tokens,
@@ -144,8 +148,22 @@ async def level(
         "wall_s": wall,
         # each request's tokens over its seconds from sending to its last token, in work's order
         "request_tps": [r["tokens"] / max(r["done"] - r["sent"], 1e-9) for r in in_order],
+        "against_plain_s": account_per_request(results),
         **texts,
     }
+
+
+ACCOUNT = ("won", "lost", "catch_up", "draft_prompt", "policy", "batch_wait", "net")
+
+
+def account_per_request(results: list[dict]) -> dict:
+    """Mean seconds per request of each part of the server's account of its time against
+    plain decoding (``timings.against_plain``: won, lost, catch-up, draft prompt, policy, batch
+    waits, net); {} unless every request carried one."""
+    got = [r.get("against_plain_ms") for r in results]
+    if not got or any(a is None for a in got):
+        return {}
+    return {k: statistics.fmean(a.get(f"{k}_ms", 0.0) for a in got) / 1000 for k in ACCOUNT}
 
 
 def run_server(

@@ -155,6 +155,7 @@ def compare(results: dict, work: dict[int, list[Prompt]]) -> list[dict]:
         if tps.get(DEFAULT) and tps.get(PLAIN):
             row["default_over_plain"] = tps[DEFAULT] / tps[PLAIN]
             row["per_request"] = per_request(at[DEFAULT], at[PLAIN])
+            row["attribution"] = at[DEFAULT].get("against_plain_s") or {}
             row["equality"] = equality(
                 at[DEFAULT]["answers"], at[PLAIN]["answers"], [p.name for p in prompts]
             )
@@ -193,6 +194,7 @@ def markdown(result: dict) -> str:
         ]
         for row in got["summary"]:
             lines.append(_table_row(row))
+        lines += _attribution_table(got["summary"])
         for row in got["summary"]:
             for d in row.get("equality", {}).get("differ", []):
                 lines.append(
@@ -200,6 +202,28 @@ def markdown(result: dict) -> str:
                     f"default {d['default']!r}, plain {d['plain']!r}{_verdict(d)}"
                 )
     return "\n".join(lines) + "\n"
+
+
+def _attribution_table(summary: list[dict]) -> list[str]:
+    """Where default's time went against plain decoding, per level: the server's account,
+    mean seconds per request (:func:`~localspec.bench.concurrency.account_per_request`)."""
+    from localspec.bench.concurrency import ACCOUNT
+
+    rows = [r for r in summary if r.get("attribution")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Where default's time went against plain decoding, mean seconds per request (the "
+        "server's account; net: won − lost − catch-up − draft prompt − policy − batch waits):",
+        "",
+        "| clients | won | lost | catch-up | draft prompt | policy | batch waits | net |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = " | ".join(f"{r['attribution'][k]:+.2f}" for k in ACCOUNT)
+        lines.append(f"| {r['clients']} | {cells} |")
+    return lines + [""]
 
 
 def _verdict(d: dict) -> str:
