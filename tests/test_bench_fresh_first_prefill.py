@@ -324,7 +324,7 @@ def test_each_level_gets_prompts_of_its_own_in_both_sets():
 
 
 def test_a_levels_account_is_the_mean_of_its_requests_and_empty_without_one():
-    from localspec.bench.concurrency import account_per_request
+    from localspec.bench.clients_at_once import account_per_request
 
     one = {"won_ms": 400.0, "lost_ms": 100.0, "net_ms": 300.0}
     two = {"won_ms": 200.0, "lost_ms": 300.0, "net_ms": -100.0}

@@ -19,7 +19,7 @@ earlier set or mode): ``localspec serve --draft none`` (plain), ``localspec serv
 (default), and ``llama-server -np 4 -c 4096`` plain (``--llama-server PATH``, else
 ``llama-server`` on ``PATH``; skipped with a printed line when there is none).  At each of
 1, 2, 4 and 8 clients, 3 N requests (three waves), greedy, 64 tokens, the same prompts for
-every server; the async openai client, streaming (:func:`localspec.bench.concurrency.level`).
+every server; the async openai client, streaming (:func:`localspec.bench.clients_at_once.level`).
 
 Reported per set and clients: aggregate t/s per server (completion tokens / wall seconds),
 default / plain and default / llama-server plain, and the greedy equality count: how many
@@ -37,6 +37,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
+from localspec.bench.clients_at_once import ACCOUNT
 from localspec.bench.ratios import interval_text, mean_interval
 from localspec.bench.servers import free_port, llama_server, running, serving
 from localspec.bench.workloads import Prompt, concurrency_prompts, fresh_prompts
@@ -206,9 +207,7 @@ def markdown(result: dict) -> str:
 
 def _attribution_table(summary: list[dict]) -> list[str]:
     """Where default's time went against plain decoding, per level: the server's account,
-    mean seconds per request (:func:`~localspec.bench.concurrency.account_per_request`)."""
-    from localspec.bench.concurrency import ACCOUNT
-
+    mean seconds per request (:func:`~localspec.bench.clients_at_once.account_per_request`)."""
     rows = [r for r in summary if r.get("attribution")]
     if not rows:
         return []
