@@ -74,7 +74,8 @@ def require_int(
     """``value`` when it is an int (a bool is not) from ``minimum`` to ``maximum`` (None: no
     bound); else raises ``error``: "NAME must be EXPECTED UNIT, got VALUE!r".  EXPECTED is by
     default ``what`` and the bounds ("an integer", "an integer >= 1", "an integer from 1 to
-    64"; ``what=""`` for a value already known to be an int); ``unit`` (e.g. " tokens") follows."""
+    64"; ``what=""`` for a value already known to be an int); ``unit`` (e.g. " tokens") follows.
+    An :class:`InvalidOptionError` carries NAME as its ``param``."""
     if (
         isinstance(value, int)
         and not isinstance(value, bool)
@@ -90,4 +91,7 @@ def require_int(
         else:
             bounds = ""
         expected = f"{what} {bounds}".strip()
-    raise error(f"{name} must be {expected}{unit}, got {value!r}")
+    message = f"{name} must be {expected}{unit}, got {value!r}"
+    if issubclass(error, InvalidOptionError):
+        raise error(message, param=name)  # the option's name: a server maps it to its field
+    raise error(message)

@@ -19,6 +19,11 @@ Starter = Callable[[], AbstractContextManager[str]]  # starts a server, yields i
 
 
 async def one_request(client, messages, max_tokens: int, extra: dict) -> dict:
+    """One greedy chat request streamed through ``client`` (an ``openai.AsyncOpenAI``) with
+    ``extra`` in its body: its ``text``; ``sent`` / ``done`` (``time.perf_counter`` seconds),
+    ``ttft_s``, ``tokens`` (the usage's completion tokens), ``decode_tps`` (tokens after the
+    first over the seconds after it); ``against_plain_ms``, the server's ``timings.against_plain``
+    (milliseconds; None from a server that sends none)."""
     sent = time.perf_counter()
     first = None
     pieces: list[str] = []

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from localspec.bench.clients_at_once import ACCOUNT
+from localspec.bench.clients_at_once import ACCOUNT, Starter
 from localspec.bench.ratios import interval_text, mean_interval
 from localspec.bench.servers import free_port, llama_server, running, serving
 from localspec.bench.workloads import Prompt, concurrency_prompts, fresh_prompts
@@ -47,7 +47,6 @@ KIND = "concurrency-fresh"
 PLAIN, DEFAULT, LLAMA = "localspec plain", "localspec default", "llama-server plain"
 WAVES = 3
 SNIPPET = 24  # characters of each answer shown from the first difference on
-Starter = Callable[[], AbstractContextManager[str]]  # starts a server, yields its base URL
 
 
 def first_difference(a: str, b: str) -> int | None:

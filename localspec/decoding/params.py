@@ -161,15 +161,12 @@ class GenerationParams:
                 f"stop strings must be non-empty strings, got {list(self.stop)!r}", param="stop"
             )
         if self.seed is not None:
-            try:
-                require_int(
-                    "seed",
-                    self.seed,
-                    0,
-                    expected="a non-negative integer, or None / -1 for a random one",
-                )
-            except InvalidOptionError as exc:
-                raise InvalidOptionError(str(exc), param="seed") from None
+            require_int(
+                "seed",
+                self.seed,
+                0,
+                expected="a non-negative integer, or None / -1 for a random one",
+            )
         if self.logprobs is not None:
             require_int("logprobs", self.logprobs, 0, 20)
 
