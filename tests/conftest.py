@@ -50,13 +50,17 @@ def isolated_user_paths(tmp_path, monkeypatch):
 @pytest.fixture
 def drafting_always_pays(monkeypatch):
     """The adaptive policy on an idealised machine: a verify costs the same at any length
-    and drafting costs nothing, so every draft with a chance of acceptance is verified.
+    and drafting costs nothing, so every draft with a chance of acceptance is verified (whole,
+    in a shared decode too).
     For exactness tests, whose drafts must go through the acceptance rule whatever this
     machine's measured costs say (the synthetic models' 1-in-6 guesses never pay on a CPU)."""
     from localspec.decoding.policy import RoundPricing
 
     monkeypatch.setattr(
         RoundPricing, "rate", lambda self, expected, extra_s, k: self.sequences + expected
+    )
+    monkeypatch.setattr(
+        RoundPricing, "kept_drafts", lambda self, fixed, sequences, chances: list(map(len, chances))
     )
 
 

@@ -5,10 +5,14 @@ hands its target decode (a verify batch ``[t, d_1..d_k]``, or a chunk of its pro
 the :class:`Batcher`.  The batcher decodes once no generation is still computing its part
 of the round: every sequence that has work then rides in the same target pass, whose
 cost is close to one sequence's on a memory-bound machine (the weights are read once).
-A generation between rounds (its client taking the last round's tokens) is waited
-for at most ``GRACE_S``: it usually comes straight back with its next verify, and a
-decode without it would leave it to wait a whole decode alone; a client that reads
-slowly holds nobody up longer than that.  One that joins waits at most one decode.
+When the decode fires, every draft in it is known: the batcher keeps of each only what pays
+in this decode (:meth:`~localspec.decoding.policy.pricing.RoundPricing.kept_drafts`), since
+each generation planned its draft knowing only the latest decode.
+
+A generation between rounds (its client taking the last round's tokens) is waited for at
+most ``GRACE_S``: it usually comes straight back with its next verify, and a decode without
+it would leave it to wait a whole decode alone; a client that reads slowly holds nobody up
+longer than that.  One that joins waits at most one decode.
 
 Why not one thread stepping every generation: the drafters and the acceptance math are
 per sequence and stay as in the one-sequence loop (:mod:`localspec.decoding.loop`),
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -39,6 +43,7 @@ class _Request:
     logits: np.ndarray | None = None
     error: BaseException | None = None
     shared_with: int = 0  # sequences in the decode that served it
+    chances: Sequence[float] | None = None  # a draft's per-token acceptance chances
     extra: dict = field(default_factory=dict)
 
 
@@ -53,11 +58,20 @@ class Batcher:
     caller of that decode.
 
     ``last_batch``: (tokens, sequences) of the latest decode, for the policy to price a
-    draft against the batch it joins (:meth:`outlook`)."""
+    draft against the batch it joins (:meth:`outlook`).  ``pricing``: the target's costs
+    as they stand (a :class:`~localspec.decoding.policy.pricing.RoundPricing`), by which a
+    decode keeps of each draft what pays; None keeps every draft whole."""
 
-    def __init__(self, engine, prefill_chunk: int = PREFILL_CHUNK, grace_s: float = GRACE_S):
+    def __init__(
+        self,
+        engine,
+        prefill_chunk: int = PREFILL_CHUNK,
+        grace_s: float = GRACE_S,
+        pricing: Callable[[], object] | None = None,
+    ):
         self.engine = engine
         self.grace_s = grace_s
+        self.pricing = pricing
         self._chunk = min(prefill_chunk, engine.n_batch)
         self._running: set[int] = set()  # seqs with a generation that has not ended
         self._cond = threading.Condition()
@@ -119,8 +133,14 @@ class Batcher:
         others = [n for s, n in self.last_batch.items() if s != seq]
         return sum(others), len(others)
 
-    def decode(self, view, tokens, rows) -> np.ndarray:
-        request = _Request(view, list(tokens), list(rows))
+    def decode(self, view, tokens, rows, chances: Sequence[float] | None = None) -> np.ndarray:
+        """The logits ``rows`` of ``tokens`` decoded in ``view``'s sequence, in the next shared
+        decode.  With ``chances`` (a verify: ``tokens`` = [last, d_1..d_k], ``rows`` all of
+        them, ``chances`` d_i's acceptance chances) the decode may verify only d_1..d_m: the
+        logits then have m + 1 rows."""
+        if chances is not None and len(chances) != len(tokens) - 1:
+            raise ValueError(f"{len(chances)} chances for a draft of {len(tokens) - 1} tokens")
+        request = _Request(view, list(tokens), list(rows), chances=chances)
         queued, before = time.perf_counter(), view.decode_s
         with self._cond:
             self._pending.append(request)
@@ -167,8 +187,19 @@ class Batcher:
                 del self._between[seq]
         return self.grace_s - (now - max(self._between.values())) if self._between else None
 
+    def _keep_what_pays(self, batch: list[_Request]) -> None:
+        """Cut each draft in ``batch`` to what pays in this decode (see :meth:`decode`)."""
+        drafts = [r for r in batch if r.chances]
+        if self.pricing is None or not drafts:
+            return
+        fixed = sum(len(r.tokens) - len(r.chances or ()) for r in batch)
+        kept = self.pricing().kept_drafts(fixed, len(batch), [r.chances for r in drafts])
+        for request, m in zip(drafts, kept):
+            request.tokens, request.rows = request.tokens[: m + 1], request.rows[: m + 1]
+
     def _fire(self, batch: list[_Request]) -> None:
         engine = self.engine
+        self._keep_what_pays(batch)
         started, before = time.perf_counter(), engine.decode_s
         try:
             results = engine.decode_batch(

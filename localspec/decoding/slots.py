@@ -183,7 +183,7 @@ class SlotPool:
         costs: CostModel | None = None,
     ):
         costs = CostModel() if costs is None else costs
-        self.batcher = Batcher(target) if parallel > 1 else None
+        self.batcher = Batcher(target, pricing=costs.pricing) if parallel > 1 else None
         self.draft_batcher = (
             Batcher(draft_engine, grace_s=0.0)
             if parallel > 1 and draft_engine is not None

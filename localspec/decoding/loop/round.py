@@ -59,8 +59,9 @@ class RoundPhase:
             )
         verify_before = target.decode_s + target.rollback_time()
         target.prepare_rollback(len(draft.tokens))
-        n_accepted, emitted = self._verify(
-            context[-1], draft, run.rng, drafter is not None and drafter.forces
+        chances = self._chances(drafter, draft, run.stats.against_plain)
+        draft, n_accepted, emitted = self._verify(
+            context[-1], draft, run.rng, drafter is not None and drafter.forces, chances
         )
         target.trim(len(context) + n_accepted)  # a recurrent state's way back counts as verify
         outcome = RoundOutcome(
@@ -88,6 +89,16 @@ class RoundPhase:
         for d in self.drafters:
             d.feedback(kept, len(draft.tokens), n_accepted)
         return emitted
+
+    def _chances(self, drafter, draft: Draft, account: TimeAccount):
+        """The policy's acceptance chance of each draft token (None: verify it whole), its
+        time charged to ``account``."""
+        if drafter is None or not draft.tokens:
+            return None
+        started = time.perf_counter()
+        chances = self.policy.chances(drafter, draft)
+        account.policy_s += time.perf_counter() - started
+        return chances
 
     def _observe(self, outcome: RoundOutcome, account: TimeAccount) -> None:
         """The policy learns from the round (its time charged to ``account``), which is judged

@@ -23,12 +23,23 @@ from localspec.decoding.stats import TokenEvent, TokenSource
 class Verifying:
     """The target's verdict on a draft."""
 
-    def _verify(self, last: int, draft: Draft, rng: np.random.Generator, forced: bool = False):
-        """One target decode of [last, d_1..d_k]; returns (n_accepted, the emitted
-        :class:`TokenEvent` list, not yet handed out); kept draft tokens are FORCED when a
-        grammar drafted them (``forced``: all; ``draft.forced``: per token), else ACCEPTED."""
+    def _verify(
+        self,
+        last: int,
+        draft: Draft,
+        rng: np.random.Generator,
+        forced: bool = False,
+        chances: Sequence[float] | None = None,
+    ):
+        """One target decode of [last, d_1..d_k]; returns (the draft verified, n_accepted, the
+        emitted :class:`TokenEvent` list, not yet handed out); kept draft tokens are FORCED when
+        a grammar drafted them (``forced``: all; ``draft.forced``: per token), else ACCEPTED.
+        In a decode shared with other sequences, with ``chances`` (each draft token's
+        acceptance chance, as the policy judges it), the decode may verify only a prefix of
+        the draft (:meth:`~localspec.decoding.scheduler.Batcher.decode`)."""
+        logits = self._decode_verify(last, draft, chances)
+        draft = draft.truncated(len(logits) - 1)
         k = len(draft.tokens)
-        logits = self.target.decode([last] + draft.tokens, range(k + 1), copy=False)
         rows = logits if self.constraint is None else self.constraint.rows(logits, draft.tokens)
         sp = self.params.sampling
         if sp.greedy:
@@ -60,7 +71,13 @@ class Verifying:
         )
         if self.constraint is not None:
             self.constraint.settle(rows, draft.tokens[:n] + [nxt])
-        return n, emitted
+        return draft, n, emitted
+
+    def _decode_verify(self, last: int, draft: Draft, chances: Sequence[float] | None):
+        tokens, rows = [last] + draft.tokens, range(len(draft.tokens) + 1)
+        if self._batcher is not None and chances is not None and draft.tokens:
+            return self._batcher.decode(self.target, tokens, rows, chances)
+        return self.target.decode(tokens, rows, copy=False)
 
     def _logprobs(self, logits: np.ndarray, row: int, token: int) -> tuple:
         """(logprob of ``token``, its top alternatives) from the target's own row, or

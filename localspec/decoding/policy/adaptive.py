@@ -191,6 +191,10 @@ class AdaptivePolicy:
             return [self._chance(o, c, x) for o, c, x in zip(owners, confidence, depths)]
         return [record.acceptance.alpha] * min(k, len(draft.tokens))
 
+    def chances(self, drafter, draft) -> list[float]:
+        """:meth:`accept_chances` of the whole draft: what a shared decode keeps of it."""
+        return self.accept_chances(drafter, draft, len(draft.tokens))
+
     def _owners(self, record: DrafterRecord, forced: Sequence[bool] | None, n: int) -> list:
         """Whose calibration judges each of ``n`` draft tokens: the grammar drafter's for
         the tokens a grammar forced (:attr:`Draft.forced`), ``record``'s for the rest."""

@@ -67,6 +67,9 @@ class ChannelPolicy:
     def length(self, drafter: Drafter, draft: Draft, k: int) -> int:
         return self.current.length(drafter, draft, k)
 
+    def chances(self, drafter: Drafter, draft: Draft) -> Sequence[float] | None:
+        return self.current.chances(drafter, draft)
+
     def observe(self, outcome: RoundOutcome) -> None:
         self.current.observe(outcome)
 

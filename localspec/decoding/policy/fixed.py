@@ -52,6 +52,10 @@ class FixedPolicy:
             return min(k, max(1, int(factor * draft.depth[0])))
         return k
 
+    def chances(self, drafter, draft) -> None:
+        """None: a fixed length is verified whole, as llama.cpp does."""
+        return None
+
     def observe(self, outcome: RoundOutcome) -> None:
         pass
 

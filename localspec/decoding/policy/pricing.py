@@ -1,11 +1,11 @@
 """What the round being planned yields per second, from the target's verify costs
-(:class:`RoundPricing`): measured sizes interpolated, never falling with the batch, never
-above b single steps (a stall written down must not make drafting look hopeless)."""
+(:class:`RoundPricing`): measured sizes interpolated, never below one step nor above b single
+steps (a stall written down must not make drafting look hopeless); and how much of each draft
+in a shared decode pays (:meth:`RoundPricing.kept_drafts`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from itertools import accumulate
+from collections.abc import Mapping, Sequence
 
 _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 
@@ -20,8 +20,12 @@ class RoundPricing:
         self, measured: Mapping[int, float], step_s: float, others: tuple[int, int] = (0, 0)
     ):
         known = sorted(measured.items())
-        # a bigger batch never costs less: measured so (noise), a useless draft would look free
-        self.measured = [(b, c) for (b, _), c in zip(known, accumulate((c for _, c in known), max))]
+        # a batch may cost less than a smaller one: the CPU's repacked kernels take rows four
+        # at a time (c(3) 139 ms, c(4) 116 ms for the default target on a 2-core Xeon), so
+        # plain sequences in fours must not be priced as dear as three; never below c(1), the
+        # weights are read once whatever the batch (and noise must not make a draft look free)
+        floor = known[0][1] if known and known[0][0] == 1 else 0.0
+        self.measured = [(b, max(c, floor)) for b, c in known]
         self.step_s = step_s
         self.tokens, self.sequences = others
 
@@ -37,6 +41,36 @@ class RoundPricing:
             return (self.sequences + expected) / (extra_s + self.verify_s(self.tokens + k + 1))
         own = max(0.0, self.verify_s(self.tokens + k + 1) - self.verify_s(self.tokens + 1))
         return (self.sequences + expected) / (extra_s + self.verify_s(self.sequences + 1) + own)
+
+    def kept_drafts(
+        self, fixed_rows: int, sequences: int, chances: Sequence[Sequence[float]]
+    ) -> list[int]:
+        """How many tokens of each draft in one shared decode to verify: the decode's other
+        rows (``fixed_rows``: each sequence's last token, prompts being read) are decoded
+        anyway, and ``chances[i]`` are draft i's per-token acceptance chances.  Each sequence
+        emits a token, and draft token j of draft i adds the chance its draft is accepted
+        through it; the tokens are kept, most likely first (a draft's in order), as far as the
+        decode's tokens per second grows.  Each sequence planned its draft knowing only the
+        latest decode; here every draft of the decode is known, and two drafts that each
+        paid alone may not pay together."""
+        gains = []  # (tokens a draft token adds, which draft), most likely first
+        for i, draft in enumerate(chances):
+            through = 1.0
+            for chance in draft:
+                through *= min(1.0, max(0.0, chance))
+                gains.append((through, i))
+        gains.sort(key=lambda gain: -gain[0])  # stable: a draft's tokens stay in order
+        expected, best_n = float(sequences), 0
+        best_rate = expected / self.verify_s(fixed_rows)
+        for n, (gain, _) in enumerate(gains, start=1):
+            expected += gain
+            rate = expected / self.verify_s(fixed_rows + n)
+            if rate > best_rate:
+                best_n, best_rate = n, rate
+        kept = [0] * len(chances)
+        for _, i in gains[:best_n]:
+            kept[i] += 1
+        return kept
 
     def verify_s(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens: measured, else interpolated

@@ -18,7 +18,8 @@ class Policy(Protocol):
     during prompt eval.  Per round: each of :attr:`free_drafters` drafts up to
     ``min(k_cap, cap(d))`` tokens, :meth:`plan` picks (drafter, k) given those drafts,
     a drafter not yet asked drafts k and :meth:`length` says how much of it to verify,
-    and :meth:`observe` learns from the round's :class:`RoundOutcome`."""
+    :meth:`chances` judges each token of the draft for a shared decode, and
+    :meth:`observe` learns from the round's :class:`RoundOutcome`."""
 
     @property
     def free_drafters(self) -> Sequence[Drafter]: ...
@@ -47,6 +48,12 @@ class Policy(Protocol):
 
     def length(self, drafter: Drafter, draft: Draft, k: int) -> int:
         """How many tokens of ``draft`` (just made by ``drafter``, asked for ``k``) to verify."""
+        ...
+
+    def chances(self, drafter: Drafter, draft: Draft) -> Sequence[float] | None:
+        """Each token's chance that the target accepts it, given the ones before it were,
+        as this policy judges ``draft`` (made by ``drafter``): a decode shared with other
+        sequences verifies only what pays of it.  None: verify it whole."""
         ...
 
     def observe(self, outcome: RoundOutcome) -> None: ...
