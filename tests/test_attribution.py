@@ -12,14 +12,14 @@ from localspec.decoding.attribution import TimeAccount
 
 def test_a_round_is_won_or_lost_against_its_tokens_plain_steps():
     account = TimeAccount()
-    account.add_round(4, 4, 3, draft_s=0.01, verify_s=0.04, step_s=0.03)
-    account.add_round(1, 5, 0, draft_s=0.01, verify_s=0.035, step_s=0.03)
-    account.add_round(1, 0, 0, draft_s=0.0, verify_s=0.03, step_s=0.03)  # plain
-    account.add_round(2, 2, 1, draft_s=0.01, verify_s=0.03, step_s=None)
+    account.add_round(4, 4, 3, draft_s=0.01, verify_s=0.04, plain_s=0.03)
+    account.add_round(1, 5, 0, draft_s=0.01, verify_s=0.035, plain_s=0.03)
+    account.add_round(1, 0, 0, draft_s=0.0, verify_s=0.03, plain_s=0.03)  # plain
+    account.add_round(2, 2, 1, draft_s=0.01, verify_s=0.03, plain_s=None)
     assert (account.won_rounds, account.lost_rounds, account.unjudged) == (1, 1, 1)
     assert account.won_s == pytest.approx(4 * 0.03 - 0.05)
     assert account.lost_s == pytest.approx(0.045 - 0.03)
-    account.add_round(1, 0, 0, draft_s=0.002, verify_s=0.03, step_s=0.03)  # a draft cut to none
+    account.add_round(1, 0, 0, draft_s=0.002, verify_s=0.03, plain_s=0.03)  # a draft cut to none
     assert account.lost_rounds == 2 and account.lost_s == pytest.approx(0.017)
     account.lost_s = 0.015
     assert account.rejected_tokens == 1 + 5 + 1
@@ -27,6 +27,18 @@ def test_a_round_is_won_or_lost_against_its_tokens_plain_steps():
     assert account.net_s == pytest.approx(0.07 - 0.015 - 0.205)
     assert account.in_ms()["won_ms"] == pytest.approx(70.0)
     assert "net -0.15 s" in account.summary()
+
+
+def test_a_round_in_a_shared_decode_is_judged_against_that_decode_without_its_draft():
+    account = TimeAccount()
+    # four sequences, this one drafting 3: its accepted token is worth the plain decode of
+    # four, the three rows it added cost each of the four their time (Xeon's c(4), c(7))
+    account.add_round(2, 3, 1, draft_s=0.001, verify_s=0.208, plain_s=0.116, sequences=4)
+    assert account.lost_s == pytest.approx(4 * (0.208 - 0.116) + 0.001 - 0.116)
+    # three sequences, one token drafted and accepted, the decode of four cheaper than three
+    account.add_round(3, 1, 1, draft_s=0.0, verify_s=0.116, plain_s=0.139, sequences=3)
+    assert account.won_s == pytest.approx(2 * 0.139 + 3 * (0.139 - 0.116))
+    assert account.step_s == 0.139
 
 
 def _measured(model):

@@ -6,11 +6,14 @@ verify (``won_s`` when positive, ``lost_s`` when not, with the draft tokens reje
 a draft model reading what it lacked mid-answer (``catch_up_s``) or the prompt while the target
 read it (``draft_prompt_s``); the policy's own choosing and learning (``policy_s``); and, with
 several sequences, the waits of its decodes for the other sequences' (``batch_wait_s``).  A
-round is judged by the plain step as the policy prices it (``step_s``, the pair's measured
-c(1)); without one (a fixed policy before any calibration) it is not judged, and ``unjudged``
-counts it.  What a benchmark sees beyond these (the target's own step slower with the draft
-model loaded) is the benchmark's to show: one generation has no plain step of its own to
-compare.
+round is judged against its decode as it would have been without the draft, as the policy
+prices it (``step_s``: c(1) alone; in a decode shared by S sequences, c(B - k) for B tokens
+with k drafted): its extra tokens are worth that decode each, and its draft's rows cost
+every one of the S sequences the time they add (a plain round in a shared decode waits on
+nobody's draft).  Without a price (a fixed policy before any calibration) it is not judged,
+and ``unjudged`` counts it.  What a benchmark sees beyond these (the target's own step
+slower with the draft model loaded) is the benchmark's to show: one generation has no plain
+step of its own to compare.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import asdict, dataclass
 class TimeAccount:
     """Seconds against plain decoding; see the module docstring."""
 
-    step_s: float = 0.0  # the plain step the latest judged round was priced with
+    step_s: float = 0.0  # the plain decode the latest judged round was priced against
     won_s: float = 0.0
     lost_s: float = 0.0
     won_rounds: int = 0
@@ -41,21 +44,24 @@ class TimeAccount:
         n_accepted: int,
         draft_s: float,
         verify_s: float,
-        step_s: float | None,
+        plain_s: float | None,
+        sequences: int = 1,
     ) -> None:
         """A round emitted ``n_emitted`` tokens for ``draft_s`` seconds of drafting and
-        ``verify_s`` of verify.  A round that verified no draft is plain decoding but for its
-        drafting (a draft model's draft cut to nothing): that is lost."""
+        ``verify_s`` of verify, a decode that would have taken ``plain_s`` without its draft
+        and served ``sequences`` sequences: saved (n_emitted - 1) plain_s, spent
+        sequences * (verify_s - plain_s) + draft_s.  A round that verified no draft is plain
+        decoding but for its drafting (a draft model's draft cut to nothing): that is lost."""
         if n_drafted == 0:
             if draft_s > 0:
                 self.lost_s, self.lost_rounds = self.lost_s + draft_s, self.lost_rounds + 1
             return
         self.rejected_tokens += n_drafted - n_accepted
-        if not step_s:
+        if not plain_s:
             self.unjudged += 1
             return
-        self.step_s = step_s
-        saved = n_emitted * step_s - draft_s - verify_s
+        self.step_s = plain_s
+        saved = (n_emitted - 1) * plain_s - sequences * (verify_s - plain_s) - draft_s
         if saved >= 0:
             self.won_s, self.won_rounds = self.won_s + saved, self.won_rounds + 1
         else:

@@ -18,13 +18,14 @@ class RoundOutcome:
     """What one verify round did, for the policy to learn from.
 
     ``verify_s``: seconds of the target's verify decode, of ``verify_batch`` tokens (with
-    several sequences sharing the decode, the whole batch's).  ``drafter``: whose draft was
-    verified, or who spent time drafting (a draft model whose draft was cut to nothing);
-    None for a plain round.  ``draft``: the draft tokens verified (empty: a plain round),
-    with their confidences, depths and forced flags.  ``n_accepted`` of them were kept.
-    ``draft_s``: seconds spent drafting, catch-up on unseen context excluded.  ``emitted``:
-    the token ids the round emitted (the accepted draft tokens, then the target's own), or
-    empty where the caller does not judge the drafts it did not verify."""
+    several sequences sharing the decode, the whole batch's, ``verify_sequences`` of them).
+    ``drafter``: whose draft was verified, or who spent time drafting (a draft model whose
+    draft was cut to nothing); None for a plain round.  ``draft``: the draft tokens verified
+    (empty: a plain round), with their confidences, depths and forced flags.  ``n_accepted``
+    of them were kept.  ``draft_s``: seconds spent drafting, catch-up on unseen context
+    excluded.  ``emitted``: the token ids the round emitted (the accepted draft tokens, then
+    the target's own), or empty where the caller does not judge the drafts it did not
+    verify."""
 
     verify_s: float
     verify_batch: int
@@ -33,6 +34,7 @@ class RoundOutcome:
     n_accepted: int = 0
     draft_s: float = 0.0
     emitted: tuple[int, ...] = ()
+    verify_sequences: int = 1
 
     @property
     def n_drafted(self) -> int:

@@ -218,6 +218,7 @@ class Batcher:
             for request, logits in zip(batch, results):
                 request.view.decode_s += spent
                 request.view.last_batch_tokens = total
+                request.view.last_batch_sequences = len(batch)
                 request.logits, request.error, request.done = logits, error, True
                 request.shared_with = len(batch)
             self._firing = False

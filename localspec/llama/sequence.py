@@ -28,7 +28,8 @@ class EngineSequence:
     with this one counts as its own).  ``decode_s``
     counts the seconds of every decode this sequence took part in (a shared batch
     counts whole), ``wait_s`` the seconds its decodes waited for the other sequences';
-    ``last_batch_tokens`` is the size of the latest such batch."""
+    ``last_batch_tokens`` is the size of the latest such batch, ``last_batch_sequences`` how
+    many sequences it served."""
 
     def __init__(self, engine, seq: int, batcher=None, sharing=None):
         self.engine = engine
@@ -39,6 +40,7 @@ class EngineSequence:
         self.decode_s = 0.0
         self.wait_s = 0.0
         self.last_batch_tokens = 0
+        self.last_batch_sequences = 1
 
     def __getattr__(self, name: str):
         return getattr(self.engine, name)
@@ -69,6 +71,7 @@ class EngineSequence:
         finally:
             self.decode_s += self.engine.decode_s - before
             self.last_batch_tokens = self.engine.last_batch_tokens
+            self.last_batch_sequences = self.engine.last_batch_sequences
 
     def trim(self, n_keep: int) -> None:
         self.engine.trim(n_keep, self.seq)

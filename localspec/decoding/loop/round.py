@@ -63,15 +63,17 @@ class RoundPhase:
         draft, n_accepted, emitted = self._verify(
             context[-1], draft, run.rng, drafter is not None and drafter.forces, chances
         )
+        batch, sequences = target.last_batch_tokens, target.last_batch_sequences
         target.trim(len(context) + n_accepted)  # a recurrent state's way back counts as verify
         outcome = RoundOutcome(
             verify_s=target.decode_s + target.rollback_time() - verify_before,
-            verify_batch=target.last_batch_tokens,
+            verify_batch=batch,
             drafter=drafter,
             draft=draft,
             n_accepted=n_accepted,
             draft_s=draft_s,
             emitted=tuple(t.token for t in emitted),
+            verify_sequences=sequences,
         )
         forcing = self._forcing(run) and bool(draft.tokens)
         self._observe(
@@ -112,7 +114,8 @@ class RoundPhase:
             outcome.n_accepted,
             outcome.draft_s,
             outcome.verify_s,
-            self.policy.step_s(),
+            self.policy.verify_s(outcome.verify_batch - outcome.n_drafted),
+            outcome.verify_sequences,
         )
 
     def _forcing(self, run: _Run) -> bool:

@@ -267,8 +267,8 @@ class AdaptivePolicy:
                 best_k, best_rate = k, rate
         return best_k, best_rate
 
-    def step_s(self) -> float | None:
-        return self.costs.verify_s(1) if self.costs.measured else None
+    def verify_s(self, batch: int = 1) -> float | None:
+        return self.costs.verify_s(max(1, batch)) if self.costs.measured else None
 
     def length(self, drafter, draft, k: int) -> int:
         """How much of a draft just made by a non-free drafter to verify, now that its

@@ -73,8 +73,8 @@ class ChannelPolicy:
     def observe(self, outcome: RoundOutcome) -> None:
         self.current.observe(outcome)
 
-    def step_s(self) -> float | None:
-        return self.current.step_s()
+    def verify_s(self, batch: int = 1) -> float | None:
+        return self.current.verify_s(batch)
 
 
 def adaptive_parts(policy: Policy) -> list[tuple[str, AdaptivePolicy]]:

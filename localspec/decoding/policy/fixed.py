@@ -59,8 +59,9 @@ class FixedPolicy:
     def observe(self, outcome: RoundOutcome) -> None:
         pass
 
-    def step_s(self) -> float | None:
-        return self.costs.verify_s(1) if self.costs is not None and self.costs.measured else None
+    def verify_s(self, batch: int = 1) -> float | None:
+        known = self.costs is not None and self.costs.measured
+        return self.costs.verify_s(max(1, batch)) if known else None
 
     def enter_channel(self, channel: str) -> None:
         pass

@@ -58,9 +58,10 @@ class Policy(Protocol):
 
     def observe(self, outcome: RoundOutcome) -> None: ...
 
-    def step_s(self) -> float | None:
-        """The target's one-token step as this policy prices it, seconds (None: not known);
-        what a round is judged against (:class:`~localspec.decoding.attribution.TimeAccount`)."""
+    def verify_s(self, batch: int = 1) -> float | None:
+        """Seconds of a target decode of ``batch`` tokens as this policy prices it (None: not
+        known); a round is judged against its decode without its draft, c(1) alone
+        (:class:`~localspec.decoding.attribution.TimeAccount`)."""
         ...
 
     def enter_channel(self, channel: str) -> None:

@@ -110,7 +110,7 @@ class Decoding:
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, batch)
             self.decode_s += time.perf_counter() - t0
-            self.last_batch_tokens = i
+            self.last_batch_tokens, self.last_batch_sequences = i, len(call)
             if rc != 0:
                 raise EngineError(f"llama_decode failed with code {rc} ({i} tokens)")
             rows = self._output_rows([len(rows) for *_, (_, rows) in call], views)

@@ -177,6 +177,7 @@ class Engine(Vocabulary, ChatTemplate, Decoding, KvCache, Rollback):
         self.decode_s = 0.0  # seconds spent inside llama_decode since load
         self.wait_s = 0.0  # for other sequences' decodes: a whole engine waits for none
         self.last_batch_tokens = 0  # tokens of the latest llama_decode call (all sequences)
+        self.last_batch_sequences = 1  # sequences in it
 
     def _mtp_head(self) -> MtpHead | None:
         """The Gemma 4 assistant the config names, else the model's own MTP block, kept in
