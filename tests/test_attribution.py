@@ -29,15 +29,16 @@ def test_a_round_is_won_or_lost_against_its_tokens_plain_steps():
     assert "net -0.15 s" in account.summary()
 
 
-def test_a_round_in_a_shared_decode_is_judged_against_that_decode_without_its_draft():
+def test_a_round_in_a_shared_decode_is_judged_against_the_plain_batch():
     account = TimeAccount()
-    # four sequences, this one drafting 3: its accepted token is worth the plain decode of
-    # four, the three rows it added cost each of the four their time (Xeon's c(4), c(7))
-    account.add_round(2, 3, 1, draft_s=0.001, verify_s=0.208, plain_s=0.116, sequences=4)
+    # four sequences, this one drafting 3 (Xeon's c(4) 0.116 s, c(7) 0.208 s): its accepted
+    # token is worth a plain decode of the four, the rows it added cost each of them their time
+    share = 1 - 0.116 / 0.208
+    account.add_round(2, 3, 1, 0.001, 0.208, plain_s=0.116, sequences=4, rows_share=share)
     assert account.lost_s == pytest.approx(4 * (0.208 - 0.116) + 0.001 - 0.116)
-    # three sequences, one token drafted and accepted, the decode of four cheaper than three
-    account.add_round(3, 1, 1, draft_s=0.0, verify_s=0.116, plain_s=0.139, sequences=3)
-    assert account.won_s == pytest.approx(2 * 0.139 + 3 * (0.139 - 0.116))
+    # three sequences, one token drafted and accepted: the decode of four is cheaper than three
+    account.add_round(3, 1, 1, 0.0, 0.116, plain_s=0.139, sequences=3, rows_share=0.0)
+    assert account.won_s == pytest.approx(2 * 0.139)
     assert account.step_s == 0.139
 
 

@@ -6,14 +6,15 @@ verify (``won_s`` when positive, ``lost_s`` when not, with the draft tokens reje
 a draft model reading what it lacked mid-answer (``catch_up_s``) or the prompt while the target
 read it (``draft_prompt_s``); the policy's own choosing and learning (``policy_s``); and, with
 several sequences, the waits of its decodes for the other sequences' (``batch_wait_s``).  A
-round is judged against its decode as it would have been without the draft, as the policy
-prices it (``step_s``: c(1) alone; in a decode shared by S sequences, c(B - k) for B tokens
-with k drafted): its extra tokens are worth that decode each, and its draft's rows cost
-every one of the S sequences the time they add (a plain round in a shared decode waits on
-nobody's draft).  Without a price (a fixed policy before any calibration) it is not judged,
-and ``unjudged`` counts it.  What a benchmark sees beyond these (the target's own step
-slower with the draft model loaded) is the benchmark's to show: one generation has no plain
-step of its own to compare.
+round is judged against plain decoding as the policy prices it: its extra tokens are worth a
+plain decode each (``step_s``: c(1) alone; c(S) for the S sequences of a shared decode), and
+its draft's rows cost the time they add to the verify (alone, all of it beyond c(1); in a
+decode of B tokens with k drafted, the share 1 - c(B - k) / c(B) of it), once for every
+sequence waiting on that decode (a plain round in a shared decode waits on nobody's draft).
+Without a price (a fixed policy before any calibration) it is not judged, and ``unjudged``
+counts it.  What a benchmark sees beyond these (the target's own step slower with the draft
+model loaded) is the benchmark's to show: one generation has no plain step of its own to
+compare.
 """
 
 from __future__ import annotations
@@ -46,12 +47,15 @@ class TimeAccount:
         verify_s: float,
         plain_s: float | None,
         sequences: int = 1,
+        rows_share: float | None = None,
     ) -> None:
         """A round emitted ``n_emitted`` tokens for ``draft_s`` seconds of drafting and
-        ``verify_s`` of verify, a decode that would have taken ``plain_s`` without its draft
-        and served ``sequences`` sequences: saved (n_emitted - 1) plain_s, spent
-        sequences * (verify_s - plain_s) + draft_s.  A round that verified no draft is plain
-        decoding but for its drafting (a draft model's draft cut to nothing): that is lost."""
+        ``verify_s`` of verify, where a token costs ``plain_s`` in plain decoding (None: not
+        judged).  Alone, its draft's rows took verify_s - plain_s; in a decode serving
+        ``sequences`` sequences, ``rows_share`` of verify_s, and every sequence waited that
+        long.  Saved: (n_emitted - 1) plain_s; spent: sequences * rows + draft_s.  A round
+        that verified no draft is plain decoding but for its drafting (a draft model's draft
+        cut to nothing): that is lost."""
         if n_drafted == 0:
             if draft_s > 0:
                 self.lost_s, self.lost_rounds = self.lost_s + draft_s, self.lost_rounds + 1
@@ -61,7 +65,8 @@ class TimeAccount:
             self.unjudged += 1
             return
         self.step_s = plain_s
-        saved = (n_emitted - 1) * plain_s - sequences * (verify_s - plain_s) - draft_s
+        rows_s = verify_s - plain_s if rows_share is None else rows_share * verify_s
+        saved = (n_emitted - 1) * plain_s - sequences * rows_s - draft_s
         if saved >= 0:
             self.won_s, self.won_rounds = self.won_s + saved, self.won_rounds + 1
         else:

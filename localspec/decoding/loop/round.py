@@ -114,9 +114,19 @@ class RoundPhase:
             outcome.n_accepted,
             outcome.draft_s,
             outcome.verify_s,
-            self.policy.verify_s(outcome.verify_batch - outcome.n_drafted),
+            self.policy.verify_s(outcome.verify_sequences),
             outcome.verify_sequences,
+            self._rows_share(outcome),
         )
+
+    def _rows_share(self, outcome: RoundOutcome) -> float | None:
+        """The share of a shared verify decode its draft's rows took, as the policy prices
+        the decode with and without them (None alone, or without prices)."""
+        batch, k = outcome.verify_batch, outcome.n_drafted
+        if outcome.verify_sequences == 1 or k == 0:
+            return None
+        without, whole = self.policy.verify_s(batch - k), self.policy.verify_s(batch)
+        return None if not without or not whole else max(0.0, 1.0 - without / whole)
 
     def _forcing(self, run: _Run) -> bool:
         return run.budget is not None and run.budget.closing is not None
