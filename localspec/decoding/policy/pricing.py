@@ -5,7 +5,10 @@ in a shared decode pays (:meth:`RoundPricing.kept_drafts`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
+from operator import mul
 
 _BATCH_MARGIN = 1.25  # c(b) is taken as at most this times b * c(1)
 
@@ -30,47 +33,52 @@ class RoundPricing:
         self.tokens, self.sequences = others
 
     def rate(self, expected: float, extra_s: float, k: int) -> float:
-        """Tokens per second of the batch this round's verify joins, drafting k tokens that
-        yield ``expected`` at ``extra_s`` seconds of drafting: the other sequences (one token
-        each) share the decode, so a draft must pay for its rows in all of them.  The time
-        is what the batch takes with every sequence plain, c(S + 1), plus this draft's own
-        rows at the batch's size, c(T + k + 1) - c(T + 1): the others' rows beyond one each
-        (drafts, a prompt being read) are theirs to pay for, and must not make this draft
-        look cheap beside them.  With T = S (the others plain) that is c(S + k + 1)."""
+        """What drafting k tokens that yield ``expected`` at ``extra_s`` seconds of drafting is
+        worth in the batch this round's verify joins: the S other sequences (one token each)
+        share the decode and wait for it all, so a draft must pay for its rows in all of them.
+        The time is what the batch takes with every sequence plain, c(S + 1), plus this
+        draft's own rows at the batch's size, c(T + k + 1) - c(T + 1): the others' rows beyond
+        one each (drafts, a prompt being read) are theirs to pay for, and must not make this
+        draft look cheap beside them.  With T = S (the others plain) that is c(S + k + 1).
+        The worth is expected^(1 / (S + 1)) / time, the geometric mean of the sequences'
+        speeds, as the decode keeps drafts (:meth:`kept_drafts`): a draft that would be cut
+        there is not worth drafting.  Alone (S = 0), tokens per second."""
+        share = expected ** (1.0 / (self.sequences + 1))
         if self.tokens <= self.sequences:
-            return (self.sequences + expected) / (extra_s + self.verify_s(self.tokens + k + 1))
+            return share / (extra_s + self.verify_s(self.tokens + k + 1))
         own = max(0.0, self.verify_s(self.tokens + k + 1) - self.verify_s(self.tokens + 1))
-        return (self.sequences + expected) / (extra_s + self.verify_s(self.sequences + 1) + own)
+        return share / (extra_s + self.verify_s(self.sequences + 1) + own)
 
     def kept_drafts(
         self, fixed_rows: int, sequences: int, chances: Sequence[Sequence[float]]
     ) -> list[int]:
         """How many tokens of each draft in one shared decode to verify: the decode's other
         rows (``fixed_rows``: each sequence's last token, prompts being read) are decoded
-        anyway, and ``chances[i]`` are draft i's per-token acceptance chances.  Each sequence
-        emits a token, and draft token j of draft i adds the chance its draft is accepted
-        through it; the tokens are kept, most likely first (a draft's in order), as far as the
-        decode's tokens per second grows.  Each sequence planned its draft knowing only the
-        latest decode; here every draft of the decode is known, and two drafts that each
-        paid alone may not pay together."""
-        gains = []  # (tokens a draft token adds, which draft), most likely first
-        for i, draft in enumerate(chances):
-            through = 1.0
-            for chance in draft:
-                through *= min(1.0, max(0.0, chance))
-                gains.append((through, i))
-        gains.sort(key=lambda gain: -gain[0])  # stable: a draft's tokens stay in order
-        expected, best_n = float(sequences), 0
-        best_rate = expected / self.verify_s(fixed_rows)
-        for n, (gain, _) in enumerate(gains, start=1):
-            expected += gain
-            rate = expected / self.verify_s(fixed_rows + n)
-            if rate > best_rate:
-                best_n, best_rate = n, rate
-        kept = [0] * len(chances)
-        for _, i in gains[:best_n]:
+        anyway, and ``chances[i]`` are draft i's per-token acceptance chances.  Each of the
+        ``sequences`` emits a token, a drafting one E = 1 + the chances its draft is accepted
+        through each token kept; every one waits for the whole decode.  The tokens kept are
+        those that make the sequences' speeds grow together, the most sum of log(E / c(rows))
+        over the sequences (proportional fairness; alone, the most tokens per second): by
+        the decode's tokens per second alone, one sure draft would slow every other sequence
+        for its own gain, and the last of them would end alone, without a batch to share.
+        Each sequence planned its draft knowing only the latest decode; here every draft of
+        the decode is known, and two drafts that each paid alone may not pay together."""
+        through = [[*accumulate((min(1.0, max(0.0, p)) for p in d), mul)] for d in chances]
+        expected, kept = [1.0] * len(chances), [0] * len(chances)
+        speeds = 0.0  # sum of log(E) over the drafting sequences (the others' is 0)
+        best, best_kept = -sequences * math.log(self.verify_s(fixed_rows)), list(kept)
+        for rows in range(fixed_rows + 1, fixed_rows + sum(map(len, chances)) + 1):
+            i = max(
+                (i for i, d in enumerate(through) if kept[i] < len(d)),
+                key=lambda i: through[i][kept[i]] / expected[i],
+            )
+            speeds += math.log1p(through[i][kept[i]] / expected[i])
+            expected[i] += through[i][kept[i]]
             kept[i] += 1
-        return kept
+            utility = speeds - sequences * math.log(self.verify_s(rows))
+            if utility > best:
+                best, best_kept = utility, list(kept)
+        return best_kept
 
     def verify_s(self, batch: int) -> float:
         """Seconds for a target decode of ``batch`` tokens: measured, else interpolated
