@@ -139,6 +139,7 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
     account = {"won": 0.5, "lost": 0.25, "catch_up": 0.0, "draft_prompt": 0.0, "policy": 0.01}
     account |= {"batch_wait": 0.04, "net": 0.2}
     results[fresh_clients.DEFAULT][1]["against_plain_s"] = account
+    results[fresh_clients.PLAIN][1]["against_plain_s"] = {"batch_wait": 0.03, "net": -0.03}
     rows = fresh_clients.compare(results, work)
     assert [r["clients"] for r in rows] == [1, 2]
     assert rows[1]["attribution"] == account and rows[0]["attribution"] == {}
@@ -173,7 +174,7 @@ def test_fresh_concurrency_compares_default_with_plain_and_llama_server_per_leve
     assert (
         "| 2 | 30.0 | 27.0 | 36.0 | 0.90 | 0.95 [0.31, 1.59] | 0.75 | 1 of 2 |" in md
         and "mtbench/81: from character 1" in md
-        and "| 2 | +0.50 | +0.25 | +0.00 | +0.00 | +0.01 | +0.04 | +0.20 |" in md
+        and "| 2 | +0.50 | +0.25 | +0.00 | +0.00 | +0.01 | +0.04 | +0.20 | 0.03 | +0.23 |" in md
     )
 
 

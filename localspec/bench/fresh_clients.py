@@ -156,6 +156,7 @@ def compare(results: dict, work: dict[int, list[Prompt]]) -> list[dict]:
             row["default_over_plain"] = tps[DEFAULT] / tps[PLAIN]
             row["per_request"] = per_request(at[DEFAULT], at[PLAIN])
             row["attribution"] = at[DEFAULT].get("against_plain_s") or {}
+            row["plain_batch_wait"] = (at[PLAIN].get("against_plain_s") or {}).get("batch_wait")
             row["equality"] = equality(
                 at[DEFAULT]["answers"], at[PLAIN]["answers"], [p.name for p in prompts]
             )
@@ -206,21 +207,31 @@ def markdown(result: dict) -> str:
 
 def _attribution_table(summary: list[dict]) -> list[str]:
     """Where default's time went against plain decoding, per level: the server's account,
-    mean seconds per request (:func:`~localspec.bench.clients_at_once.account_per_request`)."""
+    mean seconds per request (:func:`~localspec.bench.clients_at_once.account_per_request`);
+    beside it plain's own batch waits (its decodes wait for the other sequences' rounds too)
+    and default's net with those added back: what default's drafting itself cost or won."""
     rows = [r for r in summary if r.get("attribution")]
     if not rows:
         return []
     lines = [
         "",
         "Where default's time went against plain decoding, mean seconds per request (the "
-        "server's account; net: won − lost − catch-up − draft prompt − policy − batch waits):",
+        "server's account; net: won − lost − catch-up − draft prompt − policy − batch waits; "
+        "plain's decodes wait for each other too, and the last column adds its waits back):",
         "",
-        "| clients | won | lost | catch-up | draft prompt | policy | batch waits | net |",
-        "|---|---|---|---|---|---|---|---|",
+        "| clients | won | lost | catch-up | draft prompt | policy | batch waits | net "
+        "| plain's batch waits | net beside plain's waits |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cells = " | ".join(f"{r['attribution'][k]:+.2f}" for k in ACCOUNT)
-        lines.append(f"| {r['clients']} | {cells} |")
+        plain_waits = r.get("plain_batch_wait")
+        beside = (
+            f"{plain_waits:.2f} | {r['attribution']['net'] + plain_waits:+.2f}"
+            if plain_waits is not None
+            else " | "
+        )
+        lines.append(f"| {r['clients']} | {cells} | {beside} |")
     return lines + [""]
 
 
