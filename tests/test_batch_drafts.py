@@ -7,9 +7,11 @@ import threading
 
 import numpy as np
 import pytest
+from support.fakes import FakeDrafter
 
 from localspec.api import SpeculativeModel
-from localspec.decoding.policy import RoundPricing
+from localspec.decoding.policy import AdaptivePolicy, RoundPricing
+from localspec.decoding.policy.costs import CostAverage, CostModel
 from localspec.decoding.scheduler import Batcher
 
 # the default target's decode by batch size on a 2-core Xeon, quiet (2026-12-07), seconds:
@@ -58,6 +60,14 @@ def test_a_prompt_chunk_in_the_decode_makes_a_draft_cheap_to_keep():
     measured = {1: 0.075, 9: 0.27, 17: 0.34, 33: 0.52, 65: 0.84, 129: 1.4}
     kept = RoundPricing(measured, 0.03).kept_drafts(129, 2, [[0.8, 0.7, 0.6]])
     assert kept == [3]
+
+
+def test_beside_three_plain_sequences_no_draft_could_pay_so_no_drafter_is_asked():
+    costs = CostModel(verify={b: CostAverage(c, weight=1.0) for b, c in XEON.items()})
+    policy = AdaptivePolicy([FakeDrafter("suffix", 0.9, free=True)], costs=costs)
+    assert policy.may_pay(16) and policy.may_pay(16, others=(1, 1))
+    assert not policy.may_pay(16, others=(3, 3))  # a decode of four plain rows: 0.116 s
+    assert not policy.may_pay(0)
 
 
 class RecordingEngine:

@@ -24,11 +24,18 @@ class Drafting:
         token (a copy from the prompt runs into the chat template's ``<|im_end|>``; the
         tokens after it can never be emitted, and verifying them costs).  Returns
         (drafter, draft, cost in seconds of drafting, catching up on skipped tokens
-        excluded); drafts shorter than ``draft_min`` are dropped.  ``account`` is charged the
-        policy's own time and the free drafts not verified."""
+        excluded); drafts shorter than ``draft_min`` are dropped.  Where no draft could pay
+        beside the other sequences (:meth:`~localspec.decoding.policy.Policy.may_pay`), no
+        drafter is asked.  ``account`` is charged the policy's own time and the free drafts
+        not verified."""
         draft_min = max(1, self.params.draft.draft_min)
-        proposals, costs = self._free_drafts(context, k_cap, draft_rng)
         others = self._batcher.outlook(self.target.seq) if self._batcher is not None else (0, 0)
+        started = time.perf_counter()
+        may_pay = self.policy.may_pay(k_cap, others)
+        account.policy_s += time.perf_counter() - started
+        if not may_pay:
+            return None, Draft.empty(), 0.0
+        proposals, costs = self._free_drafts(context, k_cap, draft_rng)
         started = time.perf_counter()
         drafter, k = self.policy.plan(k_cap, proposals, len(context), others)
         account.policy_s += time.perf_counter() - started

@@ -171,6 +171,16 @@ class AdaptivePolicy:
             return None, 0  # observe() counts again from this one-token verify
         return best
 
+    def may_pay(self, k_cap: int, others: tuple[int, int] = (0, 0)) -> bool:
+        """Whether any draft could pay this round beside ``others`` (as :meth:`plan`), even one
+        sure to be accepted whole.  Where none can (a CPU's decode of full slots: four plain
+        rows cost less than three, any row more makes it dearer for all), the drafters are not
+        asked: their work, under Python's lock, would hold the shared decode back."""
+        price = self.costs.pricing(others)
+        plain_rate = price.rate(1.0, 0.0, 0)
+        longest = min(k_cap, max((r.cap for r in self.records.values()), default=0))
+        return any(price.rate(k + 1.0, 0.0, k) > plain_rate for k in range(1, longest + 1))
+
     def _best_of(
         self, price: RoundPricing, record: DrafterRecord, limit: int, n_context: int, k_cap: int
     ):

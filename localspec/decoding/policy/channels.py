@@ -55,6 +55,9 @@ class ChannelPolicy:
     def cap(self, drafter: Drafter) -> int:
         return self.current.cap(drafter)
 
+    def may_pay(self, k_cap: int, others: tuple[int, int] = (0, 0)) -> bool:
+        return self.current.may_pay(k_cap, others)
+
     def plan(
         self,
         k_cap: int,

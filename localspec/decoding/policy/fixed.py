@@ -36,6 +36,10 @@ class FixedPolicy:
     def cap(self, drafter) -> int:
         return self.draft_max
 
+    def may_pay(self, k_cap: int, others: tuple[int, int] = (0, 0)) -> bool:
+        """True: a fixed length drafts every round, as llama.cpp does."""
+        return True
+
     def plan(
         self,
         k_cap: int,

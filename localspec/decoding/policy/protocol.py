@@ -33,6 +33,11 @@ class Policy(Protocol):
 
     def cap(self, drafter: Drafter) -> int: ...
 
+    def may_pay(self, k_cap: int, others: tuple[int, int] = (0, 0)) -> bool:
+        """Whether any draft of at most ``k_cap`` tokens could pay this round, beside
+        ``others`` (as :meth:`plan`): False, and no drafter is asked."""
+        ...
+
     def plan(
         self,
         k_cap: int,
