@@ -146,6 +146,7 @@ def test_unreadable_file_and_directory(tmp_path):
         dict(seed="abc"),
         dict(seed=1.5),
         dict(seed=-2),
+        dict(seed=2**64),  # OpenAI's seed is a 64-bit integer
         dict(stop=5),
         dict(stop=[""]),
         dict(stop=""),

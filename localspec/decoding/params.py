@@ -165,7 +165,8 @@ class GenerationParams:
                 "seed",
                 self.seed,
                 0,
-                expected="a non-negative integer, or None / -1 for a random one",
+                2**64 - 1,
+                expected="an integer from 0 to 2^64 - 1, or None / -1 for a random one",
             )
         if self.logprobs is not None:
             require_int("logprobs", self.logprobs, 0, 20)
