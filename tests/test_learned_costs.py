@@ -337,7 +337,7 @@ def test_a_draft_model_not_expected_to_draft_reads_no_prompt(target_gguf, other_
 
 def test_a_bigger_batch_measured_cheaper_does_not_make_a_useless_draft_look_free():
     """Noise on a fast machine can measure c(2) < c(1); a draft nobody accepts must still
-    lose to plain (the costs are taken as never falling with the batch size)."""
+    lose to plain (no batch is priced below c(1))."""
     d = FakeDrafter("draft-model", 0.7)
     verify = {1: 0.030, 2: 0.020, 3: 0.031, 5: 0.033, 9: 0.036, 17: 0.040}
     policy = AdaptivePolicy(

@@ -26,8 +26,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # the annotation only: the batcher needs no policy at run time
+    from localspec.decoding.policy.pricing import RoundPricing
 
 # prompt tokens a joining sequence adds to a shared decode (a long prompt must not stall the others)
 PREFILL_CHUNK = 128
@@ -67,7 +71,7 @@ class Batcher:
         engine,
         prefill_chunk: int = PREFILL_CHUNK,
         grace_s: float = GRACE_S,
-        pricing: Callable[[], object] | None = None,
+        pricing: Callable[[], RoundPricing] | None = None,
     ):
         self.engine = engine
         self.grace_s = grace_s
